@@ -1,0 +1,33 @@
+# The two commands: `make demo` (tune the embedded default) and `make test` (the whole suite).
+# Both set up .venv/ first (autotune + vLLM's CPU build); see scripts/setup-venv.sh.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_MODEL := .demo/tiny-llama
+# The embedded default: vLLM on the CPU serving a tiny local model, with a 128 MiB KV pool
+# (16,384 tokens at 8 KiB per token), so a target of 65,536 is refused and the ceiling is found.
+DEMO_TARGET ?= 65536
+DEMO_SERVE := $(PY) -m vllm.entrypoints.openai.api_server --model $(DEMO_MODEL) --dtype bfloat16 \
+	--enforce-eager --max-num-seqs 1 --kv-cache-memory-bytes 128M
+
+.PHONY: setup demo test test-all bench clean-demo
+
+setup: $(VENV)/.autotune-setup
+
+$(VENV)/.autotune-setup: pyproject.toml scripts/setup-venv.sh
+	VENV=$(VENV) bash scripts/setup-venv.sh
+
+$(DEMO_MODEL)/config.json: | setup
+	$(PY) -m autotune.demo_model $(DEMO_MODEL)
+
+demo: setup $(DEMO_MODEL)/config.json
+	$(VENV)/bin/autotune --target $(DEMO_TARGET) -- $(DEMO_SERVE)
+
+# Everything but the 100k-example fuzz run (marked slow); real vLLM boots included.
+test: setup
+	$(PY) -m pytest -m "not slow" -ra
+
+test-all: setup
+	$(PY) -m pytest -ra
+
+clean-demo:
+	rm -rf $(DEMO_MODEL)

@@ -1,0 +1,163 @@
+"""The run artifact: runs/<run-id>/run.json and the files beside it.
+
+run.json carries schema_version. Writes are atomic (temp file in the same folder, fsync,
+os.replace), so a crash at any moment leaves either the previous complete file or the
+new one. Loading checks the version: older files are migrated step by step
+(MIGRATIONS[n] turns version n into n+1), newer ones are refused with "upgrade
+autotune", and an unreadable file is named with its parse error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from autotune import __version__
+from autotune.servecmd import model_slug
+
+SCHEMA_VERSION = 1
+RUN_FILE = "run.json"
+
+# version n -> function turning a version-n dict into version n+1. Version 1 is the first.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+class ArtifactError(Exception):
+    """A run folder or run.json that cannot be used; the message names the file."""
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def iso(ts: datetime) -> str:
+    return ts.strftime("%Y-%m-%dT%H:%M:%S.%fZ")[:-4] + "Z"
+
+
+def new_run_id(model: str | None, now: datetime | None = None) -> str:
+    """Sortable by time (UTC), then the model: 20261129T104137Z-tiny-llama."""
+    stamp = (now or utc_now()).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{model_slug(model)}"
+
+
+def create_run_dir(runs_dir: Path, model: str | None) -> Path:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    base = new_run_id(model)
+    for n in range(1000):
+        name = base if n == 0 else f"{base}-{n}"
+        path = runs_dir / name
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ArtifactError(f"cannot create a run folder under {runs_dir}")
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def save_run(run_dir: Path, record: dict) -> None:
+    record = dict(record)
+    record["schema_version"] = SCHEMA_VERSION
+    record.setdefault("autotune_version", __version__)
+    write_atomic(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+
+
+def migrate(record: dict, source: str = "run.json") -> dict:
+    version = record.get("schema_version")
+    if not isinstance(version, int):
+        raise ArtifactError(f"{source}: no integer schema_version; not an autotune run file")
+    if version > SCHEMA_VERSION:
+        raise ArtifactError(
+            f"{source}: schema_version {version} is newer than this autotune understands "
+            f"({SCHEMA_VERSION}); upgrade autotune")
+    while version < SCHEMA_VERSION:
+        step = MIGRATIONS.get(version)
+        if step is None:
+            raise ArtifactError(f"{source}: no migration from schema_version {version}")
+        record = step(record)
+        version += 1
+        record["schema_version"] = version
+    return record
+
+
+def load_run(run_dir: Path) -> dict:
+    path = Path(run_dir) / RUN_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no such file (is {run_dir} a run folder?)") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(record, dict):
+        raise ArtifactError(f"{path}: not a JSON object")
+    record = migrate(record, str(path))
+    record["_dir"] = str(Path(run_dir))
+    return record
+
+
+def list_runs(runs_dir: Path) -> list[Path]:
+    """Run folders under runs_dir, newest first (run ids sort by time)."""
+    if not Path(runs_dir).is_dir():
+        return []
+    dirs = [p for p in Path(runs_dir).iterdir() if p.is_dir() and (p / RUN_FILE).exists()]
+    return sorted(dirs, key=lambda p: p.name, reverse=True)
+
+
+def resolve_run(ref: str, runs_dir: Path) -> Path:
+    """A run folder from a path, a run id, or `latest`."""
+    if ref == "latest":
+        runs = list_runs(runs_dir)
+        if not runs:
+            raise ArtifactError(f"no runs under {runs_dir}")
+        return runs[0]
+    path = Path(ref)
+    if (path / RUN_FILE).exists():
+        return path
+    candidate = Path(runs_dir) / ref
+    if (candidate / RUN_FILE).exists():
+        return candidate
+    raise ArtifactError(f"no run {ref!r} (looked for {path / RUN_FILE} and {candidate / RUN_FILE})")
+
+
+# ---- paste-ready files -------------------------------------------------------------
+
+def yaml_scalar(value: object) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    # JSON strings are valid YAML double-quoted scalars.
+    return json.dumps(str(value))
+
+
+def vllm_config_yaml(options: dict[str, object], header: list[str]) -> str:
+    lines = [f"# {h}" for h in header]
+    for key, value in options.items():
+        lines.append(f"{key}: {yaml_scalar(value)}")
+    return "\n".join(lines) + "\n"

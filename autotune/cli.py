@@ -1,0 +1,308 @@
+"""The command line: wiring and rendering only; decisions live in the other modules.
+
+Results go to stdout, progress and diagnostics to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from autotune import __version__, artifact, catalog, servecmd
+from autotune.logparse import SCHEMA_KEYS, parse_file
+
+# Documented exit codes (docs/exit-codes.md).
+EXIT_OK = 0
+EXIT_INPUT = 1  # bad input: unreadable file, no command to reuse, unknown run
+EXIT_USAGE = 2  # click's own: bad option or argument
+EXIT_BOOT_FAILED = 3  # vLLM failed for a reason other than KV size (see error_kind)
+EXIT_NOT_VERIFIED = 4  # booted but not serving the asked length
+EXIT_HUNG = 5  # no output for --stall-timeout seconds
+EXIT_NO_CEILING = 6  # refused, and no ceiling could be read or computed; or nothing fits
+EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM (128 + signal number)
+
+VERDICT_EXIT = {
+    "verified": EXIT_OK,
+    "error": EXIT_BOOT_FAILED,
+    "not_verified": EXIT_NOT_VERIFIED,
+    "hung": EXIT_HUNG,
+    "refused_no_ceiling": EXIT_NO_CEILING,
+    "nothing_fits": EXIT_NO_CEILING,
+    "max_boots": EXIT_NO_CEILING,
+}
+
+DEFAULT_RUNS_DIR = "runs"
+
+
+class AutotuneGroup(click.Group):
+    """`autotune --target N -- CMD` is short for `autotune tune --target N -- CMD`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["tune", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=AutotuneGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="autotune")
+def cli():
+    """Find the largest context a vLLM server can really serve here, prove it, keep the proof.
+
+    \b
+    Tune (the default command): wrap your own serve command after `--`:
+      autotune --target 64K -- vllm serve Qwen/Qwen3-8B --gpu-memory-utilization 0.95
+    autotune boots it at the target; if vLLM refuses, it relaunches at the ceiling vLLM
+    reports, waits until the server answers, checks /v1/models, and writes
+    runs/<run-id>/ with run.json, the logs, command.sh and vllm-config.yaml.
+
+    \b
+    Read a boot log:        autotune parse vllm.log --json
+    Rerun the last command: autotune --target 64K
+    """
+
+
+def _runs_dir_option(f):
+    return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=DEFAULT_RUNS_DIR, envvar="AUTOTUNE_RUNS_DIR", show_default=True,
+                        show_envvar=True, help="Where run folders are written and read.")(f)
+
+
+class LengthType(click.ParamType):
+    name = "LENGTH"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return servecmd.parse_length(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--target", "-t", type=LengthType(), required=True,
+              help="The context length you want (65536, 64K = 65536, 64k = 64000).")
+@click.option("--keep-serving", is_flag=True, help="Leave the verified server running instead of stopping it.")
+@click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
+              help="Seconds without a new log line before a boot counts as hung.")
+@click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True,
+              help="Give up after this many boots.")
+@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
+@_runs_dir_option
+@click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
+def tune(target, keep_serving, stall_timeout, max_boots, json_, quiet, runs_dir, serve_command):
+    """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
+
+    \b
+    SERVE_COMMAND is your own command after `--`, for example
+      -- vllm serve MODEL --gpu-memory-utilization 0.95 --max-num-seqs 1
+      -- python -m vllm.entrypoints.openai.api_server --model MODEL
+    autotune sets --max-model-len itself (replacing yours) and picks a free local port
+    unless the command names one with --port. Without SERVE_COMMAND, the command of the
+    newest run in --runs-dir is reused (handy for cron).
+
+    \b
+    Exit codes: 0 verified ceiling found; 1 bad input; 2 usage error;
+    3 vLLM failed for another reason (see error_kind); 4 booted but not verified;
+    5 hung; 6 refused and no ceiling could be read; 130 interrupted.
+    """
+    from autotune import tune as tune_mod
+
+    argv = list(serve_command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    reused_from = None
+    if not argv:
+        found = tune_mod.newest_command(runs_dir)
+        if found is None:
+            raise click.ClickException(
+                f"no serve command given and no earlier run in {runs_dir} to reuse one from.\n"
+                "Give it after `--`: autotune --target 64K -- vllm serve MODEL ...")
+        argv, reused_from = found
+        _err(f"reusing the serve command of run {reused_from}", quiet=quiet)
+    opts = tune_mod.TuneOptions(target=target, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
+                                stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from)
+    progress = ProgressPrinter(quiet=quiet)
+    try:
+        record = tune_mod.tune(opts, progress)
+    except tune_mod.Interrupted as exc:
+        _err(f"interrupted ({exc}); the server was stopped and the run marked interrupted", quiet=False)
+        sys.exit(128 + exc.signum)
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))
+    if json_:
+        click.echo(json.dumps(_public(record), indent=2))
+    else:
+        click.echo(render_summary(record))
+    sys.exit(VERDICT_EXIT.get(record["result"]["verdict"], EXIT_BOOT_FAILED))
+
+
+def _public(record: dict) -> dict:
+    return {k: v for k, v in record.items() if not k.startswith("_")}
+
+
+def _err(message: str, quiet: bool = False) -> None:
+    if not quiet:
+        click.echo(message, err=True)
+
+
+class ProgressPrinter:
+    """Plain timestamped progress lines on stderr, one per event that matters."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+
+    def __call__(self, event: str, **data) -> None:
+        if self.quiet:
+            return
+        line = self.render(event, data)
+        if line:
+            stamp = datetime.now().strftime("%H:%M:%S")
+            click.echo(f"[{stamp}] {line}", err=True)
+
+    @staticmethod
+    def render(event: str, d: dict) -> str | None:
+        if event == "run_started":
+            return f"run folder {d['run_dir']}; target {d['target']:,} tokens; port {d['port']}"
+        if event == "attempt_started":
+            return f"boot {d['index']}: --max-model-len {d['max_model_len']:,} ({d['reason']})"
+        if event == "fact":
+            return f"boot {d['index']}:   read {d['key']} = {_fmt(d['value'])} (log line {d['line_no']})"
+        if event == "refused":
+            r = d["result"]
+            need, have = r.get("kv_needed_gib"), r.get("refusal_available_kv_gib")
+            est = r.get("estimated_max_model_len")
+            text = f"boot {d['index']}: refused"
+            if need is not None and have is not None:
+                text += f": needs {need} GiB of KV cache, {have} GiB available"
+            if est is not None:
+                text += f"; vLLM estimates {est:,} tokens fit"
+            return text + "; stopping it now"
+        if event == "stop_step":
+            return f"  stopping server tree: {d['signal']} to pids {', '.join(map(str, d['pids']))}"
+        if event == "healthy":
+            return f"boot {d['index']}: healthy; {d['reason']}"
+        if event == "hung":
+            return f"boot {d['index']}: no output for {d['idle_s']} s: hung"
+        if event == "stopping":
+            return d["reason"]
+        if event == "attempt_ended":
+            a = d["attempt"]
+            text = f"boot {d['index']}: {a['outcome']} after {a.get('duration_s', 0):.1f} s"
+            if a.get("error_kind"):
+                text += f" ({a['error_kind']})"
+            return text
+        return None
+
+
+def _fmt(value) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_summary(record: dict) -> str:
+    r = record.get("result") or {}
+    attempts = record.get("attempts", [])
+    lines = []
+    verdict = r.get("verdict")
+    target = record.get("target")
+    if verdict == "verified":
+        ceiling = r["ceiling"]
+        if ceiling >= target:
+            lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
+        else:
+            lines.append(f"Verified ceiling: --max-model-len {ceiling:,} "
+                         f"({ceiling / target:.0%} of the target {target:,}; {ceiling - target:+,} tokens).")
+    else:
+        lines.append(f"No verified ceiling: {verdict}. {r.get('reason', '')}")
+    for key, label, unit in (("available_kv_gib", "available KV cache", " GiB"),
+                             ("kv_cache_tokens", "KV cache size", " tokens")):
+        if key in r:
+            src = r.get(f"{key}_source", {})
+            where = f"  (attempt-{src.get('attempt')}.log line {src.get('line')})" if src.get("line") else ""
+            lines.append(f"  {label}: {_fmt(r[key])}{unit}{where}")
+    if r.get("diagnosis"):
+        lines.append(f"  cause: {r['diagnosis']['cause']}")
+        lines.append(f"  fix:   {r['diagnosis']['fix']}")
+    boots = ", ".join(f"{a.get('max_model_len', '?'):,} {a.get('outcome')}" if isinstance(a.get('max_model_len'), int)
+                      else str(a.get("outcome")) for a in attempts)
+    lines.append(f"  boots: {len(attempts)} ({boots}); time {record.get('duration_s', 0):.0f} s")
+    if record.get("vllm_version"):
+        lines.append(f"  vLLM {record['vllm_version']}")
+    run_dir = record.get("_dir") or record.get("run_dir")
+    if r.get("serving"):
+        lines.append(f"  still serving at {r['serving']['url']} (pid {r['serving']['pid']})")
+    lines.append(f"  run: {record['run_id']}")
+    for name in r.get("files", []):
+        lines.append(f"  wrote {name}")
+    return "\n".join(lines)
+
+
+@cli.command()
+@click.argument("logfiles", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_", is_flag=True, help="One JSON object per log (a list for several).")
+@click.option("--provenance/--no-provenance", default=True, show_default=True,
+              help="With --json: include the line each value came from under \"provenance\".")
+def parse(logfiles, json_, provenance):
+    """Print what autotune reads from vLLM boot logs.
+
+    \b
+    Keys (absent when the log does not show them): vllm_version, non_default_args,
+    attention_backend, weights_gib, available_kv_gib, kv_cache_tokens, max_concurrency,
+    max_concurrency_tokens, gpu_blocks, cpu_blocks, max_model_len_requested, kv_needed_gib,
+    refusal_available_kv_gib, estimated_max_model_len, kv_cache_max_tokens,
+    outcome (ready | refused | error | incomplete), error_kind.
+    Each value's source line is under "provenance" in --json output.
+
+    \b
+    Exit codes: 0 parsed; 1 a file could not be read.
+    """
+    results = []
+    for path in logfiles:
+        try:
+            parser = parse_file(path)
+        except OSError as exc:
+            raise click.ClickException(f"cannot read {path}: {exc.strerror or exc}")
+        out = parser.result()
+        entry = catalog.lookup(out["error_kind"]) if out.get("error_kind") else None
+        if entry is not None:
+            out["diagnosis"] = {"cause": entry.cause, "fix": entry.fix}
+        if provenance:
+            out["provenance"] = parser.provenance()
+        results.append((path, out))
+    if json_:
+        payload = [r for _, r in results]
+        click.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2, ensure_ascii=False))
+        return
+    for i, (path, out) in enumerate(results):
+        if i:
+            click.echo("")
+        click.echo(f"{path}: {out['outcome']}" + (f" ({out['error_kind']})" if out.get("error_kind") else ""))
+        prov = out.get("provenance", {})
+        for key in list(SCHEMA_KEYS) + sorted(k for k in out if k not in SCHEMA_KEYS):
+            if key in ("outcome", "error_kind", "provenance", "diagnosis") or key not in out:
+                continue
+            where = f"  [line {prov[key]['line']}]" if key in prov else ""
+            value = out[key]
+            shown = json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else _fmt(value)
+            if len(shown) > 100:
+                shown = shown[:97] + "..."
+            click.echo(f"  {key}: {shown}{where}")
+        if out.get("diagnosis"):
+            click.echo(f"  cause: {out['diagnosis']['cause']}")
+            click.echo(f"  fix:   {out['diagnosis']['fix']}")
+
+
+def main() -> None:
+    cli(prog_name="autotune")
+
+
+if __name__ == "__main__":
+    main()
