@@ -140,7 +140,10 @@ def tune(target, keep_serving, stall_timeout, max_boots, json_, quiet, runs_dir,
         click.echo(json.dumps(_public(record), indent=2))
     else:
         click.echo(render_summary(record))
-    sys.exit(VERDICT_EXIT.get(record["result"]["verdict"], EXIT_BOOT_FAILED))
+    result = record["result"]
+    if result.get("error_kind") == "command_not_found":
+        sys.exit(EXIT_INPUT)
+    sys.exit(VERDICT_EXIT.get(result["verdict"], EXIT_BOOT_FAILED))
 
 
 def _public(record: dict) -> dict:
@@ -197,6 +200,8 @@ class ProgressPrinter:
             text = f"boot {d['index']}: {a['outcome']} after {a.get('duration_s', 0):.1f} s"
             if a.get("error_kind"):
                 text += f" ({a['error_kind']})"
+            if a.get("refusal_to_stopped_s") is not None:
+                text += f"; its process tree was gone {a['refusal_to_stopped_s']:.1f} s after the refusal"
             return text
         return None
 

@@ -30,8 +30,11 @@ MAX_LINE_BYTES = 1 << 20  # a line longer than 1 MiB is cut: the parser never ne
 
 # The default staged stop: (signal, seconds to wait for the tree to exit after it).
 STAGES_GRACEFUL = ((signal.SIGINT, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0))
-# A refused boot holds nothing worth a graceful teardown: stop it at once.
-STAGES_FAST = ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0))
+# A refused boot holds nothing worth saving, so it is signalled the moment the refusal is read,
+# with shorter waits. SIGINT still comes first: measured on vLLM 0.32 (CPU), SIGINT ends a refused
+# boot's whole tree in ~4 s, while SIGTERM leaves the API server and engine core running until
+# SIGKILL, and SIGKILL leaks vLLM's shared-memory segment (/dev/shm/psm_*, 160 MB here).
+STAGES_FAST = ((signal.SIGINT, 8.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0))
 
 
 class LaunchError(Exception):

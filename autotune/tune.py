@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autotune import artifact, catalog, launch, servecmd, strategy, verify
+from autotune import __version__, artifact, catalog, launch, servecmd, strategy, verify
 from autotune.logparse import BootLogParser, ceiling_from
 from autotune.machine import machine_facts
 from autotune.redact import env_for_shell, redact_env
@@ -222,6 +222,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     time_to_outcome = None
     keep = None
     kill_delay = None
+    first_signal_at = None
 
     def feed(raw: bytes) -> None:
         nonlocal listening_at
@@ -241,8 +242,11 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             time_to_outcome = time.monotonic() - t_start
             seen = time.monotonic()
             emit("refused", index=index, result=parser.result())
+            stop_started = time.monotonic()
             report = _stop(server, launch.STAGES_FAST, emit)
             kill_delay = round(time.monotonic() - seen, 3)
+            if report["steps"]:
+                first_signal_at = stop_started + report["steps"][0]["at_s"]
             rec["stop"] = report
             outcome = strategy.REFUSED
             break
@@ -306,6 +310,8 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         error_kind=error_kind,
     )
     if kill_delay is not None:
+        # From reading the refusal line to the first signal, and to the whole tree gone.
+        rec["refusal_to_signal_s"] = round(first_signal_at - seen, 3) if first_signal_at else None
         rec["refusal_to_stopped_s"] = kill_delay
     if verification is not None:
         rec["verification"] = verification
@@ -367,10 +373,11 @@ def _write_paste_ready(run_dir: Path, final_argv: list[str], env: dict[str, str]
     version = record.get("vllm_version") or "unknown"
     stamp = record["started_at"][:10]
     shell_env = env_for_shell(relevant_env(env))
+    verified = f"verified by autotune {__version__} with vLLM {version} on {stamp} (run {record['run_id']})"
+    # The command stays ONE line (pasting a backslash-continued command into zsh loses flags).
     line = servecmd.one_line(final_argv, shell_env)
-    (run_dir / "command.sh").write_text(line + "\n")
-    header = [f"verified by autotune {record.get('autotune_version', '')} with vLLM {version} on {stamp}".replace("  ", " "),
-              f"usage: vllm serve --config vllm-config.yaml   (run {record['run_id']})"]
+    artifact.write_atomic(run_dir / "command.sh", f"# {verified}\n{line}\n")
+    header = [verified, "usage: vllm serve --config vllm-config.yaml"]
     artifact.write_atomic(run_dir / "vllm-config.yaml",
                           artifact.vllm_config_yaml(servecmd.long_options(final_argv), header))
     return ["command.sh", "vllm-config.yaml"]

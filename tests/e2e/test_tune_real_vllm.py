@@ -1,0 +1,134 @@
+"""End to end on real vLLM (CPU backend) serving the tiny local model.
+
+The KV pool is fixed with --kv-cache-memory-bytes 128M: 16,384 tokens at 8 KiB per token,
+so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less).
+"""
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune import launch, verify
+from tests.conftest import vllm_serve_argv
+
+pytestmark = pytest.mark.vllm
+
+KV = ["--kv-cache-memory-bytes", "128M"]
+
+
+def run_autotune(*args, runs_dir, timeout=600):
+    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
+                          timeout=timeout, env=_env(runs_dir))
+    return proc
+
+
+def _env(runs_dir):
+    import os
+
+    env = dict(os.environ)
+    env["AUTOTUNE_RUNS_DIR"] = str(runs_dir)
+    env["HF_TOKEN"] = "hf_secretvalue123"  # must never reach disk or screen
+    return env
+
+
+def only_run(runs_dir: Path) -> Path:
+    runs = sorted(p for p in runs_dir.iterdir() if p.is_dir())
+    return runs[-1]
+
+
+@pytest.fixture(scope="module")
+def refused_then_verified(tiny_model, tmp_path_factory):
+    runs_dir = tmp_path_factory.mktemp("runs-a")
+    proc = run_autotune("--target", "65536", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    return proc, runs_dir
+
+
+def test_refused_target_relaunches_at_the_estimate_and_verifies(refused_then_verified):
+    proc, runs_dir = refused_then_verified
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run_dir = only_run(runs_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["schema_version"] == 1
+    assert record["state"] == "finished"
+    first, second = record["attempts"]
+    assert first["outcome"] == "refused" and first["max_model_len"] == 65536
+    assert first["error_kind"] == "kv_cache_insufficient"
+    estimate = first["facts"]["estimated_max_model_len"]
+    assert first["ceiling"] == estimate and first["ceiling_source"] == "estimate"
+    # the estimate's source line is kept and really is in the attempt's log
+    prov = first["provenance"]["estimated_max_model_len"]
+    log_lines = (run_dir / first["log"]).read_bytes().split(b"\n")  # line numbers count \n, like an editor
+    assert str(estimate).encode() in log_lines[prov["line"] - 1]
+    # the refused boot was stopped, not left to tear itself down
+    assert first["stop"]["leftover_pids"] == []
+    assert first["refusal_to_signal_s"] < 1
+    assert first["refusal_to_stopped_s"] < 15
+    assert second["max_model_len"] == estimate and second["outcome"] == "verified"
+    assert second["verification"]["models"][0]["max_model_len"] == estimate
+    assert record["result"]["verdict"] == "verified" and record["result"]["ceiling"] == estimate
+    assert record["result"]["kv_cache_tokens"] == 16384
+    assert record["vllm_version"] == "0.32.0"
+    # the summary on stdout says it, progress went to stderr
+    assert f"Verified ceiling: --max-model-len {estimate:,}" in proc.stdout
+    assert "refused" in proc.stderr and "boot 2" in proc.stderr
+    # the secret in the environment is nowhere on disk or screen
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert "hf_secretvalue123" not in path.read_text(errors="replace"), path
+    assert "hf_secretvalue123" not in proc.stdout + proc.stderr
+    assert record["environment"]["HF_TOKEN"] == "***"
+
+
+def test_command_sh_is_one_line_and_boots(refused_then_verified):
+    _, runs_dir = refused_then_verified
+    run_dir = only_run(runs_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    lines = [l for l in (run_dir / "command.sh").read_text().splitlines() if l and not l.startswith("#")]
+    assert len(lines) == 1
+    assert "HF_TOKEN=$HF_TOKEN" in lines[0] and "hf_secretvalue123" not in lines[0]
+    assert f"--max-model-len {record['result']['ceiling']}" in lines[0]
+    port = launch.free_port()
+    log = run_dir.parent / "rerun.log"
+    server = launch.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(port):
+            list(server.lines(timeout=0.5))
+        assert verify.health_ok(port), log.read_text()[-2000:]
+        ok, reason, _ = verify.check_serving(port, record["result"]["ceiling"])
+        assert ok, reason
+    finally:
+        report = server.stop()
+    assert report.leftover_pids == []
+
+
+def test_without_a_command_the_newest_runs_command_is_reused_and_a_fitting_target_is_one_boot(
+        refused_then_verified):
+    _, runs_dir = refused_then_verified
+    previous = only_run(runs_dir).name
+    proc = run_autotune("--target", "4K", runs_dir=runs_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"reusing the serve command of run {previous}" in proc.stderr
+    record = json.loads((only_run(runs_dir) / "run.json").read_text())
+    assert record["command"]["reused_from"] == previous
+    assert [a["outcome"] for a in record["attempts"]] == ["verified"]
+    assert record["result"]["ceiling"] == 4096 and record["result"]["target_reached"]
+    assert "Verified: --max-model-len 4,096 (the target) boots and serves." in proc.stdout
+
+
+def test_a_boot_failing_for_another_reason_is_named_and_kept(tmp_path):
+    runs_dir = tmp_path / "runs"
+    proc = run_autotune("--target", "4096", "--", *vllm_serve_argv(tmp_path / "no-such-model"), runs_dir=runs_dir)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout
+    record = json.loads((only_run(runs_dir) / "run.json").read_text())
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "error"
+    assert attempt["error_kind"] == "model_not_found"
+    assert (only_run(runs_dir) / attempt["log"]).stat().st_size > 0
+    assert "model_not_found" in proc.stdout and "fix:" in proc.stdout
