@@ -92,11 +92,15 @@ class LengthType(click.ParamType):
               help="Seconds without a new log line before a boot counts as hung.")
 @click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True,
               help="Give up after this many boots.")
+@click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
+              help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
+                   "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "
+                   "reports when it refuses (works on every version).")
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
 @_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def tune(target, keep_serving, stall_timeout, max_boots, json_, quiet, runs_dir, serve_command):
+def tune(target, keep_serving, stall_timeout, max_boots, strategy, json_, quiet, runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -127,7 +131,8 @@ def tune(target, keep_serving, stall_timeout, max_boots, json_, quiet, runs_dir,
         argv, reused_from = found
         _err(f"reusing the serve command of run {reused_from}", quiet=quiet)
     opts = tune_mod.TuneOptions(target=target, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
-                                stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from)
+                                stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
+                                strategy=strategy)
     progress = ProgressPrinter(quiet=quiet)
     try:
         record = tune_mod.tune(opts, progress)
@@ -140,10 +145,7 @@ def tune(target, keep_serving, stall_timeout, max_boots, json_, quiet, runs_dir,
         click.echo(json.dumps(_public(record), indent=2))
     else:
         click.echo(render_summary(record))
-    result = record["result"]
-    if result.get("error_kind") == "command_not_found":
-        sys.exit(EXIT_INPUT)
-    sys.exit(VERDICT_EXIT.get(result["verdict"], EXIT_BOOT_FAILED))
+    sys.exit(_exit_code(record))
 
 
 def _public(record: dict) -> dict:
@@ -172,9 +174,25 @@ class ProgressPrinter:
     @staticmethod
     def render(event: str, d: dict) -> str | None:
         if event == "run_started":
-            return f"run folder {d['run_dir']}; target {d['target']:,} tokens; port {d['port']}"
+            plan = {"auto": "one boot with --max-model-len auto", "auto_probe": "auto-fit to read the length, then boot it",
+                    "refusal": "boot at the target, relaunch at vLLM's ceiling"}[d["plan"]]
+            version = f"vLLM {d['vllm_version']}" if d.get("vllm_version") else "vLLM version unknown before boot"
+            return (f"run folder {d['run_dir']}; target {d['target']:,} tokens; port {d['port']}\n"
+                    f"           {version}; plan: {plan}")
         if event == "attempt_started":
-            return f"boot {d['index']}: --max-model-len {d['max_model_len']:,} ({d['reason']})"
+            return f"boot {d['index']}: --max-model-len {_fmt(d['max_model_len'])} ({d['reason']})"
+        if event == "cleaned":
+            what = {"stopped": f"stopped a server left behind by a killed autotune (pid {d['pid']}: {d['detail']})",
+                    "already_gone": f"its server (pid {d['pid']}) was already gone",
+                    "pid_reused": f"pid {d['pid']} now belongs to another process: left alone",
+                    "owner_alive": f"left alone: {d['detail']}",
+                    "unreadable": d["detail"]}[d["action"]]
+            return f"cleanup: {d['run_dir']}: {what}"
+        if event == "run_resumed":
+            return (f"resuming {d['run_dir']}: target {d['target']:,} tokens; {d['attempts_done']} finished "
+                    f"boot(s) kept; port {d['port']}")
+        if event == "autofit_read":
+            return f"boot {d['index']}: vLLM's auto-fit says {d['value']:,} tokens fit; stopping it now"
         if event == "fact":
             return f"boot {d['index']}:   read {d['key']} = {_fmt(d['value'])} (log line {d['line_no']})"
         if event == "refused":
@@ -303,6 +321,86 @@ def parse(logfiles, json_, provenance):
         if out.get("diagnosis"):
             click.echo(f"  cause: {out['diagnosis']['cause']}")
             click.echo(f"  fix:   {out['diagnosis']['fix']}")
+
+
+@cli.command()
+@_runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print what was found as JSON.")
+def clean(runs_dir, json_):
+    """Stop servers that a killed autotune left running.
+
+    \b
+    While a server runs, its run folder holds server.json (pid, start time). If autotune
+    itself is killed (SIGKILL, OOM killer, a closed terminal), that server keeps holding
+    memory. `clean` finds such servers and stops their whole process tree, but only when
+    the pid still belongs to that server (same start time) and the autotune that started
+    it is gone; it never kills by name. Every tune start does the same first.
+
+    \b
+    Exit codes: 0 always (what was done is printed).
+    """
+    from autotune import cleanup
+
+    found = cleanup.clean(runs_dir, on_step=lambda step: _err(
+        f"  {step['signal']} to pids {', '.join(map(str, step['pids']))}"))
+    if json_:
+        click.echo(json.dumps([{"run_dir": str(c.run_dir), "pid": c.pid, "action": c.action, "detail": c.detail}
+                               for c in found], indent=2))
+        return
+    if not found:
+        click.echo(f"nothing to clean under {runs_dir}")
+    for c in found:
+        click.echo(f"{c.run_dir.name}: pid {c.pid}: {c.action}" + (f" ({c.detail})" if c.detail else ""))
+
+
+@cli.command()
+@click.argument("run", default="latest")
+@_runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the run record instead of the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
+def resume(run, runs_dir, json_, quiet):
+    """Continue an interrupted tune (RUN: a run folder, a run id, or `latest`).
+
+    \b
+    Finished boots are kept and not repeated; the next boot is the one the strategy would
+    have chosen after them. Exit codes as for tune; 1 when RUN is not an interrupted run.
+    """
+    from autotune import tune as tune_mod
+
+    try:
+        run_dir = artifact.resolve_run(run, runs_dir)
+        record = tune_mod.resume(run_dir, ProgressPrinter(quiet=quiet))
+    except tune_mod.Interrupted as exc:
+        _err(f"interrupted ({exc}); the server was stopped and the run marked interrupted")
+        sys.exit(128 + exc.signum)
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))
+    click.echo(json.dumps(_public(record), indent=2) if json_ else render_summary(record))
+    sys.exit(_exit_code(record))
+
+
+def _exit_code(record: dict) -> int:
+    result = record["result"]
+    if result.get("error_kind") == "command_not_found":
+        return EXIT_INPUT
+    return VERDICT_EXIT.get(result["verdict"], EXIT_BOOT_FAILED)
+
+
+# Commands that live in their own modules: each module exposes COMMANDS, a list of click commands.
+# To add one, append the module name here (keep cli.py itself to the group, tune and parse).
+COMMAND_MODULES: list[str] = ["cli_history", "cli_runs"]
+
+
+def _register_commands() -> None:
+    import importlib
+
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(f"autotune.{name}")
+        for command in module.COMMANDS:
+            cli.add_command(command)
+
+
+_register_commands()
 
 
 def main() -> None:

@@ -195,6 +195,9 @@ def stop_tree(pid: int, create_time: float | None, stages=STAGES_GRACEFUL,
         for proc in procs:
             try:
                 proc.send_signal(sig)
+                if sig != signal.SIGKILL:
+                    # A stopped (SIGSTOP, hung) process only acts on the signal once continued.
+                    proc.send_signal(signal.SIGCONT)
             except psutil.Error:
                 pass
         _, alive = psutil.wait_procs(procs, timeout=wait_s)

@@ -1,10 +1,21 @@
 """What to launch next (pure): the target and the attempts so far in, the next step out.
 
-The refusal path works on every vLLM version: boot at the target; if vLLM refuses,
-it says (or lets us compute) the largest length that fits, so boot there next. The
-estimate is tight and re-profiling can move available memory by a few MiB, so a
-boot at the estimate may be refused again with a slightly lower estimate: each
-refusal strictly lowers the length, so the loop ends.
+Three plans, chosen from the installed vLLM version (vllminfo.auto_fit_mode):
+
+- refusal (every version): boot at the target; if vLLM refuses, it says (or lets us
+  compute) the largest length that fits, so boot there next. The estimate is tight and
+  re-profiling can move available memory by a few MiB, so a boot at the estimate may be
+  refused again with a slightly lower estimate: each refusal strictly lowers the length,
+  so the loop ends.
+- auto (vLLM >= 0.20): one boot with `--max-model-len auto`; vLLM fits the length and
+  serves it. The target is the cap vLLM lacks: a fit at or above it proves the target.
+- auto_probe (0.14-0.19): the same boot only to read the fitted length (the API server
+  would not serve it), then one explicit boot at min(fit, target).
+
+A first boot may also start at a predicted length instead of the target (a sweep's
+prediction). A verified boot below the target proves a ceiling only if it came from
+vLLM's own number; a predicted one is accepted only when the boot's KV capacity shows
+no room beyond it (within ROOM_TOLERANCE), otherwise the next boot goes higher.
 """
 
 from __future__ import annotations
@@ -15,25 +26,34 @@ from dataclasses import dataclass
 VERIFIED = "verified"  # healthy and /v1/models reports the asked length
 NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
 REFUSED = "refused"  # vLLM's KV-cache refusal
+AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
 ERROR = "error"  # another fatal failure (see error_kind)
 EXITED = "exited"  # the process ended with no known cause in its log
 HUNG = "hung"  # no output for --stall-timeout seconds
 INTERRUPTED = "interrupted"  # autotune itself was stopped
 
+PLANS = ("refusal", "auto", "auto_probe")
+ROOM_TOLERANCE = 0.01
+
+AUTO = "auto"  # the value of --max-model-len for an auto-fit boot
+
 
 @dataclass(frozen=True)
 class AttemptSummary:
-    max_model_len: int
+    max_model_len: int | str  # a length, or "auto"
     outcome: str
-    ceiling: int | None = None  # what the log says fits, when it says
+    ceiling: int | None = None  # what the log says fits, when it says (refusal estimate or auto-fit)
     ceiling_source: str = "none"
     error_kind: str | None = None
+    basis: str = "target"  # why this length was booted: target | start_at | ceiling | room | auto
+    kv_cache_tokens: int | None = None  # the KV capacity the boot reported
 
 
 @dataclass(frozen=True)
 class Launch:
-    max_model_len: int
+    max_model_len: int | str
     reason: str
+    basis: str = "target"
 
 
 @dataclass(frozen=True)
@@ -43,16 +63,50 @@ class Stop:
     reason: str
 
 
-def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6) -> Launch | Stop:
+_HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the GiB figures vLLM printed",
+        "v0_kv_capacity": "the KV capacity vLLM printed", "autofit": "vLLM's auto-fit"}
+
+
+def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, plan: str = "refusal",
+              start_at: int | None = None) -> Launch | Stop:
     if not attempts:
-        return Launch(target, "the target")
+        if plan in ("auto", "auto_probe"):
+            return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
+        if start_at is not None and start_at < target:
+            return Launch(start_at, f"the predicted ceiling {start_at}", "start_at")
+        return Launch(target, "the target", "target")
+
     last = attempts[-1]
+    n = len(attempts)
     if last.outcome == VERIFIED:
-        if last.max_model_len == target:
+        if last.max_model_len == AUTO:
+            fit = last.ceiling
+            if fit is None:
+                return Stop("not_verified", None, "the auto-fit boot did not say which length it fitted")
+            if fit >= target:
+                return Stop("verified", target,
+                            f"the target fits: vLLM's auto-fit served {fit} >= {target} in one boot")
+            return Stop("verified", fit, f"{fit} is the length vLLM's auto-fit served ({fit - target:+d} against the target)")
+        length = int(last.max_model_len)
+        if length >= target:
             return Stop("verified", target, "the target itself boots")
-        return Stop("verified", last.max_model_len,
-                    f"{last.max_model_len} is the largest length vLLM accepts here "
-                    f"({last.max_model_len - target:+d} tokens against the target {target})")
+        if last.basis in ("start_at", "room") and last.kv_cache_tokens is not None \
+                and last.kv_cache_tokens > length * (1 + ROOM_TOLERANCE):
+            if n >= max_boots:
+                return Stop("verified", length, f"{length} boots; the KV capacity ({last.kv_cache_tokens}) shows "
+                                                f"room for more, but --max-boots is reached")
+            return Launch(min(target, last.kv_cache_tokens),
+                          f"boot {n} at {length} showed KV room for {last.kv_cache_tokens} tokens", "room")
+        return Stop("verified", length,
+                    f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})")
+    if last.outcome == AUTOFIT_READ:
+        if last.ceiling is None:
+            return Stop("error", None, "the auto-fit boot stopped without a fitted length")
+        if n >= max_boots:
+            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        nxt = min(last.ceiling, target)
+        return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
+                      + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
     if last.outcome == NOT_VERIFIED:
         return Stop("not_verified", None, "the server booted but does not serve the length asked for")
     if last.outcome == HUNG:
@@ -66,12 +120,11 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6) -
         if last.ceiling is None:
             return Stop("refused_no_ceiling", None,
                         "vLLM refused the length but its log gives no figure to compute a ceiling from")
-        nxt = min(last.ceiling, last.max_model_len - 1)
+        asked = int(last.max_model_len)
+        nxt = min(last.ceiling, asked - 1, target)
         if nxt <= 0:
             return Stop("nothing_fits", None, "vLLM says not even one token of context fits")
-        if len(attempts) >= max_boots:
-            return Stop("max_boots", None, f"gave up after {len(attempts)} boots (--max-boots)")
-        how = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the GiB figures vLLM printed",
-               "v0_kv_capacity": "the KV capacity vLLM printed", "autofit": "vLLM's auto-fit"}
-        return Launch(nxt, f"the ceiling from attempt {len(attempts)} ({how.get(last.ceiling_source, last.ceiling_source)})")
+        if n >= max_boots:
+            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        return Launch(nxt, f"the ceiling from boot {n} ({_HOW.get(last.ceiling_source, last.ceiling_source)})", "ceiling")
     return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")

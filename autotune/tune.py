@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autotune import __version__, artifact, catalog, launch, servecmd, strategy, verify
+import psutil
+
+from autotune import __version__, artifact, catalog, cleanup, launch, servecmd, strategy, verify, vllminfo
 from autotune.logparse import BootLogParser, ceiling_from
 from autotune.machine import machine_facts
 from autotune.redact import env_for_shell, redact_env
@@ -56,13 +58,11 @@ class TuneOptions:
     ready_timeout_s: float = 120.0  # after the server says it is listening, how long /health may take
     env: dict[str, str] | None = None  # the environment for vLLM; default: ours
     reused_from: str | None = None  # the run whose command was reused
-
-
-@dataclass
-class AttemptResult:
-    record: dict
-    summary: strategy.AttemptSummary
-    server: launch.ServerProcess | None = None  # still running (verified and --keep-serving)
+    extra_env: dict[str, str] = field(default_factory=dict)  # set for vLLM on top of env (GPU pinning)
+    start_at: int | None = None  # first length to boot instead of the target (a sweep's prediction)
+    kind: str = "tune"  # tune | sweep-point | reproduce
+    strategy: str = "auto"  # auto: the fastest the installed vLLM allows; refusal: the refusal path only
+    links: dict = field(default_factory=dict)  # e.g. {"sweep_id": ..., "reproduces": run_id}
 
 
 def relevant_env(env: dict[str, str]) -> dict[str, str]:
@@ -70,29 +70,33 @@ def relevant_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def tune(opts: TuneOptions, emit: Emit) -> dict:
-    """Run the loop; return the final run record (also saved as run.json)."""
-    env = dict(os.environ if opts.env is None else opts.env)
-    env_added = {}
-    if "PYTHONUNBUFFERED" not in env:
-        # Prompt output keeps the stall watchdog honest and shows progress as it happens.
-        env_added["PYTHONUNBUFFERED"] = "1"
-    env.update(env_added)
+    """Run the loop; return the final run record (also saved as run.json).
 
-    argv = list(opts.serve_argv)
-    port = servecmd.port_of(argv)
-    port_chosen = port is None
-    if port is None:
-        port = launch.free_port()
-        argv = servecmd.with_flag(argv, servecmd.PORT, port)
+    SIGINT and SIGTERM raise Interrupted from the first line on: the server is stopped
+    and the run marked interrupted before it propagates.
+    """
+    previous = _install_signal_handlers()
+    try:
+        return _tune(opts, emit)
+    finally:
+        _restore_signal_handlers(previous)
 
+
+def _tune(opts: TuneOptions, emit: Emit) -> dict:
+    env, env_added = _environment(opts)
+    argv, port, port_chosen = _with_port(opts.serve_argv)
+    _clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
+    detected = vllminfo.detect_version(argv, env)
+    plan = "refusal"
+    if opts.strategy == "auto":
+        plan = vllminfo.auto_fit_mode(detected) or "refusal"
     run_dir = artifact.create_run_dir(opts.runs_dir, model)
-    started = artifact.utc_now()
     record: dict = {
         "run_id": run_dir.name,
-        "kind": "tune",
+        "kind": opts.kind,
         "state": "running",
-        "started_at": artifact.iso(started),
+        "started_at": artifact.iso(artifact.utc_now()),
         "ended_at": None,
         "duration_s": None,
         "target": opts.target,
@@ -106,56 +110,135 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
         "environment": redact_env(relevant_env(env)),
         "environment_added_by_autotune": env_added,
         "options": {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots,
-                    "keep_serving": opts.keep_serving},
+                    "keep_serving": opts.keep_serving, "strategy": opts.strategy, "start_at": opts.start_at,
+                    "extra_env": redact_env(opts.extra_env)},
+        "plan": plan,
+        "vllm_version_detected": detected,
+        "links": dict(opts.links),
         "machine": machine_facts(),
         "vllm_version": None,
         "attempts": [],
         "result": None,
     }
     artifact.save_run(run_dir, record)
-    emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port)
+    emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
+         vllm_version=detected)
+    return _run_loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
 
-    summaries: list[strategy.AttemptSummary] = []
+
+def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
+    """Continue an interrupted tune from its run.json, without repeating finished attempts."""
+    previous = _install_signal_handlers()
+    try:
+        return _resume(Path(run_dir), emit, env)
+    finally:
+        _restore_signal_handlers(previous)
+
+
+def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
+    _clean_leftovers(run_dir.parent, emit)  # a SIGKILLed run's server goes first; its run becomes interrupted
+    record = artifact.load_run(run_dir)
+    record.pop("_dir", None)
+    if record.get("state") != "interrupted":
+        raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can be resumed")
+    options = record.get("options", {})
+    opts = TuneOptions(target=record["target"], serve_argv=list(record["command"]["argv"]), runs_dir=run_dir.parent,
+                       keep_serving=options.get("keep_serving", False),
+                       stall_timeout_s=options.get("stall_timeout_s", 1200.0),
+                       max_boots=options.get("max_boots", 6), env=env, reused_from=record["command"].get("reused_from"),
+                       extra_env={k: v for k, v in options.get("extra_env", {}).items() if v != "***"},
+                       start_at=options.get("start_at"), kind=record.get("kind", "tune"),
+                       strategy=options.get("strategy", "auto"), links=record.get("links", {}))
+    env, _ = _environment(opts)
+    # The user's own --port stays; a port autotune chose is chosen afresh.
+    argv, port, port_chosen = _with_port(opts.serve_argv)
+    record["command"]["port"] = port
+    record["state"] = "running"
+    record["result"] = None
+    record.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
+    artifact.save_run(run_dir, record)
+    done = sum(1 for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED)
+    emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=done, port=port)
+    return _run_loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit)
+
+
+def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
+    env = dict(os.environ if opts.env is None else opts.env)
+    env_added = {}
+    if "PYTHONUNBUFFERED" not in env:
+        # Prompt output keeps the stall watchdog honest and shows progress as it happens.
+        env_added["PYTHONUNBUFFERED"] = "1"
+    env.update(env_added)
+    env.update(opts.extra_env)
+    return env, env_added
+
+
+def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
+    argv = list(serve_argv)
+    port = servecmd.port_of(argv)
+    if port is not None:
+        return argv, port, False
+    port = launch.free_port()
+    return servecmd.with_flag(argv, servecmd.PORT, port), port, True
+
+
+def _clean_leftovers(runs_dir: Path, emit: Emit) -> None:
+    for item in cleanup.clean(runs_dir, on_step=lambda step: emit("stop_step", **step)):
+        emit("cleaned", run_dir=str(item.run_dir), pid=item.pid, action=item.action, detail=item.detail)
+
+
+def summary_of(attempt: dict) -> strategy.AttemptSummary:
+    """What the strategy needs from a recorded attempt (also for a resumed run)."""
+    return strategy.AttemptSummary(attempt["max_model_len"], attempt["outcome"], attempt.get("ceiling"),
+                                   attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
+                                   attempt.get("basis", "target"), (attempt.get("facts") or {}).get("kv_cache_tokens"))
+
+
+def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], argv: list[str], port: int,
+              port_chosen: bool, plan: str, emit: Emit) -> dict:
+    summaries = [summary_of(a) for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED]
     kept: launch.ServerProcess | None = None
     t0 = time.monotonic()
-    previous = _install_signal_handlers()
+    previous_duration = record.get("duration_s") or 0.0
     current: dict = {"server": None}
     try:
         while True:
-            step = strategy.next_step(opts.target, summaries, opts.max_boots)
+            step = strategy.next_step(opts.target, summaries, opts.max_boots, plan, opts.start_at)
             if isinstance(step, strategy.Stop):
                 break
-            index = len(summaries) + 1
+            index = len(record["attempts"]) + 1
             attempt_argv = servecmd.with_max_model_len(argv, step.max_model_len)
             emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=step.reason)
-            result = _attempt(index, attempt_argv, env, run_dir, port, step.max_model_len, opts, emit, current)
-            result.record["reason"] = step.reason
-            record["attempts"].append(result.record)
-            record["vllm_version"] = record["vllm_version"] or result.record["facts"].get("vllm_version")
-            summaries.append(result.summary)
+            attempt, server = _attempt(index, attempt_argv, env, run_dir, port, step, plan, opts, emit, current)
+            attempt["reason"] = step.reason
+            attempt["basis"] = step.basis
+            record["attempts"].append(attempt)
+            record["vllm_version"] = record["vllm_version"] or attempt["facts"].get("vllm_version")
+            summaries.append(summary_of(attempt))
             artifact.save_run(run_dir, record)
-            emit("attempt_ended", index=index, attempt=result.record)
-            if result.server is not None:
-                kept = result.server
+            emit("attempt_ended", index=index, attempt=attempt)
+            if server is not None:
+                kept = server
     except Interrupted as exc:
         server = current.get("server")
         if server is not None:
             emit("stopping", reason=f"autotune got {exc}")
-            _stop(server, launch.STAGES_GRACEFUL, emit)
-            index = len(summaries) + 1
-            record["attempts"].append({"index": index, "outcome": strategy.INTERRUPTED,
-                                       "log": server.log_path.name, "argv": server.argv})
+            stop = _stop(server, launch.STAGES_GRACEFUL, emit)
+            _remove_server_marker(run_dir)
+            record["attempts"].append({"index": len(record["attempts"]) + 1, "outcome": strategy.INTERRUPTED,
+                                       "log": server.log_path.name, "argv": server.argv, "pid": server.pid,
+                                       "stop": stop})
         record["state"] = "interrupted"
         record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
-                            "reason": f"autotune got {exc} and stopped the server"}
-        _finish(record, run_dir, started, t0)
+                            "reason": f"autotune got {exc} and stopped the server; `autotune resume "
+                                      f"{record['run_id']}` continues"}
+        _finish(record, run_dir, t0, previous_duration)
         emit("run_ended", record=record, run_dir=str(run_dir))
         raise
-    finally:
-        _restore_signal_handlers(previous)
 
     verified = step.verdict == "verified"
-    final_attempt = record["attempts"][-1] if record["attempts"] else None
+    done = [a for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED]
+    final_attempt = done[-1] if done else None
     result = {
         "verdict": step.verdict,
         "ceiling": step.ceiling,
@@ -185,19 +268,22 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
         result["serving"] = {"pid": kept.pid, "port": port, "url": verify.base_url(port)}
     record["result"] = result
     record["state"] = "finished"
-    _finish(record, run_dir, started, t0)
+    _finish(record, run_dir, t0, previous_duration)
     emit("run_ended", record=record, run_dir=str(run_dir))
     return record
 
 
-def _finish(record: dict, run_dir: Path, started, t0: float) -> None:
+def _finish(record: dict, run_dir: Path, t0: float, previous_duration: float = 0.0) -> None:
     record["ended_at"] = artifact.iso(artifact.utc_now())
-    record["duration_s"] = round(time.monotonic() - t0, 2)
+    record["duration_s"] = round(previous_duration + time.monotonic() - t0, 2)
     artifact.save_run(run_dir, record)
 
 
 def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, port: int,
-             max_model_len: int, opts: TuneOptions, emit: Emit, current: dict) -> AttemptResult:
+             step: strategy.Launch, plan: str, opts: TuneOptions, emit: Emit, current: dict) -> tuple[dict, launch.ServerProcess | None]:
+    """Boot once; return the attempt record and the server when it is kept running (--keep-serving)."""
+    max_model_len = step.max_model_len
+    auto = max_model_len == strategy.AUTO
     log_name = f"attempt-{index}.log"
     started_at = artifact.utc_now()
     t_start = time.monotonic()
@@ -210,7 +296,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         rec.update(outcome=strategy.ERROR, error_kind="command_not_found", exit_status=None,
                    diagnosis={"cause": str(exc), "fix": "check the serve command after `--`: the program must exist on PATH"},
                    facts={}, provenance={}, duration_s=round(time.monotonic() - t_start, 2))
-        return AttemptResult(rec, strategy.AttemptSummary(max_model_len, strategy.ERROR, error_kind="command_not_found"))
+        return rec, None
     current["server"] = server
     _write_server_marker(run_dir, server)
     rec["pid"] = server.pid
@@ -224,8 +310,12 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     kill_delay = None
     first_signal_at = None
 
+    line_no = 0
+
     def feed(raw: bytes) -> None:
-        nonlocal listening_at
+        nonlocal listening_at, line_no
+        line_no += 1
+        emit("log_line", index=index, line_no=line_no, text=raw.decode("utf-8", "replace").rstrip("\r\n"))
         for fact in parser.feed(raw):
             if fact.key in LIVE_FACTS:
                 emit("fact", index=index, key=fact.key, value=fact.value, line_no=fact.line_no)
@@ -250,6 +340,13 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             rec["stop"] = report
             outcome = strategy.REFUSED
             break
+        if auto and plan == "auto_probe" and "autofit_max_model_len" in parser.facts:
+            # This vLLM would not serve the fitted length: read it and stop at once.
+            time_to_outcome = time.monotonic() - t_start
+            emit("autofit_read", index=index, value=parser.facts["autofit_max_model_len"].value)
+            rec["stop"] = _stop(server, launch.STAGES_FAST, emit)
+            outcome = strategy.AUTOFIT_READ
+            break
         if parser.fatal and fatal_seen_at is None:
             fatal_seen_at = time.monotonic()
             time_to_outcome = fatal_seen_at - t_start
@@ -267,7 +364,12 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             break
         if fatal_seen_at is None and verify.health_ok(port):
             time_to_outcome = time.monotonic() - t_start
-            ok, reason, evidence = verify.check_serving(port, max_model_len)
+            expected = max_model_len
+            if auto:
+                # vLLM >= 0.20 serves the fitted length; the log says which.
+                fitted = parser.facts.get("autofit_max_model_len") or parser.facts.get("max_model_len_resolved")
+                expected = fitted.value if fitted else None
+            ok, reason, evidence = verify.check_serving(port, expected)
             verification = {"healthy": True, "verified": ok, "reason": reason, **evidence}
             emit("healthy", index=index, verified=ok, reason=reason)
             outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED
@@ -295,7 +397,9 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         _drain(server, feed)
         _remove_server_marker(run_dir)
     result = parser.result()
-    ceiling, source = ceiling_from(result) if outcome == strategy.REFUSED else (None, "none")
+    ceiling, source = (None, "none")
+    if outcome == strategy.REFUSED or auto:
+        ceiling, source = ceiling_from(result)
     error_kind = result.get("error_kind") if outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED) else None
     rec.update(
         outcome=outcome,
@@ -326,8 +430,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         rec["log_tail"] = _tail(run_dir / log_name)
     elif outcome == strategy.ERROR:
         rec["log_tail"] = _tail(run_dir / log_name)
-    summary = strategy.AttemptSummary(max_model_len, outcome, ceiling, source, error_kind)
-    return AttemptResult(rec, summary, keep)
+    return rec, keep
 
 
 def _drain(server: launch.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
@@ -357,14 +460,14 @@ def _tail(path: Path, n: int = 15) -> list[str]:
 def _write_server_marker(run_dir: Path, server: launch.ServerProcess) -> None:
     """While a server runs, its identity lives in the run folder, so a later autotune can clean up
     after a SIGKILLed one (only if the pid still belongs to that server: same start time)."""
-    artifact.write_atomic(run_dir / "server.json", json.dumps(
+    artifact.write_atomic(run_dir / cleanup.MARKER, json.dumps(
         {"pid": server.pid, "create_time": server.create_time, "argv": server.argv,
-         "autotune_pid": os.getpid()}, indent=2) + "\n")
+         "autotune_pid": os.getpid(), "autotune_create_time": psutil.Process().create_time()}, indent=2) + "\n")
 
 
 def _remove_server_marker(run_dir: Path) -> None:
     try:
-        (run_dir / "server.json").unlink()
+        (run_dir / cleanup.MARKER).unlink()
     except FileNotFoundError:
         pass
 

@@ -46,3 +46,50 @@ def test_max_boots_bounds_the_loop():
 def test_reason_names_where_the_ceiling_came_from():
     step = next_step(T, [A(T, REFUSED, 42832, "computed_from_gib")])
     assert "computed from the GiB figures" in step.reason
+
+
+# ---- auto-fit plans and predicted starts ---------------------------------------------
+
+def test_auto_plan_is_one_boot_and_caps_at_the_target():
+    assert next_step(T, [], plan="auto") == Launch("auto", next_step(T, [], plan="auto").reason, "auto")
+    fit_below = AttemptSummary("auto", VERIFIED, 16256, "autofit", basis="auto")
+    assert (next_step(T, [fit_below], plan="auto").verdict, next_step(T, [fit_below], plan="auto").ceiling) == \
+        ("verified", 16256)
+    fit_above = AttemptSummary("auto", VERIFIED, 1048576, "autofit", basis="auto")
+    step = next_step(T, [fit_above], plan="auto")
+    assert (step.verdict, step.ceiling) == ("verified", T)
+    assert "1048576 >= 65536" in step.reason
+
+
+def test_auto_without_a_fitted_length_is_not_verified():
+    step = next_step(T, [AttemptSummary("auto", VERIFIED, None, basis="auto")], plan="auto")
+    assert step.verdict == "not_verified"
+
+
+def test_auto_probe_reads_then_boots_explicitly():
+    read = AttemptSummary("auto", "autofit_read", 16256, "autofit", basis="auto")
+    step = next_step(T, [read], plan="auto_probe")
+    assert isinstance(step, Launch) and step.max_model_len == 16256 and step.basis == "ceiling"
+    capped = next_step(8192, [read], plan="auto_probe")
+    assert capped.max_model_len == 8192 and "capped at the target" in capped.reason
+    done = next_step(T, [read, AttemptSummary(16256, VERIFIED, basis="ceiling")], plan="auto_probe")
+    assert (done.verdict, done.ceiling) == ("verified", 16256)
+
+
+def test_start_at_boots_the_prediction_first():
+    step = next_step(T, [], start_at=16000)
+    assert step == Launch(16000, "the predicted ceiling 16000", "start_at")
+    assert next_step(T, [], start_at=T * 2).max_model_len == T  # never above the target
+
+
+def test_a_predicted_boot_is_accepted_only_without_room():
+    tight = AttemptSummary(16256, VERIFIED, basis="start_at", kv_cache_tokens=16384)
+    assert next_step(T, [tight]).verdict == "verified"
+    roomy = AttemptSummary(12000, VERIFIED, basis="start_at", kv_cache_tokens=16384)
+    step = next_step(T, [roomy])
+    assert isinstance(step, Launch) and step.max_model_len == 16384 and step.basis == "room"
+    # a boot at vLLM's own estimate is accepted whatever the capacity line says
+    from_estimate = AttemptSummary(12000, VERIFIED, basis="ceiling", kv_cache_tokens=16384)
+    assert next_step(T, [from_estimate]).verdict == "verified"
+    # and the room check respects --max-boots
+    assert next_step(T, [roomy], max_boots=1).verdict == "verified"

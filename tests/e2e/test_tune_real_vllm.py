@@ -44,7 +44,8 @@ def only_run(runs_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def refused_then_verified(tiny_model, tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("runs-a")
-    proc = run_autotune("--target", "65536", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    proc = run_autotune("--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(tiny_model, *KV),
+                        runs_dir=runs_dir)
     return proc, runs_dir
 
 
@@ -111,7 +112,7 @@ def test_without_a_command_the_newest_runs_command_is_reused_and_a_fitting_targe
         refused_then_verified):
     _, runs_dir = refused_then_verified
     previous = only_run(runs_dir).name
-    proc = run_autotune("--target", "4K", runs_dir=runs_dir)
+    proc = run_autotune("--target", "4K", "--strategy", "refusal", runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"reusing the serve command of run {previous}" in proc.stderr
     record = json.loads((only_run(runs_dir) / "run.json").read_text())
@@ -132,3 +133,28 @@ def test_a_boot_failing_for_another_reason_is_named_and_kept(tmp_path):
     assert attempt["error_kind"] == "model_not_found"
     assert (only_run(runs_dir) / attempt["log"]).stat().st_size > 0
     assert "model_not_found" in proc.stdout and "fix:" in proc.stdout
+
+
+def test_auto_strategy_finds_the_same_ceiling_in_one_boot(tiny_model, tmp_path):
+    runs_dir = tmp_path / "runs"
+    proc = run_autotune("--target", "65536", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((only_run(runs_dir) / "run.json").read_text())
+    assert record["plan"] == "auto" and record["vllm_version_detected"] == "0.32.0"
+    (attempt,) = record["attempts"]
+    assert attempt["max_model_len"] == "auto" and attempt["outcome"] == "verified"
+    fitted = attempt["facts"]["autofit_max_model_len"]
+    assert fitted == 16256  # the same number the refusal path's estimate gives
+    assert attempt["verification"]["models"][0]["max_model_len"] == fitted
+    assert record["result"]["ceiling"] == fitted
+    assert "--max-model-len 16256" in (only_run(runs_dir) / "command.sh").read_text()
+
+
+def test_auto_strategy_caps_at_a_target_that_fits(tiny_model, tmp_path):
+    runs_dir = tmp_path / "runs"
+    proc = run_autotune("--target", "8192", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((only_run(runs_dir) / "run.json").read_text())
+    assert len(record["attempts"]) == 1
+    assert record["result"]["ceiling"] == 8192 and record["result"]["target_reached"]
+    assert "--max-model-len 8192" in (only_run(runs_dir) / "command.sh").read_text()

@@ -1,0 +1,325 @@
+"""Catalog of vLLM boot failures: what a log line means and what to do about it.
+
+This module is data. Each ``FailureKind`` names an ``error_kind`` (the value the
+log parser reports), the regexes that recognise it on a *cleaned* log line
+(ANSI codes and ``\\r`` removed; see ``autotune.logparse``), whether it ends the
+boot, and a one-line cause and fix for the report.
+
+Rules for the patterns:
+
+* They are used with ``re.search``: never anchor them, a line may carry any
+  prefix (``(EngineCore_DP0 pid=1) ERROR ...``, ``[rank0]: ``, journald, docker
+  compose, a ``> `` quote).
+* Gaps between literals are bounded (``.{0,300}?``) so that a pathological
+  1 MB line cannot make a search quadratic.
+* ``match()`` returns the FIRST entry in ``CATALOG`` order whose pattern
+  matches. Specific causes come first; ``engine_died`` (the generic "the engine
+  process went away" lines) is last, so the parser can let a specific cause
+  that appears later in the same traceback override it.
+
+Versions and wording are from the vLLM log-format reference (sections 2, 7, 8,
+9 and 10 of log-formats.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup"]
+
+
+@dataclass(frozen=True)
+class FailureKind:
+    kind: str  # the error_kind reported by the parser
+    patterns: tuple[str, ...]  # regexes, re.search on the cleaned line
+    fatal: bool  # does it end the boot?
+    cause: str  # one line: what happened
+    fix: str  # one line: the concrete next step
+
+
+CATALOG: tuple[FailureKind, ...] = (
+    # --- the two refusals the tuner is built around -------------------------
+    FailureKind(
+        kind="kv_cache_insufficient",
+        patterns=(
+            # V1 engine, 0.7.0 -> 0.33: "models's" (typo) up to 0.21, "model's" after.
+            r"To serve at least one request with the models?'s max seq len \(\d+\)",
+        ),
+        fatal=True,
+        cause=(
+            "the KV cache left after weights and activations cannot hold one request of "
+            "the requested --max-model-len (V1 engine check)"
+        ),
+        fix=(
+            "relaunch with --max-model-len at or below the estimate the log prints "
+            "(or the one computed from the GiB figures), or raise --gpu-memory-utilization "
+            "(VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes on CPU)"
+        ),
+    ),
+    FailureKind(
+        kind="kv_cache_insufficient_legacy",
+        patterns=(
+            # V0 engine (default up to 0.7.x, fallback path up to 0.10.x); also the V0 CPU worker.
+            r"The model's max seq len \(\d+\) is larger than the maximum number of tokens "
+            r"that can be stored in KV cache",
+        ),
+        fatal=True,
+        cause=(
+            "the KV cache blocks left after profiling hold fewer tokens than the requested "
+            "--max-model-len (V0 engine check)"
+        ),
+        fix=(
+            "relaunch with --max-model-len at or below the KV capacity in the second "
+            "parentheses of the message, or raise --gpu-memory-utilization"
+        ),
+    ),
+    # --- memory budget failures -----------------------------------------------
+    FailureKind(
+        kind="negative_available_kv",
+        patterns=(
+            r"No available memory for the cache blocks",
+            # --max-model-len auto (0.14+) when not even one token fits.
+            r"Cannot auto-fit max_model_len: not enough",
+        ),
+        fatal=True,
+        cause=(
+            "weights plus activation peak already use the whole memory budget: zero (or "
+            "negative) memory is left for the KV cache"
+        ),
+        fix=(
+            "raise --gpu-memory-utilization, quantize the weights or add tensor parallelism; "
+            "on the CPU backend raise --gpu-memory-utilization (fraction of node RAM from "
+            "0.20) or VLLM_CPU_KVCACHE_SPACE (must not be 0)"
+        ),
+    ),
+    FailureKind(
+        kind="free_memory_below_gmu",
+        patterns=(
+            # V1 gpu_worker 0.9.1-0.13 "Free memory on device (X/Y GiB) on startup ...";
+            # 0.14+ names the device: "Free memory on device cuda:0 (X/Y GiB) ...".
+            r"Free memory on device.{0,80}? on startup is less than desired GPU memory utilization",
+        ),
+        fatal=True,
+        cause=(
+            "free GPU memory at startup is below --gpu-memory-utilization x total memory"
+        ),
+        fix=(
+            "another process (often a previous vLLM that has not released memory) holds GPU "
+            "memory: wait for it to exit or lower --gpu-memory-utilization"
+        ),
+    ),
+    FailureKind(
+        kind="cpu_node_memory",
+        patterns=(
+            # CPU backend 0.20+: --gpu-memory-utilization is a fraction of the NUMA node's RAM.
+            r"Available memory on node \d+ \(.{0,80}?\) on (?:startup|kv cache allocation) is less than",
+        ),
+        fatal=True,
+        cause=(
+            "CPU backend: the NUMA node's free RAM is below what --gpu-memory-utilization "
+            "reserves, or the reservation is smaller than the non-KV memory of the worker"
+        ),
+        fix=(
+            "on CPU, --gpu-memory-utilization is the fraction of the node's RAM: raise it "
+            "above the non-KV usage (or set VLLM_CPU_KVCACHE_SPACE), or free RAM held by "
+            "other processes"
+        ),
+    ),
+    FailureKind(
+        kind="cuda_oom",
+        patterns=(
+            r"CUDA out of memory",  # torch text; also "... occurred when warming up sampler" (0.8+)
+            r"OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+            r"CUDA error: out of memory",  # raw CUDA error, e.g. 'Worker failed with error ...'
+            r"Failed to load model - not enough GPU memory",  # 0.13+
+        ),
+        fatal=True,
+        cause=(
+            "a CUDA allocation failed during load, profiling, sampler warm-up or graph capture"
+        ),
+        fix=(
+            "lower --gpu-memory-utilization or --max-num-seqs, use --enforce-eager, increase "
+            "--tensor-parallel-size or use a quantized checkpoint; check no other process uses "
+            "the GPU"
+        ),
+    ),
+    FailureKind(
+        kind="fp8_unsupported_arch",
+        patterns=(
+            r"type fp8e4nv not supported",  # Triton (newer): '... in this architecture'
+            r"fp8e4nv data type is not supported on CUDA arch",  # Triton (older) assert
+            r"FlashAttention does not support fp8 kv-cache on this device",  # V1 flash_attn ~0.7-0.10
+        ),
+        fatal=True,
+        cause=(
+            "an FP8 (e4m3) kernel was compiled for a GPU older than Ada/Hopper "
+            "(compute capability < 8.9)"
+        ),
+        fix=(
+            "pass --kv-cache-dtype auto (or fp8_e5m2 where the attention backend allows it); "
+            "fp8_e4m3 needs compute capability >= 8.9; for an FP8 checkpoint use a bf16/fp16 "
+            "or int4/int8 checkpoint instead"
+        ),
+    ),
+    FailureKind(
+        kind="flashinfer_nvcc_missing",
+        patterns=(
+            r"Could not find nvcc",
+            r"nvcc: not found",  # '/bin/sh: 1: /usr/local/cuda/bin/nvcc: not found'
+        ),
+        fatal=True,
+        cause="FlashInfer tried to JIT-compile a kernel and no CUDA toolkit (nvcc) is installed",
+        fix=(
+            "install flashinfer-cubin and flashinfer-jit-cache (or a CUDA toolkit), or set "
+            "VLLM_USE_FLASHINFER_SAMPLER=0 / choose another attention backend"
+        ),
+    ),
+    FailureKind(
+        kind="cuda_visible_devices_uuid",
+        patterns=(
+            r"invalid literal for int\(\) with base 10: '(?:GPU|MIG)-",
+            r"Non-integer device ID",
+        ),
+        fatal=True,
+        cause=(
+            "CUDA_VISIBLE_DEVICES holds GPU/MIG UUIDs, which vLLM (through 0.21) parses as "
+            "integers"
+        ),
+        fix=(
+            "set CUDA_VISIBLE_DEVICES to integer indices (map UUIDs with nvidia-smi -L)"
+        ),
+    ),
+    FailureKind(
+        kind="bf16_unsupported",
+        patterns=(
+            r"Bfloat16 is only supported on GPUs with compute capability of at least 8\.0",
+        ),
+        fatal=True,
+        cause="bfloat16 was requested on a GPU with compute capability < 8.0 (T4, V100, RTX 20xx)",
+        fix="pass --dtype half",
+    ),
+    FailureKind(
+        kind="max_model_len_above_derived",
+        patterns=(
+            # With VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 the same text is only a warning that ends
+            # with "Make sure the value is correct ..."; that variant is not a failure.
+            r"User-specified max_model_len \(\d+\) is greater than the derived max_model_len"
+            r"(?!.{0,2000}Make sure the value is correct)",
+        ),
+        fatal=True,
+        cause=(
+            "--max-model-len is above the model's own maximum (max_position_embeddings etc. "
+            "in config.json); refused before model load"
+        ),
+        fix=(
+            "cap --max-model-len at the derived maximum in the message (or use --max-model-len "
+            "auto on 0.14+); VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides it at your own risk"
+        ),
+    ),
+    FailureKind(
+        kind="mamba_cache_blocks",
+        patterns=(r"max_num_seqs \(\d+\) exceeds available Mamba cache blocks \(\d+\)",),
+        fatal=True,
+        cause=(
+            "hybrid/Mamba model: the memory left holds fewer Mamba state blocks than "
+            "--max-num-seqs"
+        ),
+        fix=(
+            "lower --max-num-seqs to at most the number of Mamba cache blocks in the message, "
+            "or raise --gpu-memory-utilization"
+        ),
+    ),
+    FailureKind(
+        kind="address_in_use",
+        patterns=(r"Address already in use", r"Errno 98\b"),
+        fatal=True,
+        cause="the HTTP port is already bound by another process (often a previous server)",
+        fix="wait for the previous server to exit, kill it, or pass another --port",
+    ),
+    FailureKind(
+        kind="model_not_found",
+        patterns=(
+            r"Repo id must be",
+            r"is not a local folder and is not a valid model identifier",
+            r"We couldn't connect to .{1,300}? to load the files",
+            r"Incorrect path_or_model_id",
+            r"does not appear to have a file named config\.json",
+            r"No such file or directory: .{0,500}?config\.json",
+            r"Cannot find any model weights",
+            r"OSError: .{0,500}? does not appear to have",
+        ),
+        fatal=True,
+        cause="the model path or Hugging Face repo id cannot be resolved, or holds no config/weights",
+        fix=(
+            "check the model path / repo id, HF_TOKEN for gated repos and network access "
+            "(or HF_HUB_OFFLINE=1 with a populated cache)"
+        ),
+    ),
+    # --- not fatal by itself ----------------------------------------------------
+    FailureKind(
+        kind="fa2_unavailable_low_cc",
+        patterns=(
+            r"Cannot use FlashAttention-2 backend for Volta and Turing",  # V0 selector
+            r"FA2 is only supported on devices with compute capability >= 8",  # vllm_flash_attn reason
+            r"Cannot use FA version",  # logged at ERROR level, yet harmless
+        ),
+        fatal=False,
+        cause=(
+            "FlashAttention 2 needs compute capability >= 8.0; vLLM falls back to another "
+            "attention backend (XFormers, FlexAttention, Triton)"
+        ),
+        fix="nothing to do unless the fallback backend fails later; expect lower throughput",
+    ),
+    # --- generic engine death: LAST, so any specific cause wins ----------------
+    FailureKind(
+        kind="engine_died",
+        patterns=(
+            r"EngineCore failed to start",  # V1 0.8.5+
+            r"EngineCore hit an exception",  # V1 0.7-0.8.4
+            r"Engine core initialization failed",  # V1 API server, 0.8.4+
+            r"Engine process failed to start",  # V0 MQLLMEngine
+            r"Got fatal signal from worker processes",  # V1 0.7-0.8.4 (then SIGKILL, rc 137)
+            r"WorkerProc failed to start",  # TP>1 worker
+            r"WorkerProc initialization failed",  # EngineCore side of the same
+        ),
+        fatal=True,
+        cause="the engine process died during startup; the root cause is earlier in the log",
+        fix="read the traceback above the engine-death line; if none is visible, rerun with the full log",
+    ),
+)
+
+KINDS: tuple[str, ...] = tuple(entry.kind for entry in CATALOG)
+
+# Compiled once: (entry, compiled patterns) in catalog order.
+_COMPILED: tuple[tuple[FailureKind, tuple[re.Pattern[str], ...]], ...] = tuple(
+    (entry, tuple(re.compile(p) for p in entry.patterns)) for entry in CATALOG
+)
+# One alternation of every pattern: a single search rejects the (vast majority of)
+# lines that match nothing before the per-entry loop decides which entry wins.
+_ANY = re.compile("|".join(f"(?:{p})" for entry in CATALOG for p in entry.patterns))
+_BY_KIND = {entry.kind: entry for entry in CATALOG}
+
+
+def search(line: str) -> tuple[FailureKind, re.Match[str]] | None:
+    """Like ``match`` but also returns the regex match (the parser uses its span
+    to show the signature in the provenance text)."""
+    if not isinstance(line, str) or _ANY.search(line) is None:
+        return None
+    for entry, patterns in _COMPILED:
+        for pattern in patterns:
+            found = pattern.search(line)
+            if found is not None:
+                return entry, found
+    return None  # pragma: no cover - _ANY matched, so some entry does
+
+
+def match(line: str) -> FailureKind | None:
+    """The first entry, in CATALOG order, with a pattern found in ``line``."""
+    hit = search(line)
+    return hit[0] if hit is not None else None
+
+
+def lookup(kind: str) -> FailureKind | None:
+    """The entry named ``kind`` (an error_kind), or None."""
+    return _BY_KIND.get(kind)

@@ -1,0 +1,191 @@
+"""Overnight safety on real vLLM (CPU backend): interrupts, SIGKILL + clean, hangs, resume.
+
+Each trial starts a real tune, disturbs it at a chosen moment of the boot, and then checks
+that no process of any server tree is left and that run.json is whole and says what happened.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from autotune import launch
+from tests.conftest import vllm_serve_argv
+
+pytestmark = pytest.mark.vllm
+
+KV = ["--kv-cache-memory-bytes", "128M"]
+
+# Moments (seconds after autotune starts) spread over a refusal-path run on this box:
+# python/vLLM import (~0-8 s), engine start and weight load (~8-20 s), profiling and the
+# refusal (~20-30 s), the relaunch (~30-45 s). Alternating SIGINT and SIGTERM.
+TRIALS = [(1.5, signal.SIGINT), (4, signal.SIGTERM), (8, signal.SIGINT), (12, signal.SIGTERM),
+          (16, signal.SIGINT), (20, signal.SIGTERM), (24, signal.SIGINT), (29, signal.SIGTERM),
+          (34, signal.SIGINT), (42, signal.SIGTERM)]
+
+
+def start_autotune(runs_dir: Path, *args) -> subprocess.Popen:
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def run_dirs(runs_dir: Path) -> list[Path]:
+    return sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
+
+
+def server_pids(record: dict) -> list[int]:
+    return [a["pid"] for a in record.get("attempts", []) if isinstance(a.get("pid"), int)]
+
+
+def processes_serving(model_dir: Path) -> list[psutil.Process]:
+    """Any process whose command line names this test's model folder (for asserting only)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(model_dir) in part for part in proc.info["cmdline"] or []):
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def assert_nothing_left(model_dir: Path, record: dict | None = None) -> None:
+    deadline = time.monotonic() + 5
+    while processes_serving(model_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_serving(model_dir) == []
+    for pid in server_pids(record or {}):
+        assert launch.process_tree(pid) == []
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    # A model folder of this module's own, so leftover checks see only our servers.
+    from autotune.demo_model import build
+
+    return build(tmp_path_factory.mktemp("safety-model") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def kill_trials(model, tmp_path_factory):
+    results = []
+    for i, (delay, sig) in enumerate(TRIALS):
+        runs_dir = tmp_path_factory.mktemp(f"trial{i}")
+        proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--",
+                              *vllm_serve_argv(model, *KV))
+        time.sleep(delay)
+        proc.send_signal(sig)
+        try:
+            out, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"autotune did not exit after {sig.name} at {delay} s:\n{err[-2000:]}")
+        dirs = run_dirs(runs_dir)
+        record = json.loads((dirs[0] / "run.json").read_text()) if dirs else None
+        leftovers = [p.pid for p in processes_serving(model)]
+        results.append({"delay": delay, "signal": sig, "returncode": proc.returncode, "stderr": err,
+                        "record": record, "run_dir": dirs[0] if dirs else None, "leftovers": leftovers})
+        assert_nothing_left(model, record)  # clean state for the next trial
+    return results
+
+
+def test_interrupts_at_any_moment_leave_no_process_and_a_whole_artifact(kill_trials):
+    for trial in kill_trials:
+        where = f"{trial['signal'].name} at {trial['delay']} s"
+        assert trial["leftovers"] == [], where
+        assert trial["returncode"] == 128 + trial["signal"], (where, trial["stderr"][-1500:])
+        assert "Traceback" not in trial["stderr"], where
+        record = trial["record"]
+        assert record is not None, where
+        assert record["state"] == "interrupted", where
+        assert record["result"]["verdict"] == "interrupted", where
+        # every file the run wrote is whole JSON or a log; no temp files are left behind
+        names = sorted(p.name for p in trial["run_dir"].iterdir())
+        assert not [n for n in names if n.endswith(".tmp")], (where, names)
+        assert "server.json" not in names, where
+    # the trials really hit boots in progress (not only before or after them)
+    interrupted_boots = [t for t in kill_trials if any(a["outcome"] == "interrupted" for a in t["record"]["attempts"])]
+    assert len(interrupted_boots) >= 8
+    assert any(len(t["record"]["attempts"]) >= 2 for t in kill_trials)  # one was hit during the relaunch
+
+
+def test_resume_continues_without_repeating_finished_boots(kill_trials, model):
+    trial = next(t for t in reversed(kill_trials)
+                 if [a["outcome"] for a in t["record"]["attempts"]][:1] == ["refused"])
+    run_dir = trial["run_dir"]
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(run_dir.parent))
+    proc = subprocess.run([sys.executable, "-m", "autotune", "resume", run_dir.name], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((run_dir / "run.json").read_text())
+    outcomes = [a["outcome"] for a in record["attempts"]]
+    assert outcomes[0] == "refused" and outcomes[-1] == "verified"
+    assert outcomes.count("refused") == 1  # the finished refusal was not repeated
+    assert record["result"]["ceiling"] == record["attempts"][0]["ceiling"]
+    assert record["state"] == "finished" and record["resumed_at"]
+    assert_nothing_left(model, record)
+
+
+def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
+    runs_dir = tmp_path / "runs"
+    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV))
+    deadline = time.monotonic() + 60
+    marker = None
+    while time.monotonic() < deadline:
+        dirs = run_dirs(runs_dir)
+        if dirs and (dirs[0] / "server.json").exists():
+            marker = json.loads((dirs[0] / "server.json").read_text())
+            break
+        time.sleep(0.2)
+    assert marker, "the server marker never appeared"
+    time.sleep(3)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert launch.process_tree(marker["pid"], marker["create_time"]), "the server should outlive a SIGKILLed autotune"
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
+    out = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"pid {marker['pid']}: stopped" in out.stdout
+    assert launch.process_tree(marker["pid"]) == []
+    assert_nothing_left(model)
+    record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
+    assert record["state"] == "interrupted"
+    assert not (run_dirs(runs_dir)[0] / "server.json").exists()
+    again = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True)
+    assert "nothing to clean" in again.stdout
+
+
+def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
+    runs_dir = tmp_path / "runs"
+    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--stall-timeout", "6", "--",
+                          *vllm_serve_argv(model, *KV))
+    deadline = time.monotonic() + 60
+    marker = None
+    while time.monotonic() < deadline and marker is None:
+        dirs = run_dirs(runs_dir)
+        if dirs and (dirs[0] / "server.json").exists() and (dirs[0] / "attempt-1.log").exists():
+            if b"non-default args" in (dirs[0] / "attempt-1.log").read_bytes():
+                marker = json.loads((dirs[0] / "server.json").read_text())
+        time.sleep(0.2)
+    assert marker
+    # A real hang: freeze the whole server tree mid-boot.
+    tree = launch.process_tree(marker["pid"], marker["create_time"])
+    for p in tree:
+        p.send_signal(signal.SIGSTOP)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 5, err
+    record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "hung" and record["result"]["verdict"] == "hung"
+    assert attempt["stop"]["leftover_pids"] == []
+    assert "hung" in err
+    assert_nothing_left(model, record)
