@@ -96,11 +96,21 @@ class LengthType(click.ParamType):
               help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
                    "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "
                    "reports when it refuses (works on every version).")
+@click.option("--reach", is_flag=True,
+              help="When the ceiling is short of the target, try the levers in this order, each within your "
+                   "limits: --max-num-seqs 1, --max-num-batched-tokens 512 with chunked prefill, "
+                   "--gpu-memory-utilization up to --max-gmu, and --kv-cache-dtype fp8 (only with "
+                   "--allow-kv-quant). Predictable gains are computed, the rest measured, then the "
+                   "combination predicted to reach the target is booted.")
+@click.option("--max-gmu", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+              help="With --reach: the highest --gpu-memory-utilization to use (0.99+ is a gamble on a desktop).")
+@click.option("--allow-kv-quant", is_flag=True, help="With --reach: allow --kv-cache-dtype fp8 where the GPU supports it.")
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
 @_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def tune(target, keep_serving, stall_timeout, max_boots, strategy, json_, quiet, runs_dir, serve_command):
+def tune(target, keep_serving, stall_timeout, max_boots, strategy, reach, max_gmu, allow_kv_quant, json_, quiet,
+         runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -132,7 +142,7 @@ def tune(target, keep_serving, stall_timeout, max_boots, strategy, json_, quiet,
         _err(f"reusing the serve command of run {reused_from}", quiet=quiet)
     opts = tune_mod.TuneOptions(target=target, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
                                 stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
-                                strategy=strategy)
+                                strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant)
     progress = ProgressPrinter(quiet=quiet)
     try:
         record = tune_mod.tune(opts, progress)
@@ -191,6 +201,15 @@ class ProgressPrinter:
         if event == "run_resumed":
             return (f"resuming {d['run_dir']}: target {d['target']:,} tokens; {d['attempts_done']} finished "
                     f"boot(s) kept; port {d['port']}")
+        if event == "reach_plan":
+            return "levers: " + "; ".join(d["explanation"])
+        if event == "reach_step":
+            value = f" {d['value']}" if d.get("value") is not None else ""
+            return f"levers: trying {d['lever'].replace('_', '-')}{value}"
+        if event == "reach_done":
+            r = d["reach"]
+            return f"levers: {'reached' if r['reached'] else 'not reached'} after {r['boots']} more boot(s): " \
+                   + "; ".join(r["explanation"][-2:])
         if event == "autofit_read":
             return f"boot {d['index']}: vLLM's auto-fit says {d['value']:,} tokens fit; stopping it now"
         if event == "fact":
@@ -249,14 +268,19 @@ def render_summary(record: dict) -> str:
                              ("kv_cache_tokens", "KV cache size", " tokens")):
         if key in r:
             src = r.get(f"{key}_source", {})
-            where = f"  (attempt-{src.get('attempt')}.log line {src.get('line')})" if src.get("line") else ""
+            run = f"run {src['run']} " if src.get("run") else ""
+            where = f"  ({run}attempt-{src.get('attempt')}.log line {src.get('line')})" if src.get("line") else ""
             lines.append(f"  {label}: {_fmt(r[key])}{unit}{where}")
+    reach = record.get("reach")
+    if reach:
+        lines.append(f"  levers ({reach.get('boots', 0)} more boot(s)): " + "; ".join(reach.get("explanation", [])))
     if r.get("diagnosis"):
         lines.append(f"  cause: {r['diagnosis']['cause']}")
         lines.append(f"  fix:   {r['diagnosis']['fix']}")
     boots = ", ".join(f"{a.get('max_model_len', '?'):,} {a.get('outcome')}" if isinstance(a.get('max_model_len'), int)
                       else str(a.get("outcome")) for a in attempts)
-    lines.append(f"  boots: {len(attempts)} ({boots}); time {record.get('duration_s', 0):.0f} s")
+    extra = f" + {reach['boots']} with levers" if reach else ""
+    lines.append(f"  boots: {len(attempts)} ({boots}){extra}; time {record.get('duration_s') or 0:.0f} s")
     if record.get("vllm_version"):
         lines.append(f"  vLLM {record['vllm_version']}")
     run_dir = record.get("_dir") or record.get("run_dir")

@@ -62,6 +62,9 @@ class TuneOptions:
     start_at: int | None = None  # first length to boot instead of the target (a sweep's prediction)
     kind: str = "tune"  # tune | sweep-point | reproduce
     strategy: str = "auto"  # auto: the fastest the installed vLLM allows; refusal: the refusal path only
+    reach: bool = False  # when the ceiling is short of the target, try the levers (levers.py)
+    max_gmu: float = 0.95  # the highest --gpu-memory-utilization the levers may use
+    allow_kv_quant: bool = False  # may the levers use --kv-cache-dtype fp8
     links: dict = field(default_factory=dict)  # e.g. {"sweep_id": ..., "reproduces": run_id}
 
 
@@ -123,7 +126,11 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
     artifact.save_run(run_dir, record)
     emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
          vllm_version=detected)
-    return _run_loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
+    record = _run_loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
+    result = record["result"]
+    if opts.reach and result["verified"] and result["ceiling"] < opts.target:
+        _reach(record, run_dir, opts, env, emit)
+    return record
 
 
 def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
@@ -515,3 +522,103 @@ def newest_command(runs_dir: Path) -> tuple[list[str], str] | None:
         if argv:
             return list(argv), rec["run_id"]
     return None
+
+
+# ---- levers: reach the target when the ceiling is short ------------------------------
+
+def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> None:
+    """Try the levers (levers.py) with as few boots as the measurements allow; record what happened.
+
+    Each lever boot is a tune of its own (a run folder linked to this one), so its evidence is
+    kept the same way; this run's result moves to the lever run that reached the target.
+    """
+    from autotune import levers
+
+    result = record["result"]
+    last = [a for a in record["attempts"] if a.get("outcome") == strategy.VERIFIED][-1]
+    facts = last.get("facts", {})
+    user_argv = list(record["command"]["argv"])
+    version_default = 0.92 if (vllminfo.parse_version(record.get("vllm_version")) or (0,)) >= (0, 20, 0) else 0.9
+    if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
+        # The CPU backend prints what it reserved: that ratio is the gmu in force.
+        version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
+    gmu = levers.effective_gmu(user_argv, env, version_default)
+    gpus = record.get("machine", {}).get("gpus") or []
+    total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
+    available = result.get("available_kv_gib")
+    reach: dict = {"steps": [], "reached": False}
+    record["reach"] = reach
+    if available is None:
+        reach["explanation"] = ["the boot log showed no available KV memory to scale from; levers not tried"]
+        artifact.save_run(run_dir, record)
+        return
+    base = levers.Baseline(ceiling=result["ceiling"], available_kv_gib=available, gmu=gmu, device_total_gib=total)
+    limits = levers.Limits(max_gmu=opts.max_gmu, allow_kv_quant=opts.allow_kv_quant)
+    plan = levers.plan(opts.target, user_argv, base, limits)
+    reach.update(need_gib=plan.need_gib, short_gib=plan.short_gib, gmu_in_force=gmu, device_total_gib=total,
+                 explanation=list(plan.explanation))
+    emit("reach_plan", explanation=plan.explanation)
+
+    def try_argv(argv: list[str], lever: str, value=None) -> dict:
+        child_opts = TuneOptions(target=opts.target, serve_argv=argv, runs_dir=opts.runs_dir,
+                                 stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots, env=opts.env,
+                                 extra_env=opts.extra_env, kind="reach-step", strategy=opts.strategy,
+                                 links={"reach_of": record["run_id"]})
+        emit("reach_step", lever=lever, value=value)
+        child = _tune(child_opts, emit)
+        r = child["result"]
+        step = {"lever": lever, "value": value, "run_id": child["run_id"], "boots": len(child["attempts"]),
+                "verdict": r["verdict"], "ceiling": r.get("ceiling"), "available_kv_gib": r.get("available_kv_gib"),
+                "duration_s": child.get("duration_s")}
+        reach["steps"].append(step)
+        artifact.save_run(run_dir, record)
+        return child
+
+    def adopt(child: dict, how: str) -> None:
+        r = child["result"]
+        reach["reached"] = True
+        reach["reached_by"] = child["run_id"]
+        reach["explanation"].append(how)
+        result.update(ceiling=r["ceiling"], target_reached=True, reached_with_levers=child["run_id"],
+                      final_argv=r["final_argv"], reason=f"{how} (run {child['run_id']})")
+        for key in ("available_kv_gib", "kv_cache_tokens", "max_concurrency"):
+            if key in r:
+                result[key] = r[key]
+                result[f"{key}_source"] = {**r.get(f"{key}_source", {}), "run": child["run_id"]}
+        result["files"] = _write_paste_ready(run_dir, r["final_argv"], {**env, **opts.extra_env}, record)
+
+    argv = user_argv
+    if plan.gmu_needed is not None:
+        child = try_argv(levers.apply(argv, "gmu", plan.gmu_needed), "gmu", plan.gmu_needed)
+        if child["result"].get("target_reached"):
+            adopt(child, f"gpu-memory-utilization {plan.gmu_needed} reaches {opts.target:,} tokens")
+        else:
+            reach["explanation"].append(f"gpu-memory-utilization {plan.gmu_needed} was predicted to reach the target "
+                                        f"but gave {child['result'].get('ceiling')}")
+    else:
+        gained = 0.0
+        for lever in plan.measure:
+            argv = levers.apply(argv, lever)
+            child = try_argv(argv, lever)
+            r = child["result"]
+            if r.get("target_reached"):
+                adopt(child, f"{lever.replace('_', '-')} reaches {opts.target:,} tokens")
+                break
+            if r.get("available_kv_gib") is not None:
+                gained = r["available_kv_gib"] - available
+                reach["explanation"].append(f"{lever.replace('_', '-')} changed available KV by {gained:+.2f} GiB "
+                                            f"(measured)")
+            needed = levers.after_measurement(opts.target, base, gained, limits)
+            if needed is not None:
+                child = try_argv(levers.apply(argv, "gmu", needed), "gmu", needed)
+                if child["result"].get("target_reached"):
+                    adopt(child, f"{', '.join(plan.measure[:plan.measure.index(lever) + 1])} and "
+                                 f"gpu-memory-utilization {needed} reach {opts.target:,} tokens")
+                break
+    if not reach["reached"]:
+        reach["explanation"].append(f"stopped at {result['ceiling']:,}")
+    reach["boots"] = sum(step["boots"] for step in reach["steps"])
+    reach["duration_s"] = round(sum(step.get("duration_s") or 0 for step in reach["steps"]), 2)
+    record["duration_s"] = round((record.get("duration_s") or 0) + reach["duration_s"], 2)
+    artifact.save_run(run_dir, record)
+    emit("reach_done", reach=reach)

@@ -1,0 +1,141 @@
+"""Levers that buy KV-cache memory when the ceiling is short of the target (pure).
+
+In the order our reference user found them, safest first:
+1. --max-num-seqs down to 1: vLLM's check is for one request, but profiling (sampler
+   warm-up) and, on hybrid models, per-sequence state scale with it;
+2. --max-num-batched-tokens down to 512 with --enable-chunked-prefill: a smaller profiling
+   forward pass frees activation memory (costs prefill speed);
+3. --gpu-memory-utilization up to --max-gmu: available KV ≈ total × gmu − fixed, so its gain
+   is predictable without a boot;
+4. --kv-cache-dtype fp8, only where the GPU allows it and only with --allow-kv-quant:
+   about twice the tokens per GiB of a 16-bit cache.
+
+Levers 1 and 2 have gains nobody can predict: they are measured with a boot each, and
+only when the predictable levers cannot close the gap alone. Then the smallest
+combination predicted to reach the target is booted directly instead of walking steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from autotune import servecmd
+
+GMU = "--gpu-memory-utilization"
+MAX_NUM_SEQS = "--max-num-seqs"
+MAX_BATCHED = "--max-num-batched-tokens"
+KV_DTYPE = "--kv-cache-dtype"
+KV_BYTES = "--kv-cache-memory-bytes"
+MIN_BATCHED = 512
+# A little above the bare need: vLLM's estimate is block-granular and re-profiling moves
+# available memory by a few MiB between boots.
+GMU_MARGIN = 0.005
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the verified boot showed."""
+
+    ceiling: int
+    available_kv_gib: float
+    gmu: float | None  # the effective gpu-memory-utilization, None when it does not size the KV pool
+    device_total_gib: float | None  # GPU total (NVML) or the CPU node's RAM as vLLM reports it
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_gmu: float = 0.95
+    allow_kv_quant: bool = False
+    fp8_supported: bool = False  # compute capability >= 8.9 (see preflight)
+
+
+@dataclass
+class Plan:
+    need_gib: float
+    short_gib: float
+    gmu_needed: float | None = None  # the gmu predicted to close the gap alone
+    gmu_gain_max_gib: float = 0.0
+    measure: list[str] = field(default_factory=list)  # levers to measure with a boot, in order
+    explanation: list[str] = field(default_factory=list)
+
+
+def need_gib(target: int, base: Baseline) -> float:
+    """KV memory the target needs, scaled from what the verified ceiling needed."""
+    return base.available_kv_gib * target / base.ceiling
+
+
+def gmu_for(need: float, base: Baseline) -> float | None:
+    """The gmu predicted to give `need` GiB of KV (available ≈ total × gmu − fixed)."""
+    if base.gmu is None or not base.device_total_gib:
+        return None
+    return base.gmu + (need - base.available_kv_gib) / base.device_total_gib
+
+
+def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
+    need = need_gib(target, base)
+    out = Plan(need_gib=round(need, 3), short_gib=round(need - base.available_kv_gib, 3))
+    out.explanation.append(f"{target:,} tokens need ~{need:.2f} GiB of KV cache, {base.available_kv_gib:.2f} GiB "
+                           f"available: {out.short_gib:.2f} GiB short")
+    if base.gmu is not None and base.device_total_gib:
+        room = max(0.0, limits.max_gmu - base.gmu)
+        out.gmu_gain_max_gib = round(room * base.device_total_gib, 3)
+        wanted = gmu_for(need, base)
+        if wanted is not None and wanted + GMU_MARGIN <= limits.max_gmu:
+            out.gmu_needed = round(math.ceil((wanted + GMU_MARGIN) * 1000) / 1000, 3)
+            out.explanation.append(f"raising gpu-memory-utilization from {base.gmu} to {out.gmu_needed} should give "
+                                   f"~{(out.gmu_needed - base.gmu) * base.device_total_gib:.2f} GiB")
+        else:
+            out.explanation.append(f"raising gpu-memory-utilization to {limits.max_gmu} (--max-gmu) would give "
+                                   f"~{out.gmu_gain_max_gib:.2f} GiB: not enough")
+    else:
+        out.explanation.append("gpu-memory-utilization does not size the KV cache here "
+                               "(--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE fixes it)")
+    if out.gmu_needed is None:
+        seqs = servecmd.flag_value(argv, MAX_NUM_SEQS)
+        if seqs is None or int(float(seqs)) > 1:
+            out.measure.append("max_num_seqs")
+        batched = servecmd.flag_value(argv, MAX_BATCHED)
+        if batched is None or int(float(batched)) > MIN_BATCHED:
+            out.measure.append("max_num_batched_tokens")
+    return out
+
+
+def apply(argv: list[str], lever: str, value=None) -> list[str]:
+    """argv with one lever set."""
+    if lever == "max_num_seqs":
+        return servecmd.with_flag(argv, MAX_NUM_SEQS, 1)
+    if lever == "max_num_batched_tokens":
+        out = servecmd.with_flag(argv, MAX_BATCHED, MIN_BATCHED)
+        return out if servecmd.has_flag(out, "--enable-chunked-prefill") else out + ["--enable-chunked-prefill"]
+    if lever == "gmu":
+        return servecmd.with_flag(argv, GMU, value)
+    if lever == "kv_fp8":
+        return servecmd.with_flag(argv, KV_DTYPE, "fp8")
+    raise ValueError(f"unknown lever {lever!r}")
+
+
+def effective_gmu(argv: list[str], env: dict[str, str], default: float | None) -> float | None:
+    """The gmu that sizes the KV pool, or None when something else fixes the pool."""
+    if servecmd.has_flag(argv, KV_BYTES) or env.get("VLLM_CPU_KVCACHE_SPACE"):
+        return None
+    value = servecmd.flag_value(argv, GMU)
+    if value is None:
+        return default
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def after_measurement(target: int, base: Baseline, measured_gain_gib: float, limits: Limits) -> float | None:
+    """With measured gains from levers 1-2, the gmu (if any within limits) predicted to reach the target."""
+    need = need_gib(target, base) - measured_gain_gib
+    wanted = gmu_for(need, base)
+    if wanted is None:
+        return None
+    if wanted + GMU_MARGIN <= (base.gmu or 0):
+        return base.gmu  # the measured levers alone close the gap
+    if wanted + GMU_MARGIN <= limits.max_gmu:
+        return round(math.ceil((wanted + GMU_MARGIN) * 1000) / 1000, 3)
+    return None

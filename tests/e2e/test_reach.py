@@ -1,0 +1,59 @@
+"""--reach on real vLLM (CPU backend): gmu is a real lever there (KV = node RAM × gmu − non-KV use)."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import vllm_serve_argv
+
+pytestmark = pytest.mark.vllm
+
+
+def autotune(runs_dir, *args):
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
+    return subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True,
+                          timeout=900)
+
+
+def runs(runs_dir):
+    return {p.name: json.loads((p / "run.json").read_text()) for p in sorted(runs_dir.iterdir())}
+
+
+def test_reach_raises_gmu_in_one_predicted_boot(tiny_model, tmp_path):
+    proc = autotune(tmp_path, "--target", "60000", "--reach", "--",
+                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", "0.10"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    records = runs(tmp_path)
+    (parent,) = [r for r in records.values() if r["kind"] == "tune"]
+    reach = parent["reach"]
+    assert reach["reached"] is True
+    (step,) = reach["steps"]  # one lever boot, predicted, not walked
+    assert step["lever"] == "gmu" and 0.10 < step["value"] <= 0.95
+    child = records[step["run_id"]]
+    assert child["kind"] == "reach-step" and child["links"]["reach_of"] == parent["run_id"]
+    assert parent["result"]["ceiling"] == 60000 and parent["result"]["target_reached"]
+    # walking gmu up in 0.01 steps would have needed this many boots to get as high
+    walked = math.ceil(round((step["value"] - 0.10) / 0.01, 6))
+    assert reach["boots"] < walked
+    command = (tmp_path / parent["run_id"] / "command.sh").read_text()
+    assert f"--gpu-memory-utilization {step['value']}" in command and "--max-model-len 60000" in command
+    assert "levers (1 more boot(s))" in proc.stdout and "GiB short" in proc.stdout
+
+
+def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
+    # Levers 1 and 2 are already at their floor and gmu may not rise enough: no lever boot is spent.
+    proc = autotune(tmp_path, "--target", "200000", "--reach", "--max-gmu", "0.12", "--",
+                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", "0.10", "--max-num-batched-tokens",
+                                     "512", "--enable-chunked-prefill"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (record,) = runs(tmp_path).values()
+    reach = record["reach"]
+    assert reach["reached"] is False and reach["steps"] == [] and reach["boots"] == 0
+    text = "; ".join(reach["explanation"])
+    assert "200,000 tokens need ~" in text and "GiB short" in text
+    assert "raising gpu-memory-utilization to 0.12 (--max-gmu) would give ~" in text and "not enough" in text
+    assert f"stopped at {record['result']['ceiling']:,}" in text
+    assert "not enough" in proc.stdout
