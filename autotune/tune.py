@@ -18,7 +18,8 @@ from typing import Callable
 
 import psutil
 
-from autotune import __version__, artifact, catalog, cleanup, launch, servecmd, strategy, verify, vllminfo
+from autotune import (__version__, artifact, catalog, cleanup, launch, memwait, servecmd, strategy, verify,
+                      vllminfo)
 from autotune.logparse import BootLogParser, ceiling_from
 from autotune.machine import machine_facts
 from autotune.redact import env_for_shell, redact_env
@@ -297,6 +298,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     rec: dict = {"index": index, "max_model_len": max_model_len, "argv": argv, "log": log_name,
                  "started_at": artifact.iso(started_at)}
     parser = BootLogParser()
+    gpu_baseline = memwait.gpu_used_gib(_visible_indices(env))
     try:
         server = launch.ServerProcess(argv, env, run_dir / log_name)
     except launch.LaunchError as exc:
@@ -403,6 +405,12 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         current["server"] = None
         _drain(server, feed)
         _remove_server_marker(run_dir)
+        if gpu_baseline:
+            # The next boot needs the memory this one held: wait until the driver shows it free.
+            t_wait = time.monotonic()
+            ok, after = memwait.wait_for_release(gpu_baseline)
+            rec["memory_release"] = {"released": ok, "waited_s": round(time.monotonic() - t_wait, 2),
+                                     "before_boot_gib": gpu_baseline, "after_stop_gib": after}
     result = parser.result()
     ceiling, source = (None, "none")
     if outcome == strategy.REFUSED or auto:
@@ -438,6 +446,17 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     elif outcome == strategy.ERROR:
         rec["log_tail"] = _tail(run_dir / log_name)
     return rec, keep
+
+
+def _visible_indices(env: dict[str, str]) -> list[int] | None:
+    """The GPU indices vLLM will use when CUDA_VISIBLE_DEVICES pins them by index; else None (all)."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        return None
 
 
 def _drain(server: launch.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
