@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup"]
+__all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup", "diagnosis", "traceback_tail"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class FailureKind:
     fatal: bool  # does it end the boot?
     cause: str  # one line: what happened
     fix: str  # one line: the concrete next step
+    # The same fix with the figures the log printed: a str.format template over the
+    # parser's result keys; used by diagnosis() when every key it names is present.
+    detail: str = ""
 
 
 CATALOG: tuple[FailureKind, ...] = (
@@ -56,6 +59,11 @@ CATALOG: tuple[FailureKind, ...] = (
             "(or the one computed from the GiB figures), or raise --gpu-memory-utilization "
             "(VLLM_CPU_KVCACHE_SPACE / --kv-cache-memory-bytes on CPU)"
         ),
+        detail=(
+            "relaunch with --max-model-len {estimated_max_model_len} or less (vLLM's estimate for the "
+            "{refusal_available_kv_gib} GiB of KV cache it has; {max_model_len_requested} needs "
+            "{kv_needed_gib} GiB), or raise --gpu-memory-utilization"
+        ),
     ),
     FailureKind(
         kind="kv_cache_insufficient_legacy",
@@ -72,6 +80,11 @@ CATALOG: tuple[FailureKind, ...] = (
         fix=(
             "relaunch with --max-model-len at or below the KV capacity in the second "
             "parentheses of the message, or raise --gpu-memory-utilization"
+        ),
+        detail=(
+            "relaunch with --max-model-len {kv_cache_max_tokens} or less (the KV cache holds "
+            "{kv_cache_max_tokens} tokens; {max_model_len_requested} was asked), or raise "
+            "--gpu-memory-utilization"
         ),
     ),
     # --- memory budget failures -----------------------------------------------
@@ -99,6 +112,8 @@ CATALOG: tuple[FailureKind, ...] = (
             # V1 gpu_worker 0.9.1-0.13 "Free memory on device (X/Y GiB) on startup ...";
             # 0.14+ names the device: "Free memory on device cuda:0 (X/Y GiB) ...".
             r"Free memory on device.{0,80}? on startup is less than desired GPU memory utilization",
+            # 0.2x+ when weights are held outside the process (external_weight_memory).
+            r"Free memory on device.{0,80}? on startup is less than the engine's budget",
         ),
         fatal=True,
         cause=(
@@ -106,7 +121,12 @@ CATALOG: tuple[FailureKind, ...] = (
         ),
         fix=(
             "another process (often a previous vLLM that has not released memory) holds GPU "
-            "memory: wait for it to exit or lower --gpu-memory-utilization"
+            "memory: wait for it to exit (`autotune gpus` names it) or lower --gpu-memory-utilization"
+        ),
+        detail=(
+            "only {startup_free_gib} of {startup_total_gib} GiB were free: stop the process holding the "
+            "rest (often a previous vLLM that has not released memory; `autotune gpus` names it) or lower "
+            "--gpu-memory-utilization below {startup_free_fraction}"
         ),
     ),
     FailureKind(
@@ -121,9 +141,9 @@ CATALOG: tuple[FailureKind, ...] = (
             "reserves, or the reservation is smaller than the non-KV memory of the worker"
         ),
         fix=(
-            "on CPU, --gpu-memory-utilization is the fraction of the node's RAM: raise it "
-            "above the non-KV usage (or set VLLM_CPU_KVCACHE_SPACE), or free RAM held by "
-            "other processes"
+            "on CPU --gpu-memory-utilization is the fraction of the node's RAM vLLM reserves: 'on "
+            "startup' -> lower it or free RAM; 'on kv cache allocation' with a negative figure -> the "
+            "reservation is below the non-KV use, raise it (or set --kv-cache-memory-bytes)"
         ),
     ),
     FailureKind(
@@ -139,9 +159,9 @@ CATALOG: tuple[FailureKind, ...] = (
             "a CUDA allocation failed during load, profiling, sampler warm-up or graph capture"
         ),
         fix=(
-            "lower --gpu-memory-utilization or --max-num-seqs, use --enforce-eager, increase "
-            "--tensor-parallel-size or use a quantized checkpoint; check no other process uses "
-            "the GPU"
+            "lower --max-num-seqs / --max-num-batched-tokens (the warm-up batch) or "
+            "--gpu-memory-utilization (headroom outside vLLM's budget); --enforce-eager skips graph "
+            "capture; check no other process uses the GPU (`autotune gpus`)"
         ),
     ),
     FailureKind(
@@ -187,7 +207,8 @@ CATALOG: tuple[FailureKind, ...] = (
             "integers"
         ),
         fix=(
-            "set CUDA_VISIBLE_DEVICES to integer indices (map UUIDs with nvidia-smi -L)"
+            "set CUDA_VISIBLE_DEVICES to integer indices with CUDA_DEVICE_ORDER=PCI_BUS_ID (map UUIDs "
+            "with nvidia-smi -L), or let autotune do it: --gpu GPU-xxxx"
         ),
     ),
     FailureKind(
@@ -216,6 +237,11 @@ CATALOG: tuple[FailureKind, ...] = (
             "cap --max-model-len at the derived maximum in the message (or use --max-model-len "
             "auto on 0.14+); VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 overrides it at your own risk"
         ),
+        detail=(
+            "the model's own maximum is {derived_max_model_len} tokens: use --max-model-len "
+            "{derived_max_model_len} or less (autotune: --target max); VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+            "overrides it at your own risk"
+        ),
     ),
     FailureKind(
         kind="mamba_cache_blocks",
@@ -228,6 +254,10 @@ CATALOG: tuple[FailureKind, ...] = (
         fix=(
             "lower --max-num-seqs to at most the number of Mamba cache blocks in the message, "
             "or raise --gpu-memory-utilization"
+        ),
+        detail=(
+            "relaunch with --max-num-seqs {mamba_cache_blocks} (vLLM has Mamba state for "
+            "{mamba_cache_blocks} sequences, not {max_num_seqs_refused}), or raise --gpu-memory-utilization"
         ),
     ),
     FailureKind(
@@ -248,12 +278,39 @@ CATALOG: tuple[FailureKind, ...] = (
             r"No such file or directory: .{0,500}?config\.json",
             r"Cannot find any model weights",
             r"OSError: .{0,500}? does not appear to have",
+            # HF_HUB_OFFLINE=1 (or no network) and the repo is not in the local cache.
+            r"LocalEntryNotFoundError",
+            r"outgoing traffic has been disabled",
+            r"RepositoryNotFoundError",
+            r"GatedRepoError",
+            r"Cannot access gated repo",
         ),
         fatal=True,
-        cause="the model path or Hugging Face repo id cannot be resolved, or holds no config/weights",
+        cause=(
+            "the model path or Hugging Face repo id cannot be resolved (a typo, a gated repo, or offline "
+            "with the model not in the local cache), or it holds no config/weights"
+        ),
         fix=(
-            "check the model path / repo id, HF_TOKEN for gated repos and network access "
-            "(or HF_HUB_OFFLINE=1 with a populated cache)"
+            "check the model path / repo id; gated repos need HF_TOKEN; offline (HF_HUB_OFFLINE=1) the "
+            "model must already be in the HF cache: download it once with `hf download REPO`"
+        ),
+    ),
+    FailureKind(
+        kind="memory_profiling_error",
+        patterns=(
+            # V0 and V1 <= 0.9.0: "Error in memory profiling. Initial free memory X, current free
+            # memory Y. This happens when the GPU memory was not properly cleaned up ..."; V1 0.9.1+:
+            # "... This happens when other processes sharing the same container release GPU memory ...".
+            r"Error in memory profiling\. Initial free memory",
+        ),
+        fatal=True,
+        cause=(
+            "GPU memory used by other processes changed while vLLM profiled (a previous server still "
+            "releasing memory, or another program allocating/freeing)"
+        ),
+        fix=(
+            "wait until the previous server's memory is released (`autotune gpus`), run vLLM alone on "
+            "the GPU, then relaunch"
         ),
     ),
     # --- not fatal by itself ----------------------------------------------------
@@ -269,7 +326,10 @@ CATALOG: tuple[FailureKind, ...] = (
             "FlashAttention 2 needs compute capability >= 8.0; vLLM falls back to another "
             "attention backend (XFormers, FlexAttention, Triton)"
         ),
-        fix="nothing to do unless the fallback backend fails later; expect lower throughput",
+        fix=(
+            "on a mixed machine hide the older GPU (autotune --gpu INDEX of the newer one, or "
+            "CUDA_VISIBLE_DEVICES) to get FLASH_ATTN back; on a single old GPU nothing to do"
+        ),
     ),
     # --- generic engine death: LAST, so any specific cause wins ----------------
     FailureKind(
@@ -285,7 +345,10 @@ CATALOG: tuple[FailureKind, ...] = (
         ),
         fatal=True,
         cause="the engine process died during startup; the root cause is earlier in the log",
-        fix="read the traceback above the engine-death line; if none is visible, rerun with the full log",
+        fix=(
+            "the last exception lines of the log (shown with the diagnosis) name the cause; if none is "
+            "visible, rerun with the full log"
+        ),
     ),
 )
 
@@ -323,3 +386,78 @@ def match(line: str) -> FailureKind | None:
 def lookup(kind: str) -> FailureKind | None:
     """The entry named ``kind`` (an error_kind), or None."""
     return _BY_KIND.get(kind)
+
+
+class _Figures(dict):
+    """str.format_map mapping that records a missing key instead of raising."""
+
+    missing = False
+
+    def __missing__(self, key):
+        self.missing = True
+        return ""
+
+
+def diagnosis(result: dict) -> dict | None:
+    """The diagnosis of a parsed boot log: ``{"kind", "cause", "fix"}`` for its error_kind,
+    the fix filled in with the figures the log printed where the entry has a ``detail``
+    and the log shows all of them; None when the log shows no known failure."""
+    kind = result.get("error_kind") if isinstance(result, dict) else None
+    entry = lookup(kind) if isinstance(kind, str) else None
+    if entry is None:
+        return None
+    fix = entry.fix
+    if entry.detail:
+        figures = _Figures({k: str(v) for k, v in result.items() if isinstance(v, (int, float, str))})
+        free, total = result.get("startup_free_gib"), result.get("startup_total_gib")
+        if isinstance(free, (int, float)) and isinstance(total, (int, float)) and total > 0:
+            figures["startup_free_fraction"] = f"{int(free / total * 100) / 100:.2f}"
+        filled = entry.detail.format_map(figures)
+        if not figures.missing:
+            fix = filled
+    return {"kind": entry.kind, "cause": entry.cause, "fix": fix}
+
+
+_TRACEBACK_START = "Traceback (most recent call last)"
+_PREFIX_RE = re.compile(r"^(?:\([\w\-]+ pid=\d+\) )?(?:(?:ERROR|CRITICAL|WARNING|INFO) \S+ \S+ \[[^\]]*\] )?")
+
+
+def traceback_tail(lines: list[str], n: int = 6) -> list[str]:
+    """The end of the most telling Python traceback in a log: its innermost frames and the
+    exception (with any indented continuation lines), vLLM's process/level prefixes removed;
+    [] when the log holds no traceback.
+
+    "Most telling" is the last traceback whose exception is not one of the generic
+    engine-death wrappers (``RuntimeError: Engine core initialization failed ...``), which
+    only point back at the real one. For ``engine_died`` and for a process that exited
+    with no known cause, this is what tells the user what went wrong."""
+    stripped = [_PREFIX_RE.sub("", line.rstrip("\r\n")) for line in lines]
+    starts = [i for i, line in enumerate(stripped) if line.startswith(_TRACEBACK_START)]
+    blocks = [_traceback_block(stripped, i) for i in starts]
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        return []
+    for block in reversed(blocks):
+        exception = next((line for line in block if not line.startswith((" ", "\t"))), "")
+        found = match(exception)
+        if found is None or found.kind != "engine_died":
+            return block[-n:]
+    return blocks[-1][-n:]
+
+
+def _traceback_block(stripped: list[str], start: int) -> list[str]:
+    block: list[str] = []
+    exception_seen = False
+    for line in stripped[start + 1:]:
+        indented = line.startswith((" ", "\t"))
+        if exception_seen:
+            if indented and line.strip():
+                block.append(line)  # continuation of the exception message (pydantic, ...)
+                continue
+            break
+        if not line.strip():
+            continue
+        block.append(line)
+        if not indented:
+            exception_seen = True
+    return block if exception_seen else []
