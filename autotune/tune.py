@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -228,20 +229,21 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
             if server is not None:
                 kept = server
     except Interrupted as exc:
-        server = current.get("server")
-        if server is not None:
-            emit("stopping", reason=f"autotune got {exc}")
-            stop = _stop(server, launch.STAGES_GRACEFUL, emit)
-            _remove_server_marker(run_dir)
-            record["attempts"].append({"index": len(record["attempts"]) + 1, "outcome": strategy.INTERRUPTED,
-                                       "log": server.log_path.name, "argv": server.argv, "pid": server.pid,
-                                       "stop": stop})
-        record["state"] = "interrupted"
-        record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
-                            "reason": f"autotune got {exc} and stopped the server; `autotune resume "
-                                      f"{record['run_id']}` continues"}
-        _finish(record, run_dir, t0, previous_duration)
-        emit("run_ended", record=record, run_dir=str(run_dir))
+        with _GATE.deferred(drop=True):  # a second Ctrl-C must not abandon the stop half-way
+            server = current.get("server")
+            if server is not None:
+                emit("stopping", reason=f"autotune got {exc}")
+                stop = _stop(server, launch.STAGES_GRACEFUL, emit)
+                _remove_server_marker(run_dir)
+                record["attempts"].append({"index": len(record["attempts"]) + 1, "outcome": strategy.INTERRUPTED,
+                                           "log": server.log_path.name, "argv": server.argv, "pid": server.pid,
+                                           "stop": stop})
+            record["state"] = "interrupted"
+            record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
+                                "reason": f"autotune got {exc} and stopped the server; `autotune resume "
+                                          f"{record['run_id']}` continues"}
+            _finish(record, run_dir, t0, previous_duration)
+            emit("run_ended", record=record, run_dir=str(run_dir))
         raise
 
     verified = step.verdict == "verified"
@@ -299,15 +301,17 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
                  "started_at": artifact.iso(started_at)}
     parser = BootLogParser()
     gpu_baseline = memwait.gpu_used_gib(_visible_indices(env))
-    try:
-        server = launch.ServerProcess(argv, env, run_dir / log_name)
-    except launch.LaunchError as exc:
-        rec.update(outcome=strategy.ERROR, error_kind="command_not_found", exit_status=None,
-                   diagnosis={"cause": str(exc), "fix": "check the serve command after `--`: the program must exist on PATH"},
-                   facts={}, provenance={}, duration_s=round(time.monotonic() - t_start, 2))
-        return rec, None
-    current["server"] = server
-    _write_server_marker(run_dir, server)
+    with _GATE.deferred():  # a signal now is raised only once the server is on record
+        try:
+            server = launch.ServerProcess(argv, env, run_dir / log_name)
+        except launch.LaunchError as exc:
+            rec.update(outcome=strategy.ERROR, error_kind="command_not_found", exit_status=None,
+                       diagnosis={"cause": str(exc),
+                                  "fix": "check the serve command after `--`: the program must exist on PATH"},
+                       facts={}, provenance={}, duration_s=round(time.monotonic() - t_start, 2))
+            return rec, None
+        current["server"] = server
+        _write_server_marker(run_dir, server)
     rec["pid"] = server.pid
 
     outcome: str | None = None
@@ -512,14 +516,46 @@ def _write_paste_ready(run_dir: Path, final_argv: list[str], env: dict[str, str]
     return ["command.sh", "vllm-config.yaml"]
 
 
-def _install_signal_handlers():
-    def handler(signum, frame):
+class _SignalGate:
+    """Turns SIGINT/SIGTERM into Interrupted, except inside a `deferred()` section.
+
+    Some steps must not be cut in half: between starting a server and recording it, an
+    Interrupted would orphan the server; while stopping after an interrupt, a second Ctrl-C
+    must not abandon the stop half-way. Inside such a section the signal is remembered and
+    raised at its end (or dropped, for the cleanup after an interrupt).
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: int | None = None
+
+    def handler(self, signum, frame) -> None:
+        if self.depth:
+            self.pending = signum
+            return
         raise Interrupted(signum)
 
+    @contextmanager
+    def deferred(self, drop: bool = False):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.depth == 0 and self.pending is not None:
+                signum, self.pending = self.pending, None
+                if not drop:
+                    raise Interrupted(signum)
+
+
+_GATE = _SignalGate()
+
+
+def _install_signal_handlers():
     previous = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            previous[sig] = signal.signal(sig, handler)
+            previous[sig] = signal.signal(sig, _GATE.handler)
         except ValueError:  # not the main thread
             pass
     return previous
