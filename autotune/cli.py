@@ -412,7 +412,7 @@ def _exit_code(record: dict) -> int:
 
 # Commands that live in their own modules: each module exposes COMMANDS, a list of click commands.
 # To add one, append the module name here (keep cli.py itself to the group, tune and parse).
-COMMAND_MODULES: list[str] = ["cli_history", "cli_runs"]
+COMMAND_MODULES: list[str] = ["cli_history", "cli_runs", "cli_machine"]
 
 
 def _register_commands() -> None:

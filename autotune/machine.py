@@ -44,11 +44,11 @@ def gpu_facts() -> tuple[list[dict], str | None]:
     try:
         import pynvml
     except ImportError:
-        return [], "nvidia-ml-py is not installed"
+        return [], "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return [], f"no NVIDIA driver/GPU ({exc})"
+        return [], f"NVML could not start: {exc} (no NVIDIA driver, or no GPU visible to this system)"
     try:
         driver = _text(pynvml.nvmlSystemGetDriverVersion())
         gpus = []
@@ -67,6 +67,7 @@ def gpu_facts() -> tuple[list[dict], str | None]:
                 "memory_used_gib": round(mem.used / 2**30, 2),
                 "memory_free_gib": round(mem.free / 2**30, 2),
                 "driver": driver,
+                "processes": _gpu_processes(pynvml, handle),
             })
         return gpus, None
     except pynvml.NVMLError as exc:
@@ -78,8 +79,78 @@ def gpu_facts() -> tuple[list[dict], str | None]:
             pass
 
 
+def _gpu_processes(pynvml, handle) -> list[dict]:
+    """Processes holding memory on one GPU: compute (CUDA) and graphics contexts, one entry per pid.
+
+    ``used_gib`` is None where the driver does not report it (containers, WSL, some
+    Windows modes); ``name``/``command`` are None for processes psutil cannot see
+    (another container's pid namespace, another user's process without permission)."""
+    seen: dict[int, dict] = {}
+    for getter in (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses):
+        try:
+            running = getter(handle)
+        except pynvml.NVMLError:
+            continue
+        for proc in running:
+            used = getattr(proc, "usedGpuMemory", None)
+            # NVML reports "not available" as None or as the sentinel 2**64 - 1.
+            used_gib = round(used / 2**30, 2) if isinstance(used, int) and used < 2**63 else None
+            entry = seen.get(proc.pid)
+            if entry is None:
+                seen[proc.pid] = {"pid": proc.pid, **_process_label(proc.pid), "used_gib": used_gib}
+            elif used_gib is not None:
+                entry["used_gib"] = round((entry["used_gib"] or 0) + used_gib, 2)
+    return sorted(seen.values(), key=lambda p: p["pid"])
+
+
+def _process_label(pid: int) -> dict:
+    """psutil's name and a short command (program and its first two arguments, enough to
+    tell `python3 -m vllm...` or `vllm serve MODEL` from a desktop compositor)."""
+    try:
+        proc = psutil.Process(pid)
+        name = proc.name()
+    except (psutil.Error, OSError):
+        return {"name": None, "command": None}
+    try:
+        argv = proc.cmdline()
+    except (psutil.Error, OSError):
+        argv = []
+    command = " ".join([os.path.basename(argv[0]), *argv[1:3]])[:120] if argv else None
+    return {"name": name, "command": command}
+
+
 def _text(value) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def wait_for_free_memory(indices: list[int], need_gib: float, timeout_s: float = 60.0,
+                         poll_s: float = 2.0, read=None) -> tuple[bool, list[dict]]:
+    """Poll NVML until every GPU in ``indices`` (NVML indices) has at least ``need_gib`` free.
+
+    Used after autotune stopped its own server: the driver releases a dead process's
+    memory a few seconds after the process is gone. Returns (released, last inventory);
+    gives up after ``timeout_s``. ``read`` replaces gpu_facts (tests)."""
+    from tenacity import RetryError, retry, retry_if_result, stop_after_delay, wait_fixed
+
+    read = read or gpu_facts
+    last: list[dict] = []
+
+    def short(inventory: list[dict]) -> bool:
+        by_index = {gpu["index"]: gpu for gpu in inventory}
+        return any(i not in by_index or by_index[i]["memory_free_gib"] < need_gib for i in indices)
+
+    @retry(retry=retry_if_result(lambda inv: short(inv)), stop=stop_after_delay(timeout_s),
+           wait=wait_fixed(poll_s))
+    def poll() -> list[dict]:
+        nonlocal last
+        last = read()[0]
+        return last
+
+    try:
+        poll()
+        return True, last
+    except RetryError:
+        return False, last
 
 
 def machine_facts() -> dict:
@@ -90,4 +161,7 @@ def machine_facts() -> dict:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         facts["cuda_visible_devices"] = visible
+    order = os.environ.get("CUDA_DEVICE_ORDER")
+    if order is not None:
+        facts["cuda_device_order"] = order  # decides what the indices above mean to CUDA
     return facts

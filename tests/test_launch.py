@@ -23,6 +23,7 @@ def test_merged_stream_is_logged_and_read(tmp_path):
     code = "import sys; print('out1', flush=True); print('err1', file=sys.stderr, flush=True); print('out2', flush=True)"
     server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "a.log")
     lines = _wait_lines(server, 3)
+    server.proc.wait(timeout=10)  # let it exit by itself: a stop signal now would add a traceback to the log
     server.stop()
     assert [l.strip() for l in lines] == [b"out1", b"err1", b"out2"]
     assert (tmp_path / "a.log").read_bytes().split() == [b"out1", b"err1", b"out2"]

@@ -1,0 +1,158 @@
+"""What to do after a failed boot whose fix is mechanical (pure).
+
+``recovery_for(attempt_record, argv, options)`` looks at one finished attempt (the
+record tune.py keeps: ``error_kind`` and the parsed log ``facts``) and returns a
+``Recovery`` (relaunch with this argv / after waiting for GPU memory / on another
+port) or None. ``explain_no_recovery`` says why a failure that sometimes recovers
+did not this time, for the summary.
+
+The recoveries, each bounded so that a run always ends:
+
+* ``mamba_cache_blocks``: vLLM printed ``max_num_seqs (N) exceeds available Mamba cache
+  blocks (M)``; relaunch with ``--max-num-seqs M``.
+* ``free_memory_below_gmu`` right after autotune stopped its own server: the driver has
+  not yet released that server's memory; wait until NVML shows it free, retry once.
+* ``address_in_use``: another process took the port; retry on a free one.
+* ``max_model_len_above_derived`` with ``--target max``: retry at the maximum vLLM
+  derived from the model's config (it prints it); without ``--target max`` the user
+  asked for a length the model does not have, so stop and say so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from autotune import servecmd
+
+__all__ = ["Recovery", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
+
+# How many recoveries of each kind one run may make.
+RETRY_LIMITS = {
+    "mamba_cache_blocks": 2,  # a second relaunch may find a block fewer after re-profiling
+    "free_memory_below_gmu": 1,
+    "address_in_use": 3,
+    "max_model_len_above_derived": 1,
+}
+
+
+@dataclass(frozen=True)
+class RecoveryOptions:
+    target_max: bool = False  # the user asked for --target max
+    stopped_own_server: bool = False  # autotune stopped a server of its own just before this boot
+    recovered: tuple[str, ...] = ()  # error kinds already recovered from in this run, one entry each time
+
+
+@dataclass(frozen=True)
+class Recovery:
+    kind: str  # the error_kind recovered from
+    reason: str  # one line for the screen and the artifact
+    new_argv: list[str] | None = None  # relaunch with this argv (None: the same argv)
+    wait_for_memory: bool = False  # wait until the GPUs have need_free_gib free, then relaunch
+    new_port: bool = False  # relaunch on another free port
+    max_model_len: int | None = None  # the length the new argv asks for, when it changed
+    need_free_gib: float | None = None  # with wait_for_memory: free memory each GPU needs (GiB)
+
+
+def recovery_for(attempt_record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> Recovery | None:
+    """The mechanical recovery from this failed attempt, or None.
+
+    ``argv`` is the serve command of that attempt (as launched); ``attempt_record`` needs
+    ``error_kind`` and ``facts`` (the parser's result)."""
+    return _decide(attempt_record, argv, options)[0]
+
+
+def explain_no_recovery(attempt_record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> str | None:
+    """Why a failure that autotune recovers from in some cases was not recovered this time
+    (None when it was, or when the kind never recovers: the catalog's fix says what to do)."""
+    return _decide(attempt_record, argv, options)[1]
+
+
+def _decide(record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+    kind = record.get("error_kind")
+    facts = record.get("facts") or {}
+    if kind not in RETRY_LIMITS:
+        return None, None
+    done = list(options.recovered).count(kind)
+    if done >= RETRY_LIMITS[kind]:
+        return None, (f"autotune already recovered from {kind} {done} time(s) in this run and "
+                      "it happened again, so it stops here")
+    if kind == "mamba_cache_blocks":
+        return _mamba(facts, argv)
+    if kind == "free_memory_below_gmu":
+        return _free_memory(facts, argv, options)
+    if kind == "address_in_use":
+        return _port(argv), None
+    return _above_derived(facts, argv, options)
+
+
+def _int(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mamba(facts: Mapping, argv: Sequence[str]) -> tuple[Recovery | None, str | None]:
+    blocks, asked = _int(facts.get("mamba_cache_blocks")), _int(facts.get("max_num_seqs_refused"))
+    if blocks is None or asked is None:
+        return None, "the log does not show how many Mamba cache blocks fit, so there is no number to relaunch with"
+    if blocks < 1:
+        return None, ("vLLM found no Mamba cache block at all: not even one sequence fits; raise "
+                      "--gpu-memory-utilization or use a smaller/quantized model")
+    if blocks >= asked:
+        return None, f"vLLM printed {blocks} Mamba cache blocks for --max-num-seqs {asked}: nothing to lower"
+    return Recovery(
+        "mamba_cache_blocks",
+        f"vLLM has Mamba state for {blocks} sequences, not the {asked} of --max-num-seqs: "
+        f"relaunching with --max-num-seqs {blocks}, the number vLLM printed",
+        new_argv=servecmd.with_flag(argv, "--max-num-seqs", blocks)), None
+
+
+def _default_gmu(version: object) -> float:
+    """vLLM's default --gpu-memory-utilization: 0.9, and 0.92 from 0.20 (or version unknown)."""
+    try:
+        major, minor = (int(part) for part in str(version).split(".")[:2])
+    except ValueError:
+        return 0.92
+    return 0.92 if (major, minor) >= (0, 20) else 0.9
+
+
+def _free_memory(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+    free, total = facts.get("startup_free_gib"), facts.get("startup_total_gib")
+    seen = f"only {free} of {total} GiB were free at startup" if free is not None and total is not None else (
+        "free memory at startup was below --gpu-memory-utilization x total")
+    if not options.stopped_own_server:
+        return None, (f"{seen}, and autotune had not just stopped a server of its own: another program holds "
+                      "the memory (`autotune gpus` names the processes); free it or lower --gpu-memory-utilization")
+    raw = servecmd.flag_value(argv, "--gpu-memory-utilization")
+    try:
+        gmu = float(raw) if raw is not None else _default_gmu(facts.get("vllm_version"))
+    except ValueError:
+        gmu = _default_gmu(facts.get("vllm_version"))
+    need = round(gmu * total, 2) if isinstance(total, (int, float)) else None
+    return Recovery(
+        "free_memory_below_gmu",
+        f"{seen} right after autotune stopped its previous server, whose memory the driver had not yet "
+        f"released: waiting for {need if need is not None else 'the'} GiB to be free, then retrying once",
+        wait_for_memory=True, need_free_gib=need), None
+
+
+def _port(argv: Sequence[str]) -> Recovery:
+    port = servecmd.port_of(argv)
+    where = f"port {port}" if port is not None else "the port"
+    return Recovery("address_in_use",
+                    f"{where} is already in use by another process: retrying on another free port",
+                    new_port=True)
+
+
+def _above_derived(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+    derived = _int(facts.get("derived_max_model_len"))
+    asked = servecmd.flag_value(argv, servecmd.MAX_MODEL_LEN)
+    if derived is None:
+        return None, "the refusal does not show the model's maximum, so there is no length to retry at"
+    if not options.target_max:
+        return None, (f"--max-model-len {asked} is above this model's own maximum of {derived:,} tokens "
+                      f"(from its config.json): ask for --target {derived} or --target max")
+    return Recovery(
+        "max_model_len_above_derived",
+        f"the model's own maximum is {derived:,} tokens (vLLM's derived max_model_len) and --target max "
+        f"asks for the maximum: retrying at {derived:,}",
+        new_argv=servecmd.with_max_model_len(argv, derived), max_model_len=derived), None

