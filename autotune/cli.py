@@ -24,6 +24,7 @@ EXIT_BOOT_FAILED = 3  # vLLM failed for a reason other than KV size (see error_k
 EXIT_NOT_VERIFIED = 4  # booted but not serving the asked length
 EXIT_HUNG = 5  # no output for --stall-timeout seconds
 EXIT_NO_CEILING = 6  # refused, and no ceiling could be read or computed; or nothing fits
+EXIT_PREFLIGHT = 8  # a preflight check refused the boot before it started (7: reproduce's regression)
 EXIT_INTERRUPTED = 130  # SIGINT / SIGTERM (128 + signal number)
 
 VERDICT_EXIT = {
@@ -75,9 +76,14 @@ def _runs_dir_option(f):
 class LengthType(click.ParamType):
     name = "LENGTH"
 
+    def __init__(self, allow_max: bool = False):
+        self.allow_max = allow_max
+
     def convert(self, value, param, ctx):
         if isinstance(value, int):
             return value
+        if self.allow_max and str(value).strip().lower() == "max":
+            return "max"
         try:
             return servecmd.parse_length(value)
         except ValueError as exc:
@@ -85,8 +91,15 @@ class LengthType(click.ParamType):
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--target", "-t", type=LengthType(), required=True,
-              help="The context length you want (65536, 64K = 65536, 64k = 64000).")
+@click.option("--target", "-t", type=LengthType(allow_max=True), required=True,
+              help="The context length you want (65536, 64K = 65536, 64k = 64000), or `max` for the "
+                   "model's own maximum.")
+@click.option("--gpu", "gpu", metavar="SELECTOR",
+              help="Pin vLLM to these GPUs: an index, a full or short UUID (GPU-af7b61d8), a PCI bus id, "
+                   "or a comma list for tensor parallel. Exported as CUDA_DEVICE_ORDER=PCI_BUS_ID and "
+                   "CUDA_VISIBLE_DEVICES=<indices> (never UUIDs, which vLLM fails on).")
+@click.option("--force", is_flag=True, help="Boot even when a preflight check says it cannot work.")
+@click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization above 0.99.")
 @click.option("--keep-serving", is_flag=True, help="Leave the verified server running instead of stopping it.")
 @click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
               help="Seconds without a new log line before a boot counts as hung.")
@@ -109,8 +122,8 @@ class LengthType(click.ParamType):
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
 @_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def tune(target, keep_serving, stall_timeout, max_boots, strategy, reach, max_gmu, allow_kv_quant, json_, quiet,
-         runs_dir, serve_command):
+def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_boots, strategy, reach, max_gmu,
+         allow_kv_quant, json_, quiet, runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -124,7 +137,8 @@ def tune(target, keep_serving, stall_timeout, max_boots, strategy, reach, max_gm
     \b
     Exit codes: 0 verified ceiling found; 1 bad input; 2 usage error;
     3 vLLM failed for another reason (see error_kind); 4 booted but not verified;
-    5 hung; 6 refused and no ceiling could be read; 130 interrupted.
+    5 hung; 6 refused and no ceiling could be read; 8 refused by a preflight
+    check (nothing booted); 130/143 interrupted by SIGINT/SIGTERM.
     """
     from autotune import tune as tune_mod
 
@@ -140,7 +154,9 @@ def tune(target, keep_serving, stall_timeout, max_boots, strategy, reach, max_gm
                 "Give it after `--`: autotune --target 64K -- vllm serve MODEL ...")
         argv, reused_from = found
         _err(f"reusing the serve command of run {reused_from}", quiet=quiet)
-    opts = tune_mod.TuneOptions(target=target, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
+    target_max = target == "max"
+    opts = tune_mod.TuneOptions(target=0 if target_max else target, target_max=target_max, gpu=gpu, force=force,
+                                allow_risky_gmu=allow_risky_gmu, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
                                 stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
                                 strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant)
     progress = ProgressPrinter(quiet=quiet)
@@ -149,6 +165,13 @@ def tune(target, keep_serving, stall_timeout, max_boots, strategy, reach, max_gm
     except tune_mod.Interrupted as exc:
         _err(f"interrupted ({exc}); the server was stopped and the run marked interrupted", quiet=False)
         sys.exit(128 + exc.signum)
+    except tune_mod.PreflightFailed as exc:
+        click.echo("Not booting: a preflight check says this cannot work (--force boots anyway).", err=True)
+        for problem in exc.problems:
+            click.echo(problem.render(), err=True)
+        sys.exit(EXIT_PREFLIGHT)
+    except ValueError as exc:  # a bad --gpu selector
+        raise click.ClickException(str(exc))
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))
     if json_:
@@ -191,6 +214,10 @@ class ProgressPrinter:
                     f"           {version}; plan: {plan}")
         if event == "attempt_started":
             return f"boot {d['index']}: --max-model-len {_fmt(d['max_model_len'])} ({d['reason']})"
+        if event == "warning":
+            return f"warning: {d['text']}"
+        if event == "recovery":
+            return f"boot {d['index']}: recovering: {d['reason']}"
         if event == "cleaned":
             what = {"stopped": f"stopped a server left behind by a killed autotune (pid {d['pid']}: {d['detail']})",
                     "already_gone": f"its server (pid {d['pid']}) was already gone",
@@ -244,6 +271,8 @@ class ProgressPrinter:
 
 
 def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
@@ -318,9 +347,9 @@ def parse(logfiles, json_, provenance):
         except OSError as exc:
             raise click.ClickException(f"cannot read {path}: {exc.strerror or exc}")
         out = parser.result()
-        entry = catalog.lookup(out["error_kind"]) if out.get("error_kind") else None
-        if entry is not None:
-            out["diagnosis"] = {"cause": entry.cause, "fix": entry.fix}
+        found = catalog.diagnosis(out)
+        if found is not None:
+            out["diagnosis"] = {"cause": found["cause"], "fix": found["fix"]}
         if provenance:
             out["provenance"] = parser.provenance()
         results.append((path, out))

@@ -41,6 +41,14 @@ LIVE_FACTS = ("vllm_version", "attention_backend", "weights_gib", "available_kv_
               "estimated_max_model_len", "autofit_max_model_len")
 
 
+class PreflightFailed(Exception):
+    """A check said the boot cannot work; nothing was started."""
+
+    def __init__(self, problems: list):
+        super().__init__(f"{len(problems)} preflight problem(s)")
+        self.problems = problems
+
+
 class Interrupted(Exception):
     """autotune got SIGINT or SIGTERM; the run is marked interrupted."""
 
@@ -65,6 +73,10 @@ class TuneOptions:
     kind: str = "tune"  # tune | sweep-point | reproduce
     strategy: str = "auto"  # auto: the fastest the installed vLLM allows; refusal: the refusal path only
     reach: bool = False  # when the ceiling is short of the target, try the levers (levers.py)
+    target_max: bool = False  # --target max: the model's own maximum (target then holds it, or a probe length)
+    gpu: str | None = None  # --gpu SELECTOR (gpus.py): pin these GPUs by NVML index
+    force: bool = False  # boot even when preflight checks say it cannot work
+    allow_risky_gmu: bool = False  # allow --gpu-memory-utilization above 0.99
     max_gmu: float = 0.95  # the highest --gpu-memory-utilization the levers may use
     allow_kv_quant: bool = False  # may the levers use --kv-cache-dtype fp8
     links: dict = field(default_factory=dict)  # e.g. {"sweep_id": ..., "reproduces": run_id}
@@ -92,6 +104,8 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
     argv, port, port_chosen = _with_port(opts.serve_argv)
     _clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
+    gpu_plan, preflight_record = _preflight(opts, argv, env, model, emit)
+    env.update(gpu_plan.env_changes)
     detected = vllminfo.detect_version(argv, env)
     plan = "refusal"
     if opts.strategy == "auto":
@@ -105,6 +119,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
         "ended_at": None,
         "duration_s": None,
         "target": opts.target,
+        "target_asked": "max" if opts.target_max else opts.target,
         "model": model,
         "command": {
             "argv": list(opts.serve_argv),  # as the user gave it
@@ -114,6 +129,9 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
         },
         "environment": redact_env(relevant_env(env)),
         "environment_added_by_autotune": env_added,
+        "gpus": {"indices": list(gpu_plan.indices), "source": gpu_plan.source,
+                 "environment": redact_env(gpu_plan.env_changes), "warnings": list(gpu_plan.warnings)},
+        "preflight": preflight_record,
         "options": {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots,
                     "keep_serving": opts.keep_serving, "strategy": opts.strategy, "start_at": opts.start_at,
                     "extra_env": redact_env(opts.extra_env)},
@@ -152,10 +170,12 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
         raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can be resumed")
     options = record.get("options", {})
     opts = TuneOptions(target=record["target"], serve_argv=list(record["command"]["argv"]), runs_dir=run_dir.parent,
+                       target_max=record.get("target_asked") == "max",
                        keep_serving=options.get("keep_serving", False),
                        stall_timeout_s=options.get("stall_timeout_s", 1200.0),
                        max_boots=options.get("max_boots", 6), env=env, reused_from=record["command"].get("reused_from"),
-                       extra_env={k: v for k, v in options.get("extra_env", {}).items() if v != "***"},
+                       extra_env={**{k: v for k, v in options.get("extra_env", {}).items() if v != "***"},
+                                  **(record.get("gpus") or {}).get("environment", {})},
                        start_at=options.get("start_at"), kind=record.get("kind", "tune"),
                        strategy=options.get("strategy", "auto"), links=record.get("links", {}))
     env, _ = _environment(opts)
@@ -196,6 +216,77 @@ def _clean_leftovers(runs_dir: Path, emit: Emit) -> None:
         emit("cleaned", run_dir=str(item.run_dir), pid=item.pid, action=item.action, detail=item.detail)
 
 
+def _counts(attempt: dict) -> bool:
+    """Does this attempt count for the strategy? Not when interrupted, nor when a recovery redid it."""
+    return attempt.get("outcome") != strategy.INTERRUPTED and "recovery" not in attempt
+
+
+def _preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
+    """GPU pinning and the checks that refuse a boot that cannot work (gpus.py, preflight.py)."""
+    from autotune import gpus, preflight
+    from autotune.machine import gpu_facts
+
+    inventory, _ = gpu_facts()
+    plan = gpus.plan_gpus(opts.gpu, env, inventory)  # ValueError: a bad --gpu selector
+    for warning in plan.warnings:
+        emit("warning", text=warning)
+    pinned_env = {**env, **plan.env_changes}
+    revision = servecmd.flag_value(argv, "--revision")
+    config = preflight.read_model_config(model, pinned_env, revision)
+    tokenizer = preflight.read_tokenizer_config(model, pinned_env, revision)
+    if opts.target_max:
+        derived = preflight.derived_max_model_len(config, tokenizer)
+        # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
+        # derived maximum and the recovery retries there.
+        opts.target = derived or (1 << 24)
+    problems = preflight.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
+                               opts.allow_risky_gmu, tokenizer_config=tokenizer)
+    if problems and not opts.force:
+        raise PreflightFailed(problems)
+    for problem in problems:
+        emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
+    return plan, {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+
+
+def _check_flags(attempt: dict, argv: list[str], emit: Emit) -> None:
+    """Flag hygiene: a flag the user gave that vLLM's non-default args do not show was lost."""
+    from autotune import preflight
+
+    shown = (attempt.get("facts") or {}).get("non_default_args")
+    if not isinstance(shown, dict):
+        return
+    missing = preflight.missing_flags(argv, shown)
+    if missing:
+        attempt["missing_flags"] = missing
+        emit("warning", text=preflight.describe_missing_flags(missing))
+
+
+def _recovery(attempt: dict, argv: list[str], record: dict, opts: TuneOptions, emit: Emit):
+    """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
+    from autotune import recovery
+    from autotune.machine import wait_for_free_memory
+
+    if attempt.get("outcome") not in (strategy.ERROR, strategy.EXITED) or not attempt.get("error_kind"):
+        return None
+    earlier = [a for a in record["attempts"][:-1] if a.get("outcome") != strategy.INTERRUPTED]
+    options = recovery.RecoveryOptions(
+        target_max=opts.target_max, stopped_own_server=bool(earlier),
+        recovered=tuple(a["recovery"]["kind"] for a in record["attempts"] if "recovery" in a))
+    fix = recovery.recovery_for(attempt, argv, options)
+    if fix is None:
+        why = recovery.explain_no_recovery(attempt, argv, options)
+        if why:
+            attempt["no_recovery"] = why
+        return None
+    attempt["recovery"] = {"kind": fix.kind, "reason": fix.reason}
+    emit("recovery", index=attempt["index"], reason=fix.reason)
+    if fix.wait_for_memory and fix.need_free_gib:
+        indices = (record.get("gpus") or {}).get("indices") or []
+        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib)
+        attempt["recovery"]["memory_freed"] = ok
+    return fix
+
+
 def summary_of(attempt: dict) -> strategy.AttemptSummary:
     """What the strategy needs from a recorded attempt (also for a resumed run)."""
     return strategy.AttemptSummary(attempt["max_model_len"], attempt["outcome"], attempt.get("ceiling"),
@@ -205,14 +296,16 @@ def summary_of(attempt: dict) -> strategy.AttemptSummary:
 
 def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], argv: list[str], port: int,
               port_chosen: bool, plan: str, emit: Emit) -> dict:
-    summaries = [summary_of(a) for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED]
+    summaries = [summary_of(a) for a in record["attempts"] if _counts(a)]
+    target = record["target"]
+    user_port = None if port_chosen else port
     kept: launch.ServerProcess | None = None
     t0 = time.monotonic()
     previous_duration = record.get("duration_s") or 0.0
     current: dict = {"server": None}
     try:
         while True:
-            step = strategy.next_step(opts.target, summaries, opts.max_boots, plan, opts.start_at)
+            step = strategy.next_step(target, summaries, opts.max_boots, plan, opts.start_at)
             if isinstance(step, strategy.Stop):
                 break
             index = len(record["attempts"]) + 1
@@ -223,7 +316,19 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
             attempt["basis"] = step.basis
             record["attempts"].append(attempt)
             record["vllm_version"] = record["vllm_version"] or attempt["facts"].get("vllm_version")
-            summaries.append(summary_of(attempt))
+            _check_flags(attempt, attempt_argv, emit)
+            fix = _recovery(attempt, attempt_argv, record, opts, emit)
+            if fix is not None:
+                # A mechanical fix: relaunch with it; this attempt does not count for the strategy.
+                if fix.new_argv:
+                    argv = servecmd.with_flag(fix.new_argv, servecmd.PORT, port)
+                if fix.new_port:
+                    port = launch.free_port()
+                    argv = servecmd.with_flag(argv, servecmd.PORT, port)
+                if fix.max_model_len:
+                    target = record["target"] = fix.max_model_len
+            else:
+                summaries.append(summary_of(attempt))
             artifact.save_run(run_dir, record)
             emit("attempt_ended", index=index, attempt=attempt)
             if server is not None:
@@ -254,8 +359,8 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
         "ceiling": step.ceiling,
         "verified": verified,
         "reason": step.reason,
-        "target": opts.target,
-        "target_reached": verified and step.ceiling is not None and step.ceiling >= opts.target,
+        "target": target,
+        "target_reached": verified and step.ceiling is not None and step.ceiling >= target,
         "boots": len(record["attempts"]),
     }
     if final_attempt:
@@ -268,10 +373,15 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
         if final_attempt.get("error_kind"):
             result["error_kind"] = final_attempt["error_kind"]
             result["diagnosis"] = final_attempt.get("diagnosis")
+    if final_attempt and final_attempt.get("error_kind") and not verified:
+        why_not = final_attempt.get("no_recovery")
+        if why_not:
+            result["reason"] += f"; {why_not}"
     if verified:
         final_argv = servecmd.with_max_model_len(argv, step.ceiling)
-        if port_chosen:
-            final_argv = servecmd.without_flag(final_argv, servecmd.PORT)
+        # The command to keep uses the user's own port (a recovery may have moved it) or none.
+        final_argv = (servecmd.with_flag(final_argv, servecmd.PORT, user_port) if user_port is not None
+                      else servecmd.without_flag(final_argv, servecmd.PORT))
         result["final_argv"] = final_argv
         result["files"] = _write_paste_ready(run_dir, final_argv, env, record)
     if kept is not None:
@@ -439,16 +549,18 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     if verification is not None:
         rec["verification"] = verification
     if error_kind:
-        entry = catalog.lookup(error_kind)
-        if entry is not None:
-            rec["diagnosis"] = {"cause": entry.cause, "fix": entry.fix}
+        found = catalog.diagnosis(result)
+        if found is not None:
+            rec["diagnosis"] = {"cause": found["cause"], "fix": found["fix"]}
     if outcome == strategy.EXITED and "diagnosis" not in rec:
         rec["diagnosis"] = {"cause": f"the server exited (status {server.proc.returncode}) before it was ready, "
                                      "and its log shows no known failure",
                             "fix": f"read the end of {log_name} in the run folder"}
+    if outcome in (strategy.ERROR, strategy.EXITED):
         rec["log_tail"] = _tail(run_dir / log_name)
-    elif outcome == strategy.ERROR:
-        rec["log_tail"] = _tail(run_dir / log_name)
+        traceback = catalog.traceback_tail(_tail(run_dir / log_name, 400))
+        if traceback:
+            rec["traceback_tail"] = traceback
     return rec, keep
 
 
@@ -480,7 +592,7 @@ def _tail(path: Path, n: int = 15) -> list[str]:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
-            fh.seek(max(0, size - 16384))
+            fh.seek(max(0, size - 300 * n - 4096))
             lines = fh.read().decode("utf-8", "replace").splitlines()
     except OSError:
         return []
