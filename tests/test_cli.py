@@ -97,3 +97,12 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
 def test_clean_with_nothing_to_clean(tmp_path):
     result = invoke("clean", "--runs-dir", str(tmp_path))
     assert result.exit_code == 0 and "nothing to clean" in result.output
+
+
+def test_a_preflight_problem_refuses_before_any_boot(tmp_path):
+    result = CliRunner().invoke(cli, ["--target", "4096", "--runs-dir", str(tmp_path), "--", sys.executable, "-m",
+                                      "vllm.entrypoints.openai.api_server", "--model", "m",
+                                      "--gpu-memory-utilization", "1.5"])
+    assert result.exit_code == 8
+    assert "gmu_out_of_range" in result.output and "fix:" in result.output
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing booted, no run written

@@ -158,3 +158,26 @@ def test_auto_strategy_caps_at_a_target_that_fits(tiny_model, tmp_path):
     assert len(record["attempts"]) == 1
     assert record["result"]["ceiling"] == 8192 and record["result"]["target_reached"]
     assert "--max-model-len 8192" in (only_run(runs_dir) / "command.sh").read_text()
+
+
+def test_a_taken_port_is_recovered_and_target_max_finds_the_models_limit(tiny_model, tmp_path):
+    import socket
+
+    runs_dir = tmp_path / "runs"
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        proc = run_autotune("--target", "max", "--", *vllm_serve_argv(tiny_model, *KV, "--port", str(port)),
+                            runs_dir=runs_dir)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    record = json.loads((only_run(runs_dir) / "run.json").read_text())
+    first, second = record["attempts"]
+    assert first["error_kind"] == "address_in_use" and first["recovery"]["kind"] == "address_in_use"
+    assert second["outcome"] == "verified" and f"--port {port}" not in " ".join(second["argv"])
+    assert "recovering" in proc.stderr
+    # --target max: the model's own maximum (1,048,576 from its config.json) caps nothing here
+    assert record["target_asked"] == "max" and record["target"] == 1048576
+    assert record["result"]["ceiling"] == 16256
+    # the command to keep still names the user's own port
+    assert f"--port {port}" in (only_run(runs_dir) / "command.sh").read_text()
