@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime
 from pathlib import Path
 
 import click
 
 from autotune import __version__, artifact, catalog, servecmd
 from autotune.logparse import SCHEMA_KEYS, parse_file
+from autotune.progress import Progress, render_summary
 
 # Documented exit codes (docs/exit-codes.md).
 EXIT_OK = 0
@@ -119,11 +119,13 @@ class LengthType(click.ParamType):
               help="With --reach: the highest --gpu-memory-utilization to use (0.99+ is a gamble on a desktop).")
 @click.option("--allow-kv-quant", is_flag=True, help="With --reach: allow --kv-cache-dtype fp8 where the GPU supports it.")
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress; only the summary and errors.")
+@click.option("--verbose", "--show-log", "show_log", is_flag=True,
+              help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log).")
 @_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_boots, strategy, reach, max_gmu,
-         allow_kv_quant, json_, quiet, runs_dir, serve_command):
+         allow_kv_quant, json_, quiet, show_log, runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -159,10 +161,11 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
                                 allow_risky_gmu=allow_risky_gmu, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
                                 stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
                                 strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant)
-    progress = ProgressPrinter(quiet=quiet)
+    progress = Progress(quiet=quiet, show_log=show_log)
     try:
         record = tune_mod.tune(opts, progress)
     except tune_mod.Interrupted as exc:
+        progress.close()
         _err(f"interrupted ({exc}); the server was stopped and the run marked interrupted", quiet=False)
         sys.exit(128 + exc.signum)
     except tune_mod.PreflightFailed as exc:
@@ -174,10 +177,12 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
         raise click.ClickException(str(exc))
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))
+    finally:
+        progress.close()  # clears the live status line whatever happened
     if json_:
         click.echo(json.dumps(_public(record), indent=2))
     else:
-        click.echo(render_summary(record))
+        click.echo(render_summary(record, run_dir=runs_dir / record["run_id"]))
     sys.exit(_exit_code(record))
 
 
@@ -190,84 +195,8 @@ def _err(message: str, quiet: bool = False) -> None:
         click.echo(message, err=True)
 
 
-class ProgressPrinter:
-    """Plain timestamped progress lines on stderr, one per event that matters."""
-
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
-
-    def __call__(self, event: str, **data) -> None:
-        if self.quiet:
-            return
-        line = self.render(event, data)
-        if line:
-            stamp = datetime.now().strftime("%H:%M:%S")
-            click.echo(f"[{stamp}] {line}", err=True)
-
-    @staticmethod
-    def render(event: str, d: dict) -> str | None:
-        if event == "run_started":
-            plan = {"auto": "one boot with --max-model-len auto", "auto_probe": "auto-fit to read the length, then boot it",
-                    "refusal": "boot at the target, relaunch at vLLM's ceiling"}[d["plan"]]
-            version = f"vLLM {d['vllm_version']}" if d.get("vllm_version") else "vLLM version unknown before boot"
-            return (f"run folder {d['run_dir']}; target {d['target']:,} tokens; port {d['port']}\n"
-                    f"           {version}; plan: {plan}")
-        if event == "attempt_started":
-            return f"boot {d['index']}: --max-model-len {_fmt(d['max_model_len'])} ({d['reason']})"
-        if event == "warning":
-            return f"warning: {d['text']}"
-        if event == "recovery":
-            return f"boot {d['index']}: recovering: {d['reason']}"
-        if event == "cleaned":
-            what = {"stopped": f"stopped a server left behind by a killed autotune (pid {d['pid']}: {d['detail']})",
-                    "already_gone": f"its server (pid {d['pid']}) was already gone",
-                    "pid_reused": f"pid {d['pid']} now belongs to another process: left alone",
-                    "owner_alive": f"left alone: {d['detail']}",
-                    "unreadable": d["detail"]}[d["action"]]
-            return f"cleanup: {d['run_dir']}: {what}"
-        if event == "run_resumed":
-            return (f"resuming {d['run_dir']}: target {d['target']:,} tokens; {d['attempts_done']} finished "
-                    f"boot(s) kept; port {d['port']}")
-        if event == "reach_plan":
-            return "levers: " + "; ".join(d["explanation"])
-        if event == "reach_step":
-            value = f" {d['value']}" if d.get("value") is not None else ""
-            return f"levers: trying {d['lever'].replace('_', '-')}{value}"
-        if event == "reach_done":
-            r = d["reach"]
-            return f"levers: {'reached' if r['reached'] else 'not reached'} after {r['boots']} more boot(s): " \
-                   + "; ".join(r["explanation"][-2:])
-        if event == "autofit_read":
-            return f"boot {d['index']}: vLLM's auto-fit says {d['value']:,} tokens fit; stopping it now"
-        if event == "fact":
-            return f"boot {d['index']}:   read {d['key']} = {_fmt(d['value'])} (log line {d['line_no']})"
-        if event == "refused":
-            r = d["result"]
-            need, have = r.get("kv_needed_gib"), r.get("refusal_available_kv_gib")
-            est = r.get("estimated_max_model_len")
-            text = f"boot {d['index']}: refused"
-            if need is not None and have is not None:
-                text += f": needs {need} GiB of KV cache, {have} GiB available"
-            if est is not None:
-                text += f"; vLLM estimates {est:,} tokens fit"
-            return text + "; stopping it now"
-        if event == "stop_step":
-            return f"  stopping server tree: {d['signal']} to pids {', '.join(map(str, d['pids']))}"
-        if event == "healthy":
-            return f"boot {d['index']}: healthy; {d['reason']}"
-        if event == "hung":
-            return f"boot {d['index']}: no output for {d['idle_s']} s: hung"
-        if event == "stopping":
-            return d["reason"]
-        if event == "attempt_ended":
-            a = d["attempt"]
-            text = f"boot {d['index']}: {a['outcome']} after {a.get('duration_s', 0):.1f} s"
-            if a.get("error_kind"):
-                text += f" ({a['error_kind']})"
-            if a.get("refusal_to_stopped_s") is not None:
-                text += f"; its process tree was gone {a['refusal_to_stopped_s']:.1f} s after the refusal"
-            return text
-        return None
+# Other command modules (cli_history) build their progress display with this name.
+ProgressPrinter = Progress
 
 
 def _fmt(value) -> str:
@@ -276,49 +205,6 @@ def _fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
-
-
-def render_summary(record: dict) -> str:
-    r = record.get("result") or {}
-    attempts = record.get("attempts", [])
-    lines = []
-    verdict = r.get("verdict")
-    target = record.get("target")
-    if verdict == "verified":
-        ceiling = r["ceiling"]
-        if ceiling >= target:
-            lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
-        else:
-            lines.append(f"Verified ceiling: --max-model-len {ceiling:,} "
-                         f"({ceiling / target:.0%} of the target {target:,}; {ceiling - target:+,} tokens).")
-    else:
-        lines.append(f"No verified ceiling: {verdict}. {r.get('reason', '')}")
-    for key, label, unit in (("available_kv_gib", "available KV cache", " GiB"),
-                             ("kv_cache_tokens", "KV cache size", " tokens")):
-        if key in r:
-            src = r.get(f"{key}_source", {})
-            run = f"run {src['run']} " if src.get("run") else ""
-            where = f"  ({run}attempt-{src.get('attempt')}.log line {src.get('line')})" if src.get("line") else ""
-            lines.append(f"  {label}: {_fmt(r[key])}{unit}{where}")
-    reach = record.get("reach")
-    if reach:
-        lines.append(f"  levers ({reach.get('boots', 0)} more boot(s)): " + "; ".join(reach.get("explanation", [])))
-    if r.get("diagnosis"):
-        lines.append(f"  cause: {r['diagnosis']['cause']}")
-        lines.append(f"  fix:   {r['diagnosis']['fix']}")
-    boots = ", ".join(f"{a.get('max_model_len', '?'):,} {a.get('outcome')}" if isinstance(a.get('max_model_len'), int)
-                      else str(a.get("outcome")) for a in attempts)
-    extra = f" + {reach['boots']} with levers" if reach else ""
-    lines.append(f"  boots: {len(attempts)} ({boots}){extra}; time {record.get('duration_s') or 0:.0f} s")
-    if record.get("vllm_version"):
-        lines.append(f"  vLLM {record['vllm_version']}")
-    run_dir = record.get("_dir") or record.get("run_dir")
-    if r.get("serving"):
-        lines.append(f"  still serving at {r['serving']['url']} (pid {r['serving']['pid']})")
-    lines.append(f"  run: {record['run_id']}")
-    for name in r.get("files", []):
-        lines.append(f"  wrote {name}")
-    return "\n".join(lines)
 
 
 @cli.command()
@@ -422,13 +308,17 @@ def resume(run, runs_dir, json_, quiet):
 
     try:
         run_dir = artifact.resolve_run(run, runs_dir)
-        record = tune_mod.resume(run_dir, ProgressPrinter(quiet=quiet))
+        progress = Progress(quiet=quiet)
+        try:
+            record = tune_mod.resume(run_dir, progress)
+        finally:
+            progress.close()
     except tune_mod.Interrupted as exc:
         _err(f"interrupted ({exc}); the server was stopped and the run marked interrupted")
         sys.exit(128 + exc.signum)
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))
-    click.echo(json.dumps(_public(record), indent=2) if json_ else render_summary(record))
+    click.echo(json.dumps(_public(record), indent=2) if json_ else render_summary(record, run_dir=run_dir))
     sys.exit(_exit_code(record))
 
 

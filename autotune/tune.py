@@ -21,6 +21,7 @@ import psutil
 
 from autotune import (__version__, artifact, catalog, cleanup, launch, memwait, servecmd, strategy, verify,
                       vllminfo)
+from autotune.emit import write_all as write_paste_ready  # `emit` here is the progress callback
 from autotune.logparse import BootLogParser, ceiling_from
 from autotune.machine import machine_facts
 from autotune.redact import env_for_shell, redact_env
@@ -126,6 +127,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
             "port": port,
             "port_chosen_by_autotune": port_chosen,
             "reused_from": opts.reused_from,
+            "cwd": os.getcwd(),  # relative paths in the command (and the paste-ready files) start here
         },
         "environment": redact_env(relevant_env(env)),
         "environment_added_by_autotune": env_added,
@@ -383,7 +385,8 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
         final_argv = (servecmd.with_flag(final_argv, servecmd.PORT, user_port) if user_port is not None
                       else servecmd.without_flag(final_argv, servecmd.PORT))
         result["final_argv"] = final_argv
-        result["files"] = _write_paste_ready(run_dir, final_argv, env, record)
+        record["result"] = result  # the paste-ready files are rendered from the record
+        result["files"] = write_paste_ready(run_dir, record)
     if kept is not None:
         result["serving"] = {"pid": kept.pid, "port": port, "url": verify.base_url(port)}
     record["result"] = result
@@ -614,20 +617,6 @@ def _remove_server_marker(run_dir: Path) -> None:
         pass
 
 
-def _write_paste_ready(run_dir: Path, final_argv: list[str], env: dict[str, str], record: dict) -> list[str]:
-    version = record.get("vllm_version") or "unknown"
-    stamp = record["started_at"][:10]
-    shell_env = env_for_shell(relevant_env(env))
-    verified = f"verified by autotune {__version__} with vLLM {version} on {stamp} (run {record['run_id']})"
-    # The command stays ONE line (pasting a backslash-continued command into zsh loses flags).
-    line = servecmd.one_line(final_argv, shell_env)
-    artifact.write_atomic(run_dir / "command.sh", f"# {verified}\n{line}\n")
-    header = [verified, "usage: vllm serve --config vllm-config.yaml"]
-    artifact.write_atomic(run_dir / "vllm-config.yaml",
-                          artifact.vllm_config_yaml(servecmd.long_options(final_argv), header))
-    return ["command.sh", "vllm-config.yaml"]
-
-
 class _SignalGate:
     """Turns SIGINT/SIGTERM into Interrupted, except inside a `deferred()` section.
 
@@ -752,7 +741,7 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
             if key in r:
                 result[key] = r[key]
                 result[f"{key}_source"] = {**r.get(f"{key}_source", {}), "run": child["run_id"]}
-        result["files"] = _write_paste_ready(run_dir, r["final_argv"], {**env, **opts.extra_env}, record)
+        result["files"] = write_paste_ready(run_dir, record)
 
     argv = user_argv
     if plan.gmu_needed is not None:

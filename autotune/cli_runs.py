@@ -1,0 +1,154 @@
+"""Commands that read the runs folder: `autotune show RUN` and `autotune runs` (wiring and rendering).
+
+Results go to stdout; warnings (an unreadable run) to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from autotune import artifact, emit
+from autotune.cli import _runs_dir_option
+from autotune.progress import render_summary
+
+
+def _load(run: str, runs_dir) -> dict:
+    try:
+        return artifact.load_run(artifact.resolve_run(run, runs_dir))
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))
+
+
+@click.command("show")
+@click.argument("run", default="latest")
+@_runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
+@click.option("--emit", "emit_kind", type=click.Choice(list(emit.KINDS)),
+              help="Print one paste-ready file of the run instead: command (command.sh), "
+                   "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service).")
+def show(run, runs_dir, json_, emit_kind):
+    """Print one run's summary (RUN: a run folder, a run id, or `latest`; default latest).
+
+    \b
+    The summary is the card `autotune tune` prints at the end: the verified ceiling
+    against the target, the KV cache figures with the log line each was read from,
+    the boots and their time, warnings with cause and remedy, and the files written.
+    --emit prints one of the run's paste-ready files, for example
+      autotune show latest --emit compose > docker-compose.yml
+
+    \b
+    Exit codes: 0 printed; 1 no such run, an unreadable run.json, or a file this
+    run cannot give (it was not verified, or its command is not plain vLLM).
+    """
+    if json_ and emit_kind:
+        raise click.UsageError("--json and --emit print different things: choose one")
+    record = _load(run, runs_dir)
+    folder = record.pop("_dir", None)
+    if json_:
+        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        return
+    if emit_kind:
+        try:
+            click.echo(emit.render(record, emit.KINDS[emit_kind]), nl=False)
+        except emit.NotEmittable as exc:
+            raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
+        return
+    click.echo(render_summary(record, run_dir=folder))
+
+
+# The columns of `autotune runs`: (header, key in the row, right-aligned).
+RUN_COLUMNS = (("RUN", "run_id", False), ("STARTED (UTC)", "started", False), ("MODEL", "model", False),
+               ("TARGET", "target", True), ("CEILING", "ceiling", True), ("VERDICT", "verdict", False),
+               ("BOOTS", "boots", True), ("VLLM", "vllm_version", False))
+
+
+def run_row(record: dict) -> dict:
+    """One line of `autotune runs` from a run record (pure)."""
+    result = record.get("result") or {}
+    started = record.get("started_at") or ""
+    return {
+        "run_id": record.get("run_id"),
+        "kind": record.get("kind", "tune"),
+        "started_at": started or None,
+        "started": started[:16].replace("T", " ") if started else "?",
+        "model": record.get("model"),
+        "target": record.get("target"),
+        "ceiling": result.get("ceiling"),
+        "verdict": result.get("verdict") or record.get("state") or "?",
+        "boots": len(record.get("attempts") or []),
+        "vllm_version": record.get("vllm_version"),
+        "available_kv_gib": result.get("available_kv_gib"),
+        "kv_cache_tokens": result.get("kv_cache_tokens"),
+    }
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_runs(rows: list[dict]) -> str:
+    """The runs table, one line a run, in the order given (pure)."""
+    header = [h for h, _, _ in RUN_COLUMNS]
+    table: list[list[str] | str] = []
+    for row in rows:
+        if "error" in row:
+            table.append(f"{row['run_id']}  (unreadable: {row['error']})")
+            continue
+        model = _cell(row.get("model"))
+        if len(model) > 40:
+            model = "…" + model[-39:]
+        table.append([_cell(row.get("run_id")), row.get("started") or "?", model]
+                     + [_cell(row.get(key)) for _, key, _ in RUN_COLUMNS[3:]])
+    cells = [header] + [r for r in table if isinstance(r, list)]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(r: list[str]) -> str:
+        return "  ".join(r[i].rjust(widths[i]) if RUN_COLUMNS[i][2] else r[i].ljust(widths[i])
+                         for i in range(len(r))).rstrip()
+
+    return "\n".join([line(header)] + [line(r) if isinstance(r, list) else r for r in table])
+
+
+@click.command("runs")
+@_runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the list as JSON (one object per run).")
+@click.option("--limit", "-n", type=click.IntRange(min=1), help="Only the N newest runs.")
+def runs(runs_dir, json_, limit):
+    """List the runs in --runs-dir, newest first, one line each.
+
+    \b
+    Columns: run id, start time (UTC), model, target, verified ceiling, verdict
+    (or the state of a run that has none: running, interrupted), boots, vLLM version.
+    Show one with `autotune show RUN`; compare several with `autotune compare`.
+
+    \b
+    Exit codes: 0 listed (also when there are none); a run.json that cannot be read is
+    listed as unreadable, with the reason, and does not stop the listing.
+    """
+    folders = artifact.list_runs(runs_dir)
+    if limit:
+        folders = folders[:limit]
+    rows = []
+    for folder in folders:
+        try:
+            record = artifact.load_run(folder)
+        except artifact.ArtifactError as exc:
+            rows.append({"run_id": folder.name, "path": str(folder), "error": str(exc)})
+            continue
+        rows.append({**run_row(record), "path": str(folder)})
+    if json_:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo(f"no runs under {runs_dir}", err=True)
+        return
+    click.echo(render_runs(rows))
+
+
+COMMANDS = [show, runs]

@@ -1,0 +1,497 @@
+"""Paste-ready files from a run record (pure renderers, and one writer).
+
+A verified run leaves four files that start the same server the run verified:
+
+* ``command.sh``: a comment line (autotune and vLLM versions, date, run id), then the
+  command on ONE line, environment first, secrets as ``$NAME`` (pasting a
+  backslash-continued command into zsh loses flags);
+* ``vllm-config.yaml``: the same vLLM options for ``vllm serve --config``, long option
+  names as keys (vLLM turns each key back into ``--key``);
+* ``docker-compose.yml``: a service running the vllm/vllm-openai image at the same vLLM
+  version with the same options, the GPU(s) the run was pinned to, ``ipc: host``, the
+  Hugging Face cache mounted, the port published;
+* ``vllm.service``: a systemd unit with the same command and environment, restarted on
+  failure.
+
+Each file says which autotune and vLLM versions verified it and when: the numbers are
+true for that vLLM, that driver and that machine, and age with them.
+
+Everything here except ``write_all`` is pure: a run record (run.json as a dict) in, text out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from autotune import __version__, artifact, servecmd
+from autotune.redact import is_secret
+
+COMMAND = "command.sh"
+YAML = "vllm-config.yaml"
+COMPOSE = "docker-compose.yml"
+SYSTEMD = "vllm.service"
+FILES = (COMMAND, YAML, COMPOSE, SYSTEMD)
+# `autotune show --emit KIND`
+KINDS = {"command": COMMAND, "yaml": YAML, "compose": COMPOSE, "systemd": SYSTEMD}
+
+IMAGE = "vllm/vllm-openai"
+CONTAINER_HF_CACHE = "/root/.cache/huggingface"
+CONTAINER_MODELS = "/models"
+DEFAULT_PORT = 8000  # vLLM's default --port
+
+# vLLM's short option aliases (from the installed 0.32 parser); the config file and the
+# compose command use the long names.
+SHORT_OPTIONS = {
+    "-q": "quantization", "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size",
+    "-dp": "data-parallel-size", "-dcp": "decode-context-parallel-size",
+    "-pcp": "prefill-context-parallel-size", "-asc": "api-server-count", "-n": "nnodes",
+    "-r": "node-rank", "-dpn": "data-parallel-rank", "-dpr": "data-parallel-start-rank",
+    "-dpl": "data-parallel-size-local", "-dpa": "data-parallel-address", "-dpp": "data-parallel-rpc-port",
+    "-dpb": "data-parallel-backend", "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb",
+    "-dpm": "data-parallel-multi-port-external-lb", "-ep": "enable-expert-parallel",
+    "-sc": "speculative-config", "-dc": "diffusion-config", "-cc": "compilation-config",
+    "-ac": "attention-config",
+}
+# Short aliases that are flags (take no value).
+_SHORT_FLAGS = {"-dph", "-dpe", "-dpm", "-ep"}
+
+# Environment that must not be copied into a container: device selection is the
+# reservation's job (inside the container the reserved GPU is device 0), and host paths
+# (HF_HOME, LD_PRELOAD, CUDA_HOME) do not exist there.
+_NOT_IN_CONTAINER = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HF_HOME", "HF_HUB_CACHE",
+                     "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "LD_PRELOAD", "CUDA_HOME",
+                     "LD_LIBRARY_PATH"}
+
+
+class NotEmittable(Exception):
+    """This run cannot give this file (not verified, or a command that is not plain vLLM)."""
+
+
+# ---------------------------------------------------------------------------
+# Reading the verified command
+# ---------------------------------------------------------------------------
+
+@dataclass
+class VllmCommand:
+    """A vLLM serve command split into its parts."""
+
+    launcher: list[str]  # the argv up to the entry point: ["vllm", "serve"] or [python, "-m", "...api_server"]
+    model: str | None
+    options: list[tuple[str, object]] = field(default_factory=list)  # (long name, str | True | list[str])
+
+    def option(self, name: str):
+        found = None
+        for key, value in self.options:
+            if key == name:
+                found = value
+        return found
+
+
+def final_argv(record: dict) -> list[str]:
+    result = record.get("result") or {}
+    argv = result.get("final_argv")
+    if not argv:
+        raise NotEmittable(f"run {record.get('run_id')} has no verified command "
+                           f"(verdict: {result.get('verdict') or record.get('state', 'unknown')})")
+    return list(argv)
+
+
+def _is_value(token: str) -> bool:
+    """A token that is a value, not an option (negative numbers such as -1 are values)."""
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
+
+
+def parse_vllm_command(argv: list[str]) -> VllmCommand:
+    """Split a vLLM serve argv into launcher, model and options (long names, `_` -> `-`).
+
+    Recognised entry points: `... vllm serve [MODEL] ...` and
+    `... -m vllm.entrypoints.openai.api_server ...` (or a script ending in api_server[.py]).
+    Raises NotEmittable for anything else (a `docker run ...` command, an unknown short option).
+    """
+    start = None
+    for i, token in enumerate(argv):
+        if token == "serve" and i > 0 and PurePosixPath(argv[i - 1]).name.startswith("vllm"):
+            start = i + 1
+            break
+        if token.endswith(("api_server", "api_server.py")):
+            start = i + 1
+            break
+    if start is None:
+        raise NotEmittable("the command is not a plain `vllm serve` or api_server command "
+                           f"({shlex.join(argv[:3])} ...), so its vLLM options cannot be separated out")
+    model = None
+    options: list[tuple[str, object]] = []
+    rest = list(argv[start:])
+    if argv[start - 1] == "serve" and rest and _is_value(rest[0]):
+        model = rest.pop(0)
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token.startswith("--"):
+            name, eq, inline = token[2:].partition("=")
+            name = name.replace("_", "-")
+            if eq:
+                value: object = inline
+                i += 1
+            else:
+                values = []
+                i += 1
+                while i < len(rest) and _is_value(rest[i]):
+                    values.append(rest[i])
+                    i += 1
+                value = True if not values else values[0] if len(values) == 1 else values
+        elif token.startswith("-") and not _is_value(token):
+            short, eq, inline = token.partition("=")
+            if short not in SHORT_OPTIONS:
+                raise NotEmittable(f"the short option {short} has no known long name")
+            name = SHORT_OPTIONS[short]
+            i += 1
+            if eq:
+                value = inline
+            elif short in _SHORT_FLAGS or i >= len(rest) or not _is_value(rest[i]):
+                value = True
+            else:
+                value = rest[i]
+                i += 1
+        else:
+            if model is None:
+                model = token  # api_server's positional model_tag
+                i += 1
+                continue
+            raise NotEmittable(f"unexpected argument {token!r} in the serve command")
+        if name == "model" and isinstance(value, str):
+            model = value
+            continue
+        options.append((name, value))
+    return VllmCommand(list(argv[:start]), model, options)
+
+
+# ---------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------
+
+def verified_on(record: dict) -> str:
+    """The UTC date the command was verified (the last attempt's end), else the run's start."""
+    attempts = record.get("attempts") or []
+    stamp = (attempts[-1].get("ended_at") if attempts else None) or record.get("started_at") or ""
+    return stamp[:10] or "unknown date"
+
+
+def provenance_line(record: dict) -> str:
+    return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
+            f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
+            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; "
+            "numbers age: re-check after upgrading vLLM, the driver or the model")
+
+
+def fmt_int(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def shell_env(record: dict) -> dict[str, str]:
+    """The recorded environment for a shell: secrets (recorded as ***) become $NAME."""
+    env = record.get("environment") or {}
+    return {k: (f"${k}" if is_secret(k) else str(v)) for k, v in env.items()}
+
+
+def secret_names(record: dict) -> list[str]:
+    return [k for k in (record.get("environment") or {}) if is_secret(k)]
+
+
+def cwd_of(record: dict) -> str | None:
+    return (record.get("command") or {}).get("cwd")
+
+
+def _is_local_path(model: str) -> bool:
+    """A model given as a path rather than a Hub id (org/name)."""
+    return model.startswith(("/", ".", "~")) or model.count("/") >= 2 or model.endswith(".gguf")
+
+
+def _absolute(path: str, cwd: str | None) -> str:
+    if path.startswith(("/", "~")) or cwd is None:
+        return path
+    return str(PurePosixPath(cwd) / path)
+
+
+def port_of(cmd: VllmCommand) -> int:
+    value = cmd.option("port")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return DEFAULT_PORT
+
+
+# ---------------------------------------------------------------------------
+# command.sh
+# ---------------------------------------------------------------------------
+
+def command_line(record: dict) -> str:
+    """The verified command as ONE shell line, environment first."""
+    return servecmd.one_line(final_argv(record), shell_env(record))
+
+
+def render_command(record: dict) -> str:
+    return f"# {provenance_line(record)}\n{command_line(record)}\n"
+
+
+# ---------------------------------------------------------------------------
+# vllm-config.yaml
+# ---------------------------------------------------------------------------
+
+def yaml_scalar(value: object) -> str:
+    """A YAML scalar that reads back as the same text vLLM would get on the command line.
+
+    vLLM's config loader passes `str(value)` on, so a number is written bare only when YAML
+    reads it back to exactly the text given (`0.95`, `16256`); `1.10`, `007`, `128M`, `yes`
+    and everything else is a double-quoted string (JSON strings are valid YAML).
+    """
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    text = str(value)
+    if re.fullmatch(r"-?[1-9]\d*|0", text):
+        return text
+    if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+def render_yaml(record: dict) -> str:
+    argv = final_argv(record)
+    cmd = parse_vllm_command(argv)
+    if cmd.option("config") is not None:
+        # vLLM reads one config file; its contents are not in the record, so they cannot be merged here.
+        raise NotEmittable(f"the command already reads a config file (--config {cmd.option('config')}): "
+                           "add --max-model-len to that file instead")
+    usage = shlex.join(cmd.launcher + ["--config", YAML])
+    if cmd.launcher[-1:] != ["serve"]:
+        usage += f"   (or: vllm serve --config {YAML})"
+    lines = [f"# {provenance_line(record)}", f"# usage: {usage}"]
+    env = shell_env(record)
+    if env:
+        lines.append("# environment it was verified with (a config file cannot set it): "
+                     + " ".join(f"{k}={v}" for k, v in env.items()))
+    if cmd.model is not None:
+        lines.append(f"model: {yaml_scalar(cmd.model)}")
+    for name, value in cmd.options:
+        if isinstance(value, list):
+            lines.append(f"{name}:")
+            lines.extend(f"  - {yaml_scalar(item)}" for item in value)
+        else:
+            lines.append(f"{name}: {yaml_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# docker-compose.yml
+# ---------------------------------------------------------------------------
+
+def image_tag(version: str | None) -> str:
+    """vllm/vllm-openai:v0.32.0 for vLLM 0.32.0 (a local build suffix such as +cpu dropped)."""
+    if not version:
+        return f"{IMAGE}:latest"
+    return f"{IMAGE}:v{version.split('+')[0]}"
+
+
+def pinned_gpus(record: dict) -> list[str] | None:
+    """The GPU ids the run was pinned to (CUDA_VISIBLE_DEVICES as recorded), or None."""
+    value = (record.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
+    if value is None or value == "":
+        return None
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def _gpu_names(record: dict, ids: list[str]) -> list[str]:
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    named = []
+    for gid in ids:
+        for gpu in gpus:
+            if str(gpu.get("index")) == gid or gpu.get("uuid") == gid:
+                named.append(f"GPU {gid}: {gpu.get('name', '?')} ({gpu.get('uuid', 'no uuid recorded')})")
+    return named
+
+
+def _compose_value(text: str) -> str:
+    # Compose interpolates $VAR in values: a literal $ is written $$.
+    return json.dumps(text.replace("$", "$$"), ensure_ascii=False)
+
+
+def render_compose(record: dict) -> str:
+    argv = final_argv(record)
+    cmd = parse_vllm_command(argv)
+    cwd = cwd_of(record)
+    env = record.get("environment") or {}
+    port = port_of(cmd)
+    notes: list[str] = []
+    volumes: list[str] = []
+
+    hf_host = env.get("HF_HOME")
+    hf_host = f"{hf_host}/hub" if hf_host and not env.get("HF_HUB_CACHE") else env.get("HF_HUB_CACHE")
+    if hf_host:
+        volumes.append(f"{_absolute(hf_host, cwd)}:{CONTAINER_HF_CACHE}/hub")
+    else:
+        volumes.append(f"${{HOME}}/.cache/huggingface:{CONTAINER_HF_CACHE}")
+
+    model = cmd.model
+    if model is not None and _is_local_path(model):
+        host = _absolute(model, cwd)
+        inside = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
+        volumes.append(f"{host}:{inside}:ro")
+        if not host.startswith(("/", "~")):
+            notes.append(f"the model path {model} was relative to the folder autotune ran in: "
+                         "make the volume's host side absolute")
+        model = inside
+    command = (["--model", model] if model is not None else [])
+    for name, value in cmd.options:
+        if value is True:
+            command.append(f"--{name}")
+        elif isinstance(value, list):
+            command += [f"--{name}", *map(str, value)]
+        else:
+            command += [f"--{name}", str(value)]
+        values = value if isinstance(value, list) else [value]
+        for item in values:
+            if isinstance(item, str) and item.startswith(("/", "./", "../", "~/")):
+                notes.append(f"--{name} names the host path {item}: mount it into the container too")
+
+    if str(cmd.option("host") or "") in ("127.0.0.1", "localhost", "::1"):
+        notes.append(f"--host {cmd.option('host')} listens inside the container only: "
+                     "drop it (vLLM's default listens on all addresses) for the published port to work")
+    out = [f"# {provenance_line(record)}",
+           "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)"]
+    ids = pinned_gpus(record)
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    if ids is None and not gpus:
+        out.append(f"# this run used vLLM's CPU backend (no GPU recorded); {IMAGE} is the CUDA build: "
+                   "for the CPU backend use vLLM's CPU image (public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo) "
+                   "with the same command")
+    for named in _gpu_names(record, ids or []):
+        out.append(f"# {named}")
+    if ids and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and len(gpus) > 1:
+        out.append("# the run did not set CUDA_DEVICE_ORDER=PCI_BUS_ID: its CUDA index may differ from the "
+                   "nvidia-smi index that device_ids uses; check with nvidia-smi -L")
+    out += [f"# note: {n}" for n in notes]
+    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.get('vllm_version')))}",
+            "    command:"]
+    out += [f"      - {_compose_value(token)}" for token in command]
+    out += ["    ports:", f"      - \"{port}:{port}\"", "    ipc: host", "    volumes:"]
+    out += [f"      - {json.dumps(v)}" for v in volumes]
+    container_env = {k: v for k, v in env.items() if k not in _NOT_IN_CONTAINER}
+    if container_env:
+        out.append("    environment:")
+        for key, value in container_env.items():
+            shown = f"${{{key}}}" if is_secret(key) else str(value).replace("$", "$$")
+            out.append(f"      {key}: {json.dumps(shown, ensure_ascii=False)}")
+    if ids is not None or gpus:
+        out += ["    deploy:", "      resources:", "        reservations:", "          devices:",
+                "            - driver: nvidia"]
+        if ids is not None:
+            out.append("              device_ids: [" + ", ".join(json.dumps(i) for i in ids) + "]")
+        else:
+            out.append("              count: all")
+        out.append("              capabilities: [gpu]")
+    out.append("    restart: unless-stopped")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# vllm.service
+# ---------------------------------------------------------------------------
+
+_SYSTEMD_SPECIAL = re.compile(r"[%$\\']")
+
+
+def systemd_word(arg: str) -> str:
+    """One ExecStart word. Words are quoted exactly as in command.sh (shlex: bare, or in single
+    quotes, which systemd also reads literally), so the two lines match; a word holding %, $,
+    a backslash or a single quote gets systemd's own double-quoted form instead (% is a
+    specifier and $ an environment reference there, written %% and $$)."""
+    if not _SYSTEMD_SPECIAL.search(arg):
+        return shlex.quote(arg)
+    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return f'"{escaped}"'
+
+
+def exec_start(record: dict) -> str:
+    argv = final_argv(record)
+    program = argv[0]
+    if "/" in program and not program.startswith("/"):
+        # systemd runs only absolute paths or names on its fixed PATH.
+        program = _absolute(program, cwd_of(record))
+    return " ".join(systemd_word(a) for a in [program, *argv[1:]])
+
+
+def render_systemd(record: dict) -> str:
+    argv = final_argv(record)
+    model = servecmd.model_of(argv) or "the model"
+    cwd = cwd_of(record)
+    out = [f"# {provenance_line(record)}",
+           f"# install: sudo cp {SYSTEMD} /etc/systemd/system/ && sudo systemctl daemon-reload "
+           f"&& sudo systemctl enable --now {PurePosixPath(SYSTEMD).stem}",
+           f"# logs:    journalctl -u {PurePosixPath(SYSTEMD).stem} -f"]
+    relative = [a for a in argv[1:] if a.startswith(("./", "../", ".")) and "/" in a]
+    if cwd is None and ("/" in argv[0] and not argv[0].startswith("/") or relative):
+        out.append("# note: the command uses paths relative to the folder autotune ran in: "
+                   "set WorkingDirectory= to that folder")
+    if "/" not in argv[0]:
+        out.append(f"# note: systemd looks {argv[0]} up on its own PATH (/usr/local/bin:/usr/bin:...), not yours: "
+                   f"if it lives in a virtualenv, write its absolute path (`command -v {argv[0]}`)")
+    secrets = secret_names(record)
+    if secrets:
+        out.append(f"# put {', '.join(f'{s}=...' for s in secrets)} in /etc/default/vllm (mode 600): "
+                   "the unit reads it and no secret is written here")
+    out += ["[Unit]",
+            f"Description=vLLM serving {model} at --max-model-len "
+            f"{fmt_int((record.get('result') or {}).get('ceiling'))} (verified by autotune)",
+            "After=network-online.target", "Wants=network-online.target", "", "[Service]", "Type=simple"]
+    if cwd:
+        out.append(f"WorkingDirectory={cwd}")
+    for key, value in (record.get("environment") or {}).items():
+        if is_secret(key):
+            continue
+        escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        out.append(f'Environment="{key}={escaped}"')
+    if secrets:
+        out.append("EnvironmentFile=-/etc/default/vllm")
+    out += [f"ExecStart={exec_start(record)}",
+            "Restart=on-failure", "RestartSec=10",
+            # vLLM needs seconds to stop its engine and workers; the whole control group is stopped.
+            "TimeoutStopSec=60", "KillMode=control-group", "", "[Install]", "WantedBy=multi-user.target"]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------
+# All of them
+# ---------------------------------------------------------------------------
+
+RENDERERS = {COMMAND: render_command, YAML: render_yaml, COMPOSE: render_compose, SYSTEMD: render_systemd}
+
+
+def render(record: dict, name: str) -> str:
+    """One file's text; raises NotEmittable with the reason when this run cannot give it."""
+    return RENDERERS[name](record)
+
+
+def render_all(record: dict) -> tuple[dict[str, str], dict[str, str]]:
+    """(files that can be written: name -> text, files that cannot: name -> why)."""
+    texts: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    for name, renderer in RENDERERS.items():
+        try:
+            texts[name] = renderer(record)
+        except NotEmittable as exc:
+            skipped[name] = str(exc)
+    return texts, skipped
+
+
+def write_all(run_dir: Path, record: dict) -> list[str]:
+    """Write every file this run can give into run_dir (atomically); return their names."""
+    texts, _ = render_all(record)
+    for name, text in texts.items():
+        artifact.write_atomic(Path(run_dir) / name, text)
+    return list(texts)

@@ -1,0 +1,345 @@
+"""The paste-ready files: each one starts the same server the run verified.
+
+The records are real run.json files (tests/fixtures/progress) and variations of them with a
+pinned GPU, secrets, and the kinds of options real serve commands carry. The checks read
+each file the way its consumer does: the shell (shlex), YAML, and vLLM's OWN argument
+parser (the installed vLLM, in one subprocess for the session), which must read
+vllm-config.yaml into exactly the settings the command line gives.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import emit
+from autotune.redact import is_secret
+
+RECORDS = Path(__file__).resolve().parent / "fixtures" / "progress"
+
+
+def real(name: str = "cpu-0.32.0-refused-then-verified.run.json") -> dict:
+    return json.loads((RECORDS / name).read_text())
+
+
+def gpu_record() -> dict:
+    """A real record moved to a pinned GPU, with secrets and the options GPU users pass."""
+    rec = real()
+    argv = ["vllm", "serve", "Qwen/Qwen3.6-27B-AWQ", "--quantization", "awq_marlin",
+            "--gpu-memory-utilization", "0.95", "--max-num-seqs", "1", "--enable-prefix-caching",
+            "--no-enable-log-requests", "-tp", "1", "--kv-cache-dtype", "auto", "--revision", "1.10",
+            "--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE", "max_cudagraph_capture_size": 32}',
+            "--api-key", "key-one", "key-two", "--served-model-name", "qwen 27b",
+            "--max_num_batched_tokens=2048", "--port", "8011", "--max-model-len", "61152"]
+    rec["result"]["final_argv"] = argv
+    rec["result"]["ceiling"] = 61152
+    rec["model"] = "Qwen/Qwen3.6-27B-AWQ"
+    rec["command"]["argv"] = argv[:-2]
+    rec["command"]["port_chosen_by_autotune"] = False
+    rec["command"]["cwd"] = "/home/me/llm"
+    rec["environment"] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "***",
+                          "VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "OMP_NUM_THREADS": "8",
+                          "VLLM_CACHE_ROOT": "/data/vllm 100%$cache"}
+    rec["machine"]["gpus"] = [
+        {"index": 0, "uuid": "GPU-1660aaaa", "name": "NVIDIA GeForce GTX 1660 SUPER"},
+        {"index": 1, "uuid": "GPU-3090bbbb", "name": "NVIDIA GeForce RTX 3090"}]
+    return rec
+
+
+RECORDS_UNDER_TEST = {
+    "cpu-refusal": lambda: real(),
+    "cpu-auto": lambda: real("cpu-0.32.0-auto-verified.run.json"),
+    "gpu-pinned": gpu_record,
+}
+
+
+@pytest.fixture(params=sorted(RECORDS_UNDER_TEST))
+def record(request):
+    return RECORDS_UNDER_TEST[request.param]()
+
+
+def env_and_argv(line: str) -> tuple[dict[str, str], list[str]]:
+    words = shlex.split(line)
+    env = {}
+    while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):
+        key, _, value = words.pop(0).partition("=")
+        env[key] = value
+    return env, words
+
+
+# ---------------------------------------------------------------------------
+# command.sh
+# ---------------------------------------------------------------------------
+
+def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
+    text = emit.render_command(record)
+    lines = text.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("# verified by autotune ") and not lines[1].startswith("#")
+    assert f"with vLLM {record['vllm_version']} on 2026-11-29" in lines[0]
+    env, argv = env_and_argv(lines[1])
+    assert argv == record["result"]["final_argv"]
+    # environment first, as recorded; the secret (recorded as ***) refers to the user's own variable
+    assert env == {k: (f"${k}" if is_secret(k) else v) for k, v in record["environment"].items()}
+    assert list(env) == list(record["environment"])
+    assert "***" not in text
+
+
+def test_the_secret_is_a_shell_reference_expanded_by_the_shell_that_runs_it(tmp_path):
+    line = emit.command_line(gpu_record())
+    assert "HF_TOKEN=$HF_TOKEN" in line.split()
+    # run the line's environment part in a real shell, with the program replaced by `env`
+    env, _ = env_and_argv(line)
+    script = " ".join(f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in env.items()) + " env"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                         env={"HF_TOKEN": "hf_from_the_users_shell", "PATH": "/usr/bin:/bin"}).stdout
+    assert "HF_TOKEN=hf_from_the_users_shell" in out.splitlines()
+    assert "VLLM_CACHE_ROOT=/data/vllm 100%$cache" in out.splitlines()
+
+
+# ---------------------------------------------------------------------------
+# vllm-config.yaml, checked against the installed vLLM
+# ---------------------------------------------------------------------------
+
+VLLM_PARSE = r"""
+import json, re, sys, warnings
+warnings.simplefilter("ignore")
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:  # older layouts
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+def parser():
+    return make_arg_parser(FlexibleArgumentParser(description="vLLM OpenAI-Compatible RESTful API server."))
+
+def settings(args):
+    found = {k: repr(v) for k, v in sorted(vars(args).items())}
+    model_tag = found.pop("model_tag", "None")
+    if model_tag != "None":  # `vllm serve MODEL` and `model: MODEL` mean the same
+        found["model"] = model_tag
+    return found
+
+cases = json.load(sys.stdin)
+out = {"help": parser().format_help(), "results": []}
+for case in cases:
+    out["results"].append({"from_config": settings(parser().parse_args(["--config", case["config"]])),
+                           "from_argv": settings(parser().parse_args(case["argv"]))})
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="session")
+def vllm_reads(tmp_path_factory):
+    """For every record under test: what vLLM's own parser makes of vllm-config.yaml and of the
+    command's options; plus vLLM's --help text. One subprocess (importing vLLM takes ~15 s)."""
+    folder = tmp_path_factory.mktemp("yaml")
+    cases, names = [], sorted(RECORDS_UNDER_TEST)
+    for name in names:
+        rec = RECORDS_UNDER_TEST[name]()
+        path = folder / f"{name}.yaml"
+        path.write_text(emit.render_yaml(rec))
+        cmd = emit.parse_vllm_command(rec["result"]["final_argv"])
+        cases.append({"config": str(path), "argv": rec["result"]["final_argv"][len(cmd.launcher):]})
+    proc = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(cases), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out["help"], dict(zip(names, out["results"]))
+
+
+def test_vllms_help_lists_the_long_options(vllm_reads):
+    help_text, _ = vllm_reads
+    # the same text `python -m vllm.entrypoints.openai.api_server --help` prints
+    assert "--max-model-len" in help_text and "--kv-cache-memory-bytes" in help_text
+
+
+def test_vllm_config_yaml_loads_and_every_key_is_a_vllm_long_option(record, vllm_reads):
+    help_text, _ = vllm_reads
+    long_options = set(re.findall(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)", help_text))
+    text = emit.render_yaml(record)
+    config = yaml.safe_load(text)
+    assert isinstance(config, dict) and config
+    for key in config:
+        assert key in long_options, f"{key!r} is not a long option of the installed vLLM"
+    assert config["max-model-len"] == record["result"]["ceiling"]
+    assert f"with vLLM {record['vllm_version']} on 2026-11-29" in text.splitlines()[0]
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS_UNDER_TEST))
+def test_vllm_reads_the_config_file_into_the_same_settings_as_the_command(name, vllm_reads):
+    _, results = vllm_reads
+    read = results[name]
+    assert read["from_config"] == read["from_argv"]
+    assert read["from_argv"]["max_model_len"] in ("16256", "61152")
+
+
+@pytest.mark.parametrize("value, text", [
+    (True, "true"), (16256, "16256"), ("16256", "16256"), ("0.95", "0.95"), ("-1", "-1"),
+    ("1.10", '"1.10"'), ("007", '"007"'), ("128M", '"128M"'), ("yes", '"yes"'), ("null", '"null"'),
+    ("1e5", '"1e5"'), ('{"a": 1}', '"{\\"a\\": 1}"'), ("qwen 27b", '"qwen 27b"'),
+])
+def test_yaml_scalars_read_back_as_the_text_vllm_would_get(value, text):
+    assert emit.yaml_scalar(value) == text
+    loaded = yaml.safe_load(f"k: {text}")["k"]  # vLLM's loader then passes str(loaded) on
+    assert loaded is True if value is True else str(loaded) == str(value)
+
+
+# ---------------------------------------------------------------------------
+# docker-compose.yml
+# ---------------------------------------------------------------------------
+
+def test_docker_compose_for_a_pinned_gpu():
+    rec = gpu_record()
+    text = emit.render_compose(rec)
+    compose = yaml.safe_load(text)
+    service = compose["services"]["vllm"]
+    assert service["image"] == "vllm/vllm-openai:v0.32.0"
+    assert service["ipc"] == "host"
+    devices = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "device_ids": ["1"], "capabilities": ["gpu"]}]
+    assert "# GPU 1: NVIDIA GeForce RTX 3090 (GPU-3090bbbb)" in text
+    assert service["ports"] == ["8011:8011"]
+    assert "${HOME}/.cache/huggingface:/root/.cache/huggingface" in service["volumes"]
+    # the same vLLM options after the image, compose's $ escaping undone
+    command = [word.replace("$$", "$") for word in service["command"]]
+    assert command[:2] == ["--model", "Qwen/Qwen3.6-27B-AWQ"]
+    assert emit.parse_vllm_command(["vllm", "serve", *command]).options == \
+        emit.parse_vllm_command(rec["result"]["final_argv"]).options
+    # inside the container the reserved GPU is device 0: no CUDA_VISIBLE_DEVICES there
+    env = service["environment"]
+    assert "CUDA_VISIBLE_DEVICES" not in env and "CUDA_DEVICE_ORDER" not in env
+    assert env["HF_TOKEN"] == "${HF_TOKEN}" and env["VLLM_ATTENTION_BACKEND"] == "FLASH_ATTN"
+    assert env["VLLM_CACHE_ROOT"] == "/data/vllm 100%$$cache"  # compose reads $$ as one $
+    assert "***" not in text
+
+
+def test_docker_compose_for_the_real_cpu_run_mounts_the_local_model_and_says_which_image():
+    rec = real()
+    rec["command"]["cwd"] = "/work/main"
+    text = emit.render_compose(rec)
+    service = yaml.safe_load(text)["services"]["vllm"]
+    assert service["image"] == "vllm/vllm-openai:v0.32.0" and service["ipc"] == "host"
+    assert "/work/main/.demo/tiny-llama:/models/tiny-llama:ro" in service["volumes"]
+    assert service["command"][:2] == ["--model", "/models/tiny-llama"]
+    assert service["ports"] == ["8000:8000"]  # autotune chose the port: the image's default
+    assert "deploy" not in service  # no GPU was used
+    assert "CPU backend" in text
+
+
+def test_docker_compose_without_pinning_reserves_all_gpus():
+    rec = gpu_record()
+    del rec["environment"]["CUDA_VISIBLE_DEVICES"]
+    devices = yaml.safe_load(emit.render_compose(rec))["services"]["vllm"]["deploy"]["resources"]["reservations"]["devices"]
+    assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+
+
+# ---------------------------------------------------------------------------
+# vllm.service
+# ---------------------------------------------------------------------------
+
+def unit_values(text: str, key: str) -> list[str]:
+    return [line.split("=", 1)[1] for line in text.splitlines() if line.startswith(key + "=")]
+
+
+def test_the_unit_runs_command_sh_s_command_with_the_same_environment(record):
+    text = emit.render_systemd(record)
+    _, _, line = emit.render_command(record).partition("\n")
+    env, argv = env_and_argv(line.strip())
+    command_part = shlex.join(argv)
+    if "/" in argv[0] and not argv[0].startswith("/"):
+        # systemd runs only absolute paths: the relative python of `make demo` is made absolute
+        # when the run recorded its folder, else a note says to set WorkingDirectory=
+        assert "WorkingDirectory=" in text or "set WorkingDirectory=" in text
+        command_part = command_part.split(" ", 1)[1]
+        assert unit_values(text, "ExecStart")[0].endswith(" " + command_part)
+    else:
+        assert unit_values(text, "ExecStart") == [command_part]
+    for key, value in env.items():
+        if value == f"${key}":  # a secret: read from the environment file, never written
+            assert "EnvironmentFile=-/etc/default/vllm" in text and f"{key}=" not in "".join(
+                unit_values(text, "Environment"))
+        else:
+            assert f'"{key}={value.replace("%", "%%")}"' in unit_values(text, "Environment")
+    assert unit_values(text, "Restart") == ["on-failure"]
+    assert "[Install]" in text and unit_values(text, "WantedBy") == ["multi-user.target"]
+    assert f"with vLLM {record['vllm_version']} on 2026-11-29" in text.splitlines()[0]
+    assert "***" not in text
+
+
+def test_the_unit_makes_a_relative_program_absolute_from_the_recorded_folder():
+    rec = real()
+    rec["command"]["cwd"] = "/work/main"
+    text = emit.render_systemd(rec)
+    assert unit_values(text, "WorkingDirectory") == ["/work/main"]
+    assert unit_values(text, "ExecStart")[0].startswith("/work/main/.venv/bin/python -m vllm.entrypoints")
+
+
+@pytest.mark.parametrize("word, written", [
+    ("plain", "plain"), ("two words", "'two words'"), ("100%", '"100%%"'), ("$HOME", '"$$HOME"'),
+    ('{"a": 1}', "'{\"a\": 1}'"), ("it's", '"it\'s"'), ("a\\b", '"a\\\\b"'),
+])
+def test_exec_start_words(word, written):
+    assert emit.systemd_word(word) == written
+
+
+# ---------------------------------------------------------------------------
+# All four
+# ---------------------------------------------------------------------------
+
+def test_write_all_writes_the_four_files_atomically(tmp_path):
+    names = emit.write_all(tmp_path, real())
+    assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left
+    assert (tmp_path / "command.sh").read_text() == emit.render_command(real())
+
+
+def test_a_run_without_a_verified_command_gives_no_file(tmp_path):
+    rec = real()
+    rec["result"] = {"verdict": "hung", "ceiling": None, "verified": False}
+    assert emit.write_all(tmp_path, rec) == [] and list(tmp_path.iterdir()) == []
+    with pytest.raises(emit.NotEmittable, match="no verified command .verdict: hung"):
+        emit.render(rec, emit.COMPOSE)
+
+
+def test_a_command_that_is_not_plain_vllm_gives_the_shell_and_systemd_files_only(tmp_path):
+    rec = real()
+    rec["result"]["final_argv"] = ["docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.32.0",
+                                   "--model", "m", "--max-model-len", "16256"]
+    texts, skipped = emit.render_all(rec)
+    assert sorted(texts) == ["command.sh", "vllm.service"]
+    assert "not a plain `vllm serve` or api_server command" in skipped["vllm-config.yaml"]
+    assert unit_values(texts["vllm.service"], "ExecStart") == [shlex.join(rec["result"]["final_argv"])]
+    assert emit.write_all(tmp_path, rec) == ["command.sh", "vllm.service"]
+
+
+@pytest.mark.parametrize("argv, model, options", [
+    (["vllm", "serve", "org/m", "--dtype", "half"], "org/m", [("dtype", "half")]),
+    (["/usr/bin/python3", "-m", "vllm.entrypoints.openai.api_server", "--model=/m", "--max_model_len", "-1"],
+     "/m", [("max-model-len", "-1")]),
+    (["vllm", "serve", "m", "-tp", "2", "-ep", "--api-key", "a", "b"], "m",
+     [("tensor-parallel-size", "2"), ("enable-expert-parallel", True), ("api-key", ["a", "b"])]),
+])
+def test_parse_vllm_command(argv, model, options):
+    cmd = emit.parse_vllm_command(argv)
+    assert (cmd.model, cmd.options) == (model, options)
+
+
+def test_an_unknown_short_option_is_refused_rather_than_guessed():
+    with pytest.raises(emit.NotEmittable, match="-zz has no known long name"):
+        emit.parse_vllm_command(["vllm", "serve", "m", "-zz", "1"])
+
+
+def test_a_command_with_its_own_config_file_gets_no_second_one():
+    rec = real()
+    rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
+    with pytest.raises(emit.NotEmittable, match=r"already reads a config file \(--config mine.yaml\)"):
+        emit.render_yaml(rec)
+    texts, skipped = emit.render_all(rec)
+    assert "vllm-config.yaml" in skipped and "command.sh" in texts
