@@ -95,7 +95,10 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
             if n >= max_boots:
                 return Stop("verified", length, f"{length} boots; the KV capacity ({last.kv_cache_tokens}) shows "
                                                 f"room for more, but --max-boots is reached")
-            return Launch(min(target, last.kv_cache_tokens),
+            # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
+            # the pool itself would always be refused (one more boot to reach the estimate).
+            aim = int(last.kv_cache_tokens / (1 + ROOM_TOLERANCE / 2))
+            return Launch(min(target, aim),
                           f"boot {n} at {length} showed KV room for {last.kv_cache_tokens} tokens", "room")
         return Stop("verified", length,
                     f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})")
