@@ -40,7 +40,7 @@ def test_reach_raises_gmu_in_one_predicted_boot(tiny_model, tmp_path):
     assert reach["boots"] < walked
     command = (tmp_path / parent["run_id"] / "command.sh").read_text()
     assert f"--gpu-memory-utilization {step['value']}" in command and "--max-model-len 60000" in command
-    assert "levers (1 more boot(s))" in proc.stdout and "GiB short" in proc.stdout
+    assert "(+ 1 in lever runs)" in proc.stdout and "GiB short" in proc.stdout
 
 
 def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
