@@ -47,6 +47,7 @@ class AttemptSummary:
     error_kind: str | None = None
     basis: str = "target"  # why this length was booted: target | start_at | ceiling | room | auto
     kv_cache_tokens: int | None = None  # the KV capacity the boot reported
+    index: int | None = None  # the boot's number in its run (interrupted or recovered boots count too)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
 
     last = attempts[-1]
     n = len(attempts)
+    boot = last.index or n
     if last.outcome == VERIFIED:
         if last.max_model_len == AUTO:
             fit = last.ceiling
@@ -99,7 +101,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
             # the pool itself would always be refused (one more boot to reach the estimate).
             aim = int(last.kv_cache_tokens / (1 + ROOM_TOLERANCE / 2))
             return Launch(min(target, aim),
-                          f"boot {n} at {length} showed KV room for {last.kv_cache_tokens} tokens", "room")
+                          f"boot {boot} at {length} showed KV room for {last.kv_cache_tokens} tokens", "room")
         return Stop("verified", length,
                     f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})")
     if last.outcome == AUTOFIT_READ:
@@ -129,5 +131,6 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
             return Stop("nothing_fits", None, "vLLM says not even one token of context fits")
         if n >= max_boots:
             return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
-        return Launch(nxt, f"the ceiling from boot {n} ({_HOW.get(last.ceiling_source, last.ceiling_source)})", "ceiling")
+        return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
+                      "ceiling")
     return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")

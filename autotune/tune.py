@@ -293,7 +293,8 @@ def summary_of(attempt: dict) -> strategy.AttemptSummary:
     """What the strategy needs from a recorded attempt (also for a resumed run)."""
     return strategy.AttemptSummary(attempt["max_model_len"], attempt["outcome"], attempt.get("ceiling"),
                                    attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
-                                   attempt.get("basis", "target"), (attempt.get("facts") or {}).get("kv_cache_tokens"))
+                                   attempt.get("basis", "target"), (attempt.get("facts") or {}).get("kv_cache_tokens"),
+                                   attempt.get("index"))
 
 
 def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], argv: list[str], port: int,

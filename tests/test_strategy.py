@@ -93,3 +93,9 @@ def test_a_predicted_boot_is_accepted_only_without_room():
     assert next_step(T, [from_estimate]).verdict == "verified"
     # and the room check respects --max-boots
     assert next_step(T, [roomy], max_boots=1).verdict == "verified"
+
+
+def test_reasons_name_the_boot_by_its_number_in_the_run():
+    # boot 1 was interrupted and resumed: the refusal is boot 2's
+    step = next_step(T, [AttemptSummary(T, REFUSED, 61152, "estimate", index=2)])
+    assert step.reason.startswith("the ceiling from boot 2 ")
