@@ -115,6 +115,12 @@ class LengthType(click.ParamType):
                    "--gpu-memory-utilization up to --max-gmu, and --kv-cache-dtype fp8 (only with "
                    "--allow-kv-quant). Predictable gains are computed, the rest measured, then the "
                    "combination predicted to reach the target is booted.")
+@click.option("--probe", type=click.Choice(["quick", "full", "none"]), default="quick", show_default=True,
+              help="After the ceiling boots, prove it with real requests: quick = one prompt filling the "
+                   "context to within a small margin (sized with the server's /tokenize), timed, with memory "
+                   "read before and after; full = also a second near-ceiling request and a short one sent "
+                   "during its prefill (head-of-line wait); none = skip.")
+@click.option("--back-off", is_flag=True, help="When the probe fails, retry 10% lower instead of stopping.")
 @click.option("--max-gmu", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
               help="With --reach: the highest --gpu-memory-utilization to use (0.99+ is a gamble on a desktop).")
 @click.option("--allow-kv-quant", is_flag=True, help="With --reach: allow --kv-cache-dtype fp8 where the GPU supports it.")
@@ -124,8 +130,8 @@ class LengthType(click.ParamType):
               help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log).")
 @_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_boots, strategy, reach, max_gmu,
-         allow_kv_quant, json_, quiet, show_log, runs_dir, serve_command):
+def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_boots, strategy, reach, probe,
+         back_off, max_gmu, allow_kv_quant, json_, quiet, show_log, runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -160,7 +166,8 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
     opts = tune_mod.TuneOptions(target=0 if target_max else target, target_max=target_max, gpu=gpu, force=force,
                                 allow_risky_gmu=allow_risky_gmu, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
                                 stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
-                                strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant)
+                                strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant,
+                                probe=probe, back_off=back_off)
     progress = Progress(quiet=quiet, show_log=show_log)
     try:
         record = tune_mod.tune(opts, progress)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 # Attempt outcomes, as recorded in run.json.
 VERIFIED = "verified"  # healthy and /v1/models reports the asked length
 NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
+PROBE_FAILED = "probe_failed"  # healthy and serving the length, but a near-ceiling request failed
 REFUSED = "refused"  # vLLM's KV-cache refusal
 AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
 ERROR = "error"  # another fatal failure (see error_kind)
@@ -34,6 +35,7 @@ INTERRUPTED = "interrupted"  # autotune itself was stopped
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
+BACK_OFF = 0.10  # --back-off: after a failed probe, retry this fraction lower
 
 AUTO = "auto"  # the value of --max-model-len for an auto-fit boot
 
@@ -69,7 +71,7 @@ _HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the G
 
 
 def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, plan: str = "refusal",
-              start_at: int | None = None) -> Launch | Stop:
+              start_at: int | None = None, back_off: bool = False) -> Launch | Stop:
     if not attempts:
         if plan in ("auto", "auto_probe"):
             return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
@@ -112,6 +114,16 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         nxt = min(last.ceiling, target)
         return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
                       + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
+    if last.outcome == PROBE_FAILED:
+        served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
+        if not back_off or served is None:
+            return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request failed"
+                        + ("" if back_off else " (--back-off retries lower)"))
+        if n >= max_boots:
+            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        lower = int(int(served) * (1 - BACK_OFF))
+        return Launch(min(lower, target), f"boot {boot} booted at {served} but its probe failed: backing off "
+                                          f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
     if last.outcome == NOT_VERIFIED:
         return Stop("not_verified", None, "the server booted but does not serve the length asked for")
     if last.outcome == HUNG:

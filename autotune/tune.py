@@ -78,6 +78,8 @@ class TuneOptions:
     gpu: str | None = None  # --gpu SELECTOR (gpus.py): pin these GPUs by NVML index
     force: bool = False  # boot even when preflight checks say it cannot work
     allow_risky_gmu: bool = False  # allow --gpu-memory-utilization above 0.99
+    probe: str = "quick"  # quick | full | none: near-ceiling requests after the boot verifies (probe.py)
+    back_off: bool = False  # after a failed probe, retry 10% lower
     max_gmu: float = 0.95  # the highest --gpu-memory-utilization the levers may use
     allow_kv_quant: bool = False  # may the levers use --kv-cache-dtype fp8
     links: dict = field(default_factory=dict)  # e.g. {"sweep_id": ..., "reproduces": run_id}
@@ -135,6 +137,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
                  "environment": redact_env(gpu_plan.env_changes), "warnings": list(gpu_plan.warnings)},
         "preflight": preflight_record,
         "options": {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots,
+                    "probe": opts.probe, "back_off": opts.back_off,
                     "keep_serving": opts.keep_serving, "strategy": opts.strategy, "start_at": opts.start_at,
                     "extra_env": redact_env(opts.extra_env)},
         "plan": plan,
@@ -179,7 +182,8 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
                        extra_env={**{k: v for k, v in options.get("extra_env", {}).items() if v != "***"},
                                   **(record.get("gpus") or {}).get("environment", {})},
                        start_at=options.get("start_at"), kind=record.get("kind", "tune"),
-                       strategy=options.get("strategy", "auto"), links=record.get("links", {}))
+                       strategy=options.get("strategy", "auto"), links=record.get("links", {}),
+                       probe=options.get("probe", "quick"), back_off=options.get("back_off", False))
     env, _ = _environment(opts)
     # The user's own --port stays; a port autotune chose is chosen afresh.
     argv, port, port_chosen = _with_port(opts.serve_argv)
@@ -308,7 +312,7 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
     current: dict = {"server": None}
     try:
         while True:
-            step = strategy.next_step(target, summaries, opts.max_boots, plan, opts.start_at)
+            step = strategy.next_step(target, summaries, opts.max_boots, plan, opts.start_at, opts.back_off)
             if isinstance(step, strategy.Stop):
                 break
             index = len(record["attempts"]) + 1
@@ -376,6 +380,8 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
         if final_attempt.get("error_kind"):
             result["error_kind"] = final_attempt["error_kind"]
             result["diagnosis"] = final_attempt.get("diagnosis")
+        if final_attempt.get("probe"):
+            result["probe"] = final_attempt["probe"]
     if final_attempt and final_attempt.get("error_kind") and not verified:
         why_not = final_attempt.get("no_recovery")
         if why_not:
@@ -500,7 +506,16 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             verification = {"healthy": True, "verified": ok, "reason": reason, **evidence}
             emit("healthy", index=index, verified=ok, reason=reason)
             outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED
-            if ok and opts.keep_serving:
+            if ok and opts.probe != "none":
+                # Booting is not yet proof: fill the context with a real request (probe.py).
+                from autotune import probe as probe_mod
+
+                length = min(expected, opts.target) if opts.target else expected
+                rec["probe"] = probe_mod.probe(port, length, opts.probe, server.pid, _visible_indices(env),
+                                               emit=emit)
+                if not rec["probe"].get("ok"):
+                    outcome = strategy.PROBE_FAILED
+            if outcome == strategy.VERIFIED and opts.keep_serving:
                 keep = server
             else:
                 rec["stop"] = _stop(server, launch.STAGES_GRACEFUL, emit)
@@ -533,6 +548,9 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
     ceiling, source = (None, "none")
     if outcome == strategy.REFUSED or auto:
         ceiling, source = ceiling_from(result)
+    if outcome == strategy.PROBE_FAILED:
+        verification["verified"] = False
+        verification["reason"] += f"; but the probe failed: {rec['probe'].get('reason')}"
     error_kind = result.get("error_kind") if outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED) else None
     rec.update(
         outcome=outcome,
@@ -720,6 +738,7 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
         child_opts = TuneOptions(target=opts.target, serve_argv=argv, runs_dir=opts.runs_dir,
                                  stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots, env=opts.env,
                                  extra_env=opts.extra_env, kind="reach-step", strategy=opts.strategy,
+                                 probe=opts.probe, back_off=opts.back_off,
                                  links={"reach_of": record["run_id"]})
         emit("reach_step", lever=lever, value=value)
         child = _tune(child_opts, emit)

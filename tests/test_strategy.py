@@ -99,3 +99,18 @@ def test_reasons_name_the_boot_by_its_number_in_the_run():
     # boot 1 was interrupted and resumed: the refusal is boot 2's
     step = next_step(T, [AttemptSummary(T, REFUSED, 61152, "estimate", index=2)])
     assert step.reason.startswith("the ceiling from boot 2 ")
+
+
+def test_a_failed_probe_stops_or_backs_off_ten_percent():
+    from autotune.strategy import PROBE_FAILED
+
+    failed = AttemptSummary(20000, PROBE_FAILED, basis="ceiling", index=2)
+    stop = next_step(T, [failed])
+    assert (stop.verdict, stop.ceiling) == ("not_verified", None) and "--back-off" in stop.reason
+    step = next_step(T, [failed], back_off=True)
+    assert isinstance(step, Launch) and step.max_model_len == 18000 and step.basis == "back_off"
+    assert "backing off 2000 tokens (10%)" in step.reason
+    auto_failed = AttemptSummary("auto", PROBE_FAILED, 16256, "autofit", basis="auto")
+    assert next_step(T, [auto_failed], back_off=True, plan="auto").max_model_len == int(16256 * 0.9)
+    ok_after = next_step(T, [failed, AttemptSummary(18000, VERIFIED, basis="back_off")], back_off=True)
+    assert (ok_after.verdict, ok_after.ceiling) == ("verified", 18000)

@@ -1,0 +1,673 @@
+"""Prove a booted server really serves its context: near-ceiling requests, timed, with memory read.
+
+A boot that passes /health is not yet proof: servers have booted at a fitted length and
+then run out of memory on the first long request (vLLM #21410, #57475), and prefill can
+fall off a cliff at lengths no boot check touches. So after the ceiling boots:
+
+- quick: ONE request whose prompt fills the context to within `margin_tokens` of
+  max_model_len minus the output tokens, a few output tokens, streamed so the first
+  chunk times the prefill (TTFT). The prompt is sized with the server's own /tokenize,
+  never by guessing characters per token (see `size_prompt`).
+- full: quick, then a second near-ceiling request (is it repeatable?) and, while that one
+  is in prefill, a short request whose time to first token is the head-of-line wait a
+  user would see behind a long prompt.
+
+Memory is read before the first request and after the last (and sampled while they run):
+on a GPU the NVML used memory of the pinned GPUs, on the CPU backend the resident memory
+(RSS) summed over the server's whole process tree. vLLM preallocates the KV pool, so a
+near-ceiling request should not grow it: growth above a small threshold is flagged.
+
+Every call is bounded in time and talks only to 127.0.0.1:<port>. `probe` never raises for
+what the server does (HTTP errors, a dropped connection, a timeout): it returns ok False
+and the reason.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import socket
+import threading
+import time
+import urllib.error
+import uuid
+from dataclasses import dataclass
+from typing import Callable
+
+from autotune import launch, verify
+
+QUICK = "quick"
+FULL = "full"
+MODES = (QUICK, FULL)
+
+MAX_TOKENS = 4  # output tokens per request: enough to see decoding start, cheap everywhere
+# How far below the budget (max_model_len - MAX_TOKENS) the prompt may land: 32 tokens, or
+# 0.2% of the length above 16K (a 1M-token context gets a 2K margin). Tokenizers are
+# near-linear on the filler text, so two to four /tokenize calls land inside it.
+MIN_MARGIN_TOKENS = 32
+
+
+def default_margin(max_model_len: int) -> int:
+    return max(MIN_MARGIN_TOKENS, max_model_len // 500)
+
+
+MAX_TOKENIZE_CALLS = 6
+# Growth of used memory across the probe above which it is flagged.
+# GPU: vLLM preallocates the KV pool and the activation budget at boot, so a served request
+# should add nothing (a reference user saw 0 bytes on a 58.5K request); 256 MiB is beyond
+# allocator noise and far below a real leak or an unplanned allocation.
+GPU_GROWTH_THRESHOLD_GIB = 0.25
+# CPU: the server tree's RSS grows on the first long request as pages it touches for the
+# first time become resident (measured on vLLM 0.32 CPU, tiny model, 16,240-token prompt:
+# +0.06 to +0.08 GiB on the first request, ~0 on the next ones: see docs/probe.md).
+# 0.5 GiB leaves room for that and catches a real runaway.
+CPU_GROWTH_THRESHOLD_GIB = 0.5
+MEMORY_SAMPLE_S = 0.25
+
+REQUEST_TIMEOUT_S = 600.0  # one long request: prefill of the whole context on a slow CPU
+SMALL_TIMEOUT_S = 30.0  # /v1/models, /tokenize
+BODY_EXCERPT = 300
+
+GIB = 2**30
+
+# The filler: varied words and a running number, so that no tokenizer collapses it into a
+# few tokens per repetition, and (with the salt at the start) two prompts never share a
+# prefix-cache block, so the second near-ceiling request really prefills again.
+_FILLER_SENTENCES = (
+    "The probe fills the context with ordinary text to prove the server serves it.",
+    "Memory is shared between weights, activations and the KV cache of every request.",
+    "A long prompt is read once in prefill, and then each new token is decoded in turn.",
+    "Numbers like 3.14159, 2718 and 1,048,576 appear in documents as often as words.",
+)
+
+
+class ProbeFailure(Exception):
+    """A request the probe needed did not succeed; its message is the probe's reason."""
+
+
+# ---------------------------------------------------------------------------
+# Prompt sizing (pure)
+# ---------------------------------------------------------------------------
+
+
+def filler_text(n_chars: int, salt: str = "") -> str:
+    """Exactly n_chars characters of filler, starting with the salt (deterministic)."""
+    if n_chars <= 0:
+        return ""
+    parts = [f"[{salt}] " if salt else ""]
+    size = len(parts[0])
+    i = 0
+    while size < n_chars:
+        piece = f"{i}. {_FILLER_SENTENCES[i % len(_FILLER_SENTENCES)]} "
+        parts.append(piece)
+        size += len(piece)
+        i += 1
+    return "".join(parts)[:n_chars]
+
+
+def prompt_budget(max_model_len: int, max_tokens: int) -> int:
+    """The most prompt tokens a request with max_tokens output may have."""
+    return max_model_len - max_tokens
+
+
+def within_margin(tokens: int, budget: int, margin: int) -> bool:
+    return budget - margin <= tokens <= budget
+
+
+def next_char_count(chars: int, tokens: int, goal_tokens: int) -> int:
+    """Characters to try next, scaling the last try by the ratio of tokens wanted to tokens got.
+
+    Rounded down: overshooting costs a whole extra tokenize call, undershooting by a few
+    tokens is what the margin is for.
+    """
+    if tokens <= 0:
+        return max(1, chars * 2)
+    return max(1, math.floor(chars * goal_tokens / tokens))
+
+
+def secant_char_count(p1: tuple[int, int], p2: tuple[int, int], goal_tokens: int) -> int | None:
+    """Characters for goal_tokens on the line through two (chars, tokens) tries: a fixed
+    part (BOS, a template) plus tokens per character. None when the two do not define a line."""
+    (c1, t1), (c2, t2) = p1, p2
+    if c1 == c2 or t1 == t2:
+        return None
+    return max(1, math.floor(c1 + (goal_tokens - t1) * (c2 - c1) / (t2 - t1)))
+
+
+def next_try(tries: list[tuple[int, int]], goal_tokens: int, short_chars: int, long_chars: int | None) -> int | None:
+    """The next length to tokenize after `tries` ((chars, tokens), oldest first), kept strictly
+    between the longest try known to fit (short_chars) and the shortest known to be too long
+    (long_chars); None when no length is left between them.
+
+    From two or more tries the line through the last one and the one farthest from it in
+    length (exact for a tokenizer that is linear plus a fixed part; the far one, because
+    token boundaries make the slope between two close lengths noisy), from one try the
+    ratio; where that would leave the interval (a tokenizer that is not linear there) the
+    midpoint.
+    """
+    chars, tokens = tries[-1]
+    proposal = None
+    if len(tries) >= 2:
+        far = max(tries[:-1], key=lambda t: abs(t[0] - chars))
+        proposal = secant_char_count(far, tries[-1], goal_tokens)
+    if proposal is None:
+        proposal = next_char_count(chars, tokens, goal_tokens)
+    upper = long_chars if long_chars is not None else math.inf
+    if short_chars < proposal < upper:
+        return proposal
+    if long_chars is None:
+        return max(short_chars + 1, chars * 2)
+    middle = (short_chars + long_chars) // 2
+    return middle if short_chars < middle < long_chars else None
+
+
+@dataclass
+class SizedPrompt:
+    text: str
+    tokens: int  # as the server's tokenizer counts them
+    budget: int
+    margin: int
+    tokenize_calls: int
+
+    @property
+    def within_margin(self) -> bool:
+        return within_margin(self.tokens, self.budget, self.margin)
+
+
+def size_prompt(budget: int, margin: int, count_tokens: Callable[[str], int], salt: str = "",
+                max_calls: int = MAX_TOKENIZE_CALLS, first_chars: int | None = None) -> SizedPrompt:
+    """The longest filler text whose token count lies in [budget - margin, budget].
+
+    count_tokens is the server's tokenizer (one /tokenize call each). The first try guesses
+    4 characters per token (or first_chars) only to get a scale; every later length comes
+    from the counts. It aims at the middle of the margin so a rounding wobble stays inside.
+    If the calls run out, it returns the best try at or below the budget (never above: that
+    request would be refused), which the caller sees as not within_margin.
+    """
+    if budget < 1:
+        raise ValueError(f"no room for a prompt: budget {budget} tokens")
+    margin = max(0, min(margin, budget - 1))
+    goal = budget - margin // 2
+    chars = first_chars or max(1, goal * 4)
+    best: tuple[int, str] | None = None  # (tokens, text) of the longest try within budget
+    short_chars, long_chars = 0, None
+    tries: list[tuple[int, int]] = []
+    calls = 0
+    while calls < max_calls:
+        text = filler_text(chars, salt)
+        tokens = count_tokens(text)
+        calls += 1
+        tries.append((chars, tokens))
+        if tokens <= budget:
+            short_chars = max(short_chars, chars)
+            if best is None or tokens > best[0]:
+                best = (tokens, text)
+            if tokens >= budget - margin:
+                break
+        else:
+            long_chars = chars if long_chars is None else min(long_chars, chars)
+        following = next_try(tries, goal, short_chars, long_chars)
+        if following is None:
+            break
+        chars = following
+    if best is None:
+        raise ProbeFailure(f"could not build a prompt of at most {budget} tokens in {calls} /tokenize calls")
+    return SizedPrompt(text=best[1], tokens=best[0], budget=budget, margin=margin, tokenize_calls=calls)
+
+
+# ---------------------------------------------------------------------------
+# HTTP (loopback only, every call bounded)
+# ---------------------------------------------------------------------------
+
+
+def _excerpt(body: bytes | str) -> str:
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = " ".join(text.split())
+    return text if len(text) <= BODY_EXCERPT else text[:BODY_EXCERPT] + "..."
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(exc, urllib.error.URLError):
+        return _describe(exc.reason) if isinstance(exc.reason, BaseException) else str(exc.reason)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (is the server running?)"
+    if isinstance(exc, (ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
+        return f"the server dropped the connection ({type(exc).__name__})"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _post_json(port: int, path: str, payload: dict, timeout: float) -> dict:
+    what = f"POST {path}"
+    try:
+        status, body = verify._request(verify.base_url(port) + path, timeout, payload)
+    except (OSError, http.client.HTTPException, verify.ProbeError) as exc:
+        raise ProbeFailure(f"{what}: {_describe(exc) if isinstance(exc, OSError) else exc}") from exc
+    if status != 200:
+        raise ProbeFailure(f"{what}: HTTP {status}: {_excerpt(body)}")
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise ProbeFailure(f"{what}: not JSON: {_excerpt(body)}") from exc
+
+
+def _model_id(port: int, timeout: float) -> str:
+    try:
+        models = verify.served_models(port, timeout=timeout)
+    except (OSError, http.client.HTTPException, verify.ProbeError) as exc:
+        raise ProbeFailure(f"GET /v1/models: {_describe(exc) if isinstance(exc, OSError) else exc}") from exc
+    if not models:
+        raise ProbeFailure("GET /v1/models lists no model")
+    return models[0].id
+
+
+def tokenizer_of(port: int, model: str, timeout: float = SMALL_TIMEOUT_S) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        data = _post_json(port, "/tokenize", {"model": model, "prompt": text}, timeout)
+        try:
+            return int(data["count"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProbeFailure(f"POST /tokenize: no count in {_excerpt(json.dumps(data))}") from exc
+    return count
+
+
+@dataclass
+class StreamResult:
+    ok: bool
+    reason: str
+    sent_at: float  # monotonic
+    first_token_at: float | None = None
+    done_at: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    status: int | None = None
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_at is None else self.first_token_at - self.sent_at
+
+    @property
+    def total_s(self) -> float | None:
+        return None if self.done_at is None else self.done_at - self.sent_at
+
+
+def stream_completion(port: int, payload: dict, timeout: float) -> StreamResult:
+    """POST /v1/completions with stream=true; time the first chunk and the end. Never raises.
+
+    `timeout` bounds the whole request: each socket read waits at most what is left of it.
+    """
+    host = verify.LOOPBACK  # the probe only ever talks to the server autotune started here
+    sent = time.monotonic()
+    deadline = sent + timeout
+    result = StreamResult(ok=False, reason="", sent_at=sent)
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        body = json.dumps({**payload, "stream": True, "stream_options": {"include_usage": True}}).encode()
+        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        result.status = resp.status
+        if resp.status != 200:
+            result.reason = f"POST /v1/completions: HTTP {resp.status}: {_excerpt(resp.read(4096))}"
+            return result
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout()
+            if conn.sock is not None:
+                conn.sock.settimeout(left)
+            line = resp.readline()
+            if not line:
+                break
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                result.done_at = time.monotonic()
+                break
+            chunk = json.loads(data)
+            if "error" in chunk:
+                result.reason = f"POST /v1/completions: error in stream: {_excerpt(json.dumps(chunk['error']))}"
+                return result
+            if chunk.get("choices"):
+                if result.first_token_at is None:
+                    result.first_token_at = time.monotonic()
+                finish = chunk["choices"][0].get("finish_reason")
+                result.finish_reason = finish or result.finish_reason
+            usage = chunk.get("usage")
+            if usage:
+                result.prompt_tokens = usage.get("prompt_tokens")
+                result.completion_tokens = usage.get("completion_tokens")
+        if result.done_at is None:
+            result.reason = "POST /v1/completions: the stream ended without [DONE]"
+            return result
+        if result.first_token_at is None:
+            result.reason = "POST /v1/completions: no token came back"
+            return result
+        result.ok = True
+        result.reason = "ok"
+        return result
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        stage = "before the first token" if result.first_token_at is None else "while decoding"
+        left = f" after {time.monotonic() - sent:.1f} s"
+        result.reason = f"POST /v1/completions: {_describe(exc)} {stage}{left}"
+        return result
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------
+# Memory (thin: NVML or psutil, tolerant of absence)
+# ---------------------------------------------------------------------------
+
+
+class MemoryReader:
+    """Used memory of the pinned GPUs (NVML), or the RSS of the server's process tree."""
+
+    def __init__(self, server_pid: int, gpu_indices: list[int] | None):
+        self.server_pid = server_pid
+        self.gpu_indices = list(gpu_indices or [])
+        self.device = "gpu" if self.gpu_indices else "cpu"
+        self.unavailable: str | None = None
+        self._nvml = None
+        self._handles = []
+        if self.device == "gpu":
+            try:
+                import pynvml
+
+                pynvml.nvmlInit()
+                self._nvml = pynvml
+                self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpu_indices]
+            except ImportError:
+                self.unavailable = "nvidia-ml-py is not installed"
+            except Exception as exc:  # pynvml.NVMLError and its many subclasses
+                self.unavailable = f"NVML: {exc}"
+
+    @property
+    def source(self) -> str:
+        if self.device == "gpu":
+            return f"NVML used memory of GPU {', '.join(map(str, self.gpu_indices))}"
+        return "RSS summed over the server's process tree (psutil)"
+
+    @property
+    def threshold_gib(self) -> float:
+        return GPU_GROWTH_THRESHOLD_GIB if self.device == "gpu" else CPU_GROWTH_THRESHOLD_GIB
+
+    def read_bytes(self) -> int | None:
+        if self.unavailable:
+            return None
+        if self.device == "gpu":
+            try:
+                return sum(self._nvml.nvmlDeviceGetMemoryInfo(h).used for h in self._handles)
+            except Exception as exc:  # NVMLError
+                self.unavailable = f"NVML: {exc}"
+                return None
+        total = 0
+        procs = launch.process_tree(self.server_pid)
+        if not procs:
+            return None
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except Exception:  # psutil.Error: a process that just ended holds nothing
+                continue
+        return total
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            try:
+                self._nvml.nvmlShutdown()
+            except Exception:
+                pass
+
+
+class PeakSampler:
+    """Samples the reader in a thread while requests run; keeps the maximum."""
+
+    def __init__(self, reader: MemoryReader, every_s: float = MEMORY_SAMPLE_S):
+        self.reader = reader
+        self.every_s = every_s
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="probe-memory", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            value = self.reader.read_bytes()
+            if value is not None and (self.peak is None or value > self.peak):
+                self.peak = value
+            self._stop.wait(self.every_s)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def memory_record(reader: MemoryReader, before: int | None, after: int | None, peak: int | None) -> dict:
+    """The memory part of the probe record (pure apart from the reader's description)."""
+    rec = {"device": reader.device, "source": reader.source, "threshold_gib": reader.threshold_gib}
+    if reader.device == "gpu":
+        rec["gpu_indices"] = reader.gpu_indices
+    if reader.unavailable:
+        rec["unavailable_reason"] = reader.unavailable
+    rec.update(growth_summary(before, after, peak, reader.threshold_gib))
+    return rec
+
+
+def growth_summary(before: int | None, after: int | None, peak: int | None, threshold_gib: float) -> dict:
+    def gib(value):
+        return None if value is None else round(value / GIB, 3)
+
+    # growth_flagged is None (not False) when memory could not be read: unknown is not fine.
+    out = {"before_gib": gib(before), "after_gib": gib(after), "peak_gib": gib(peak),
+           "growth_gib": None, "peak_growth_gib": None, "growth_flagged": None}
+    if before is not None and after is not None:
+        out["growth_gib"] = round((after - before) / GIB, 3)
+        out["growth_flagged"] = (after - before) / GIB > threshold_gib
+    if before is not None and peak is not None:
+        out["peak_growth_gib"] = round((max(peak, after or 0) - before) / GIB, 3)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# The probe
+# ---------------------------------------------------------------------------
+
+
+def _request_record(role: str, res: StreamResult, prompt: SizedPrompt | None, t0: float) -> dict:
+    rec = {
+        "role": role,
+        "ok": res.ok,
+        "reason": res.reason,
+        "prompt_tokens": res.prompt_tokens if res.prompt_tokens is not None else (prompt.tokens if prompt else None),
+        "completion_tokens": res.completion_tokens,
+        "sent_at_s": round(res.sent_at - t0, 3),
+        "ttft_s": _r(res.ttft_s),
+        "total_s": _r(res.total_s),
+        "finish_reason": res.finish_reason,
+    }
+    if prompt is not None:
+        rec["tokenized_prompt_tokens"] = prompt.tokens
+        rec["tokenize_calls"] = prompt.tokenize_calls
+    if prompt is not None and res.ok and res.ttft_s and rec["prompt_tokens"]:
+        rec["prefill_tokens_per_s"] = round(rec["prompt_tokens"] / res.ttft_s, 1)
+    if res.status is not None and res.status != 200:
+        rec["http_status"] = res.status
+    return rec
+
+
+def _r(value: float | None, nd: int = 3) -> float | None:
+    return None if value is None else round(value, nd)
+
+
+def _completion_payload(model: str, prompt: str, max_tokens: int, ignore_eos: bool) -> dict:
+    payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0}
+    if ignore_eos:
+        payload["ignore_eos"] = True  # vLLM's extra parameter: always decode max_tokens
+    return payload
+
+
+class _Session:
+    """One probe's state: the model, the tokenizer, whether ignore_eos is accepted."""
+
+    def __init__(self, port: int, timeout: float):
+        self.port = port
+        self.timeout = timeout
+        self.ignore_eos = True
+
+    def complete(self, model: str, prompt: str, max_tokens: int) -> StreamResult:
+        res = stream_completion(self.port, _completion_payload(model, prompt, max_tokens, self.ignore_eos),
+                                self.timeout)
+        if not res.ok and res.status == 400 and self.ignore_eos and "ignore_eos" in res.reason:
+            # A server without vLLM's extra parameters: the same request without it.
+            self.ignore_eos = False
+            res = stream_completion(self.port, _completion_payload(model, prompt, max_tokens, False), self.timeout)
+        return res
+
+
+def probe(port: int, max_model_len: int, mode: str, server_pid: int, gpu_indices: list[int] | None = None,
+          margin_tokens: int | None = None, *, max_tokens: int = MAX_TOKENS,
+          request_timeout_s: float = REQUEST_TIMEOUT_S, small_timeout_s: float = SMALL_TIMEOUT_S,
+          emit: Callable[..., None] | None = None) -> dict:
+    """Probe the server on 127.0.0.1:port at max_model_len; return the record (never raises for
+    what the server does). mode: "quick" or "full" (see the module docstring).
+
+    emit, if given, is called as emit("probe_request", role=..., prompt_tokens=...) before each
+    request and emit("probe_request_done", role=..., ok=..., ttft_s=..., reason=...) after it,
+    so a long prefill shows progress.
+    """
+    if mode not in MODES:
+        raise ValueError(f"probe mode must be one of {MODES}, not {mode!r}")
+    if max_model_len <= max_tokens:
+        raise ValueError(f"max_model_len {max_model_len} leaves no room for a prompt and {max_tokens} output tokens")
+    margin = default_margin(max_model_len) if margin_tokens is None else margin_tokens
+    budget = prompt_budget(max_model_len, max_tokens)
+    t0 = time.monotonic()
+    record: dict = {
+        "mode": mode,
+        "ok": False,
+        "reason": "",
+        "max_model_len": max_model_len,
+        "max_tokens": max_tokens,
+        "prompt_budget_tokens": budget,
+        "margin_tokens": margin,
+        "model": None,
+        "prompt_tokens": None,
+        "completion_tokens": None,
+        "ttft_s": None,
+        "total_s": None,
+        "prefill_tokens_per_s": None,
+        "requests": [],
+    }
+    reader = MemoryReader(server_pid, gpu_indices)
+    before = reader.read_bytes()
+    peak = None
+    try:
+        with PeakSampler(reader) as sampler:
+            try:
+                _run_requests(record, port, budget, margin, max_tokens, mode, request_timeout_s, small_timeout_s, t0,
+                              emit or (lambda event, **data: None))
+            finally:
+                peak = sampler.peak
+    finally:
+        after = reader.read_bytes()
+        record["memory"] = memory_record(reader, before, after, peak)
+        reader.close()
+    record["growth_gib"] = record["memory"]["growth_gib"]
+    record["growth_flagged"] = record["memory"]["growth_flagged"]
+    record["duration_s"] = round(time.monotonic() - t0, 2)
+    return record
+
+
+def _run_requests(record: dict, port: int, budget: int, margin: int, max_tokens: int, mode: str,
+                  request_timeout_s: float, small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
+    session = _Session(port, request_timeout_s)
+    # A salt unique to this probe starts every prompt: vLLM's prefix cache would otherwise
+    # answer a repeated prompt (an earlier probe's, or the first long one) without prefill.
+    nonce = uuid.uuid4().hex[:8]
+    try:
+        model = _model_id(port, small_timeout_s)
+        record["model"] = model
+        count = tokenizer_of(port, model, small_timeout_s)
+        first = size_prompt(budget, margin, count, salt=f"autotune probe {nonce} 1")
+    except ProbeFailure as exc:
+        record["reason"] = str(exc)
+        return
+    record["prompt_within_margin"] = first.within_margin
+
+    emit("probe_request", role="long", prompt_tokens=first.tokens)
+    res = session.complete(model, first.text, max_tokens)
+    emit("probe_request_done", role="long", ok=res.ok, ttft_s=_r(res.ttft_s), reason=res.reason)
+    long1 = _request_record("long", res, first, t0)
+    record["requests"].append(long1)
+    for key in ("prompt_tokens", "completion_tokens", "ttft_s", "total_s", "prefill_tokens_per_s"):
+        record[key] = long1.get(key)
+    if not res.ok:
+        record["reason"] = f"the near-ceiling request ({first.tokens} prompt tokens) failed: {res.reason}"
+        return
+    if mode == QUICK:
+        record["ok"] = True
+        record["reason"] = (f"{long1['prompt_tokens']} prompt tokens + {long1['completion_tokens']} output tokens "
+                            f"served at max_model_len {record['max_model_len']}")
+        return
+
+    # full: a second near-ceiling request (with another salt, so the prefix cache cannot
+    # answer it), and a short request sent while that one is in prefill.
+    try:
+        second = size_prompt(budget, margin, count, salt=f"autotune probe {nonce} 2", first_chars=len(first.text))
+    except ProbeFailure as exc:
+        record["reason"] = str(exc)
+        return
+    # Send the short one well inside the long one's prefill (the first request timed it).
+    short_delay = min(1.0, (res.ttft_s or 1.0) / 4)
+    results: dict[str, StreamResult] = {}
+
+    def run_long():
+        results["long"] = session.complete(model, second.text, max_tokens)
+
+    thread = threading.Thread(target=run_long, name="probe-long-2", daemon=True)
+    emit("probe_request", role="long_repeat", prompt_tokens=second.tokens)
+    thread.start()
+    time.sleep(short_delay)
+    emit("probe_request", role="short_during_prefill", prompt_tokens=None)
+    short_prompt = filler_text(64, salt=f"autotune probe {nonce} short")
+    results["short"] = session.complete(model, short_prompt, max_tokens)
+    emit("probe_request_done", role="short_during_prefill", ok=results["short"].ok,
+         ttft_s=_r(results["short"].ttft_s), reason=results["short"].reason)
+    thread.join(timeout=request_timeout_s + 5)
+    long2_res = results.get("long") or StreamResult(False, "the second long request did not finish", time.monotonic())
+    long2 = _request_record("long_repeat", long2_res, second, t0)
+    emit("probe_request_done", role="long_repeat", ok=long2_res.ok, ttft_s=long2["ttft_s"], reason=long2_res.reason)
+    short = _request_record("short_during_prefill", results["short"], None, t0)
+    record["requests"] += [long2, short]
+
+    sent_in_prefill = (long2_res.first_token_at is None or results["short"].sent_at < long2_res.first_token_at)
+    record["head_of_line"] = {
+        "short_sent_after_long_s": round(results["short"].sent_at - long2_res.sent_at, 3),
+        "sent_during_long_prefill": sent_in_prefill,
+        "short_wait_s": short["ttft_s"],  # time to first token of the short request
+        "long_ttft_s": long2["ttft_s"],
+        # With max-num-seqs 1 (or no chunked prefill) the short request's first token comes
+        # only after the long one's: it waited for the whole prefill.
+        "waited_for_long_prefill": (results["short"].first_token_at is not None and long2_res.first_token_at is not None
+                                    and results["short"].first_token_at >= long2_res.first_token_at),
+    }
+    if long2["ok"] and res.ttft_s and long2_res.ttft_s:
+        record["repeat_ttft_ratio"] = round(long2_res.ttft_s / res.ttft_s, 2)
+    record["repeatable"] = bool(long2["ok"])
+    if not long2["ok"]:
+        record["reason"] = f"the second near-ceiling request ({second.tokens} prompt tokens) failed: {long2['reason']}"
+        return
+    if not short["ok"]:
+        record["reason"] = f"the short request sent during prefill failed: {short['reason']}"
+        return
+    record["ok"] = True
+    record["reason"] = (f"two near-ceiling requests ({long1['prompt_tokens']} and {long2['prompt_tokens']} prompt "
+                        f"tokens) and a short one during prefill served at max_model_len {record['max_model_len']}")

@@ -1,0 +1,296 @@
+"""The probe: prompt sizing (pure), memory reading, and real requests to a real vLLM (CPU).
+
+The real server is the embedded default at its real ceiling: the tiny model with a 128 MiB
+KV pool (16,384 tokens) booted at --max-model-len 16,256, vLLM's own estimate. One boot
+serves every real-vLLM test in this module.
+"""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autotune import launch, probe, verify
+from autotune.probe import (ProbeFailure, filler_text, growth_summary, next_char_count, next_try,
+                            prompt_budget, size_prompt, within_margin)
+from tests.conftest import vllm_serve_argv
+
+CEILING = 16256
+
+
+# ---- prompt sizing (pure) ------------------------------------------------------------
+
+def test_filler_is_exactly_as_long_as_asked_and_starts_with_the_salt():
+    for n in (1, 7, 100, 10_000):
+        assert len(filler_text(n, salt="probe a")) == n
+    assert filler_text(100, salt="probe a").startswith("[probe a] ")
+    assert filler_text(0) == ""
+    assert filler_text(500, "x") == filler_text(500, "x")  # deterministic
+    assert filler_text(500, "a")[4:] == filler_text(500, "b")[4:]  # same length salts: same body
+
+
+def test_budget_leaves_room_for_the_output_tokens():
+    assert prompt_budget(16256, 4) == 16252
+    assert within_margin(16252, 16252, 32) and within_margin(16220, 16252, 32)
+    assert not within_margin(16219, 16252, 32) and not within_margin(16253, 16252, 32)
+
+
+def test_next_length_scales_by_the_token_ratio_rounded_down():
+    assert next_char_count(4000, 1000, 2000) == 8000
+    assert next_char_count(1000, 3, 2) == 666
+    assert next_char_count(10, 0, 5) == 20  # nothing counted yet: grow
+
+
+def test_next_try_follows_the_line_through_the_last_two_tries():
+    # 1 BOS token + 1 token per 3 characters: the line through two tries hits the goal exactly
+    assert probe.secant_char_count((300, 101), (600, 201), 1001) == 3000
+    assert next_try([(300, 101), (600, 201)], 1001, short_chars=600, long_chars=None) == 3000
+    assert probe.secant_char_count((300, 101), (300, 101), 1001) is None  # one point is no line
+
+
+def test_next_try_stays_between_what_fits_and_what_does_not():
+    # the scaled length would go back below a length known to fit: bisect instead
+    assert next_try([(2000, 1100)], goal_tokens=1000, short_chars=1900, long_chars=2000) == 1950
+    # no length left between the two: stop
+    assert next_try([(1001, 501)], goal_tokens=500, short_chars=1000, long_chars=1001) is None
+    # nothing too long known yet: scaling up is free
+    assert next_try([(1000, 250)], goal_tokens=1000, short_chars=1000, long_chars=None) == 4000
+
+
+def test_size_prompt_lands_within_the_margin_on_a_linear_tokenizer():
+    calls = []
+
+    def count(text):
+        calls.append(len(text))
+        return len(text) // 3 + 1  # a BOS token and 3 characters per token
+
+    sized = size_prompt(budget=16252, margin=32, count_tokens=count)
+    assert 16252 - 32 <= sized.tokens <= 16252
+    assert sized.tokens == count(sized.text)
+    assert sized.tokenize_calls == len(calls) - 1 <= 3
+
+
+def test_size_prompt_with_the_tiny_models_real_tokenizer(tiny_model):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tiny_model / "tokenizer.json"))
+
+    def count(text):
+        return len(tok.encode(text).ids)
+
+    for max_model_len in (200, 4096, 16256, 131072):
+        budget = prompt_budget(max_model_len, 4)
+        margin = probe.default_margin(max_model_len)
+        sized = size_prompt(budget, margin, count, salt="autotune probe 1a2b3c4d 1")
+        assert sized.within_margin, (max_model_len, sized.tokens, budget)
+        assert count(sized.text) == sized.tokens
+        assert sized.tokenize_calls <= 4
+
+
+@settings(max_examples=300, deadline=None)
+@given(budget=st.integers(1, 300_000), margin=st.integers(0, 512),
+       chars_per_token=st.floats(1.0, 8.0), fixed=st.integers(0, 50))
+def test_size_prompt_never_exceeds_the_budget(budget, margin, chars_per_token, fixed):
+    def count(text):
+        return fixed + int(len(text) / chars_per_token)
+
+    if count("x") > budget:  # not even one character fits
+        with pytest.raises(ProbeFailure):
+            size_prompt(budget, margin, count)
+        return
+    sized = size_prompt(budget, margin, count)
+    assert sized.tokens <= budget
+    assert sized.tokens == count(sized.text)
+
+
+def test_size_prompt_on_a_jumpy_tokenizer_stays_under_the_budget():
+    # Tokens grow in steps of 50 (a tokenizer that is far from linear): the margin cannot
+    # always be met, but the prompt is never above the budget and the calls are bounded.
+    def count(text):
+        return (len(text) // 200) * 50
+
+    sized = size_prompt(budget=1000, margin=10, count_tokens=count, max_calls=6)
+    assert sized.tokens <= 1000 and sized.tokenize_calls <= 6
+
+
+def test_size_prompt_refuses_an_impossible_budget():
+    with pytest.raises(ValueError):
+        size_prompt(0, 10, len)
+    with pytest.raises(ProbeFailure):
+        size_prompt(10, 2, lambda text: 100)  # every prompt is too long
+
+
+# ---- memory figures --------------------------------------------------------------------
+
+def test_growth_is_flagged_only_above_the_threshold_and_unknown_is_not_fine():
+    gib = 2**30
+    ok = growth_summary(2 * gib, 2 * gib + gib // 10, 2 * gib + gib // 5, threshold_gib=0.25)
+    assert ok["growth_gib"] == 0.1 and ok["peak_growth_gib"] == 0.2 and ok["growth_flagged"] is False
+    big = growth_summary(2 * gib, 3 * gib, None, threshold_gib=0.25)
+    assert big["growth_gib"] == 1.0 and big["growth_flagged"] is True and big["peak_growth_gib"] is None
+    unknown = growth_summary(None, 3 * gib, None, threshold_gib=0.25)
+    assert unknown["growth_gib"] is None and unknown["growth_flagged"] is None
+
+
+def test_cpu_memory_is_the_rss_of_the_whole_process_tree(tmp_path):
+    # A parent with a child that holds ~64 MiB: the tree's RSS includes the child's.
+    code = ("import subprocess, sys, time; "
+            "c = subprocess.Popen([sys.executable, '-c', 'b = b\"x\" * (64 << 20); import time; time.sleep(60)']); "
+            "time.sleep(60)")
+    parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        reader = probe.MemoryReader(parent.pid, None)
+        while time.monotonic() < deadline:
+            tree = launch.process_tree(parent.pid)
+            if len(tree) == 2 and (reader.read_bytes() or 0) > 64 << 20:
+                break
+            time.sleep(0.1)
+        own = psutil.Process(parent.pid).memory_info().rss
+        total = reader.read_bytes()
+        assert reader.device == "cpu" and total > own + (60 << 20)
+    finally:
+        launch.stop_tree(parent.pid, None, stages=((signal.SIGKILL, 5.0),))
+    assert probe.MemoryReader(parent.pid, None).read_bytes() is None  # gone: unknown, not zero
+
+
+def test_gpu_memory_without_nvml_is_unavailable_not_an_error():
+    reader = probe.MemoryReader(os.getpid(), [0])
+    assert reader.device == "gpu"
+    value = reader.read_bytes()
+    if reader.unavailable:  # this machine: no NVIDIA driver (or nvidia-ml-py missing)
+        assert value is None
+        rec = probe.memory_record(reader, value, value, None)
+        assert rec["unavailable_reason"] == reader.unavailable and rec["growth_flagged"] is None
+    else:  # a machine with a GPU 0
+        assert value > 0
+    reader.close()
+
+
+# ---- failures without a server -----------------------------------------------------------
+
+def test_nothing_listening_is_a_failed_probe_not_an_exception():
+    port = launch.free_port()
+    rec = probe.probe(port, 4096, "quick", server_pid=os.getpid(), request_timeout_s=5, small_timeout_s=5)
+    assert rec["ok"] is False
+    assert "GET /v1/models" in rec["reason"] and "refused" in rec["reason"]
+    assert rec["requests"] == []
+
+
+def test_bad_arguments_are_programming_errors():
+    with pytest.raises(ValueError):
+        probe.probe(1, 4096, "thorough", server_pid=os.getpid())
+    with pytest.raises(ValueError):
+        probe.probe(1, 4, "quick", server_pid=os.getpid())
+
+
+# ---- real vLLM ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    port = launch.free_port()
+    argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-model-len", str(CEILING),
+                           "--port", str(port))
+    log = tmp_path_factory.mktemp("probe") / "server.log"
+    proc = launch.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
+    try:
+        deadline = time.monotonic() + 300
+        while not verify.health_ok(port):
+            list(proc.lines(timeout=0.5))
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the server did not become healthy in 300 s"
+        yield proc, port
+    finally:
+        report = proc.stop()
+        assert report.leftover_pids == []
+
+
+@pytest.mark.vllm
+def test_quick_probe_fills_the_context_and_times_the_prefill(server):
+    proc, port = server
+    events = []
+    rec = probe.probe(port, CEILING, "quick", proc.pid, emit=lambda event, **data: events.append((event, data)))
+    assert rec["ok"], rec["reason"]
+    assert [(e, d["role"]) for e, d in events] == [("probe_request", "long"), ("probe_request_done", "long")]
+    assert events[0][1]["prompt_tokens"] == rec["prompt_tokens"] and events[1][1]["ttft_s"] == rec["ttft_s"]
+    budget = CEILING - rec["max_tokens"]
+    assert budget - rec["margin_tokens"] <= rec["prompt_tokens"] <= budget
+    assert rec["prompt_within_margin"] is True
+    assert rec["completion_tokens"] == rec["max_tokens"]  # ignore_eos: every output token decoded
+    assert rec["ttft_s"] > 0 and rec["total_s"] >= rec["ttft_s"]
+    assert rec["prefill_tokens_per_s"] == pytest.approx(rec["prompt_tokens"] / rec["ttft_s"], rel=0.01)
+    (request,) = rec["requests"]
+    assert request["tokenized_prompt_tokens"] == rec["prompt_tokens"]  # /tokenize agrees with the server's count
+    mem = rec["memory"]
+    assert mem["device"] == "cpu" and mem["before_gib"] > 0.5 and mem["after_gib"] > 0.5
+    assert mem["peak_gib"] >= mem["before_gib"] - 0.05
+    # vLLM allocates the KV pool at boot: a near-ceiling request adds little (measured +0.08 GiB)
+    assert rec["growth_flagged"] is False and rec["growth_gib"] == mem["growth_gib"]
+
+
+@pytest.mark.vllm
+def test_full_probe_repeats_and_measures_head_of_line_blocking(server):
+    proc, port = server
+    rec = probe.probe(port, CEILING, "full", proc.pid)
+    assert rec["ok"], rec["reason"]
+    long1, long2, short = rec["requests"]
+    assert (long1["role"], long2["role"], short["role"]) == ("long", "long_repeat", "short_during_prefill")
+    assert long1["ok"] and long2["ok"] and short["ok"] and rec["repeatable"]
+    assert abs(long1["prompt_tokens"] - long2["prompt_tokens"]) <= rec["margin_tokens"]
+    # each near-ceiling request really prefilled (no prefix-cache hit between them)
+    assert rec["repeat_ttft_ratio"] > 0.2  # a prefix-cache hit answers in ~1 % of the time
+    hol = rec["head_of_line"]
+    assert hol["sent_during_long_prefill"] is True
+    # --max-num-seqs 1: the short request waits for the whole long prefill
+    assert hol["waited_for_long_prefill"] is True
+    assert hol["short_wait_s"] >= hol["long_ttft_s"] - hol["short_sent_after_long_s"] - 0.05
+    assert short["prompt_tokens"] < 100
+    assert rec["memory"]["growth_flagged"] is False
+
+
+@pytest.mark.vllm
+def test_a_probe_longer_than_the_server_serves_fails_with_the_servers_reason(server):
+    proc, port = server
+    rec = probe.probe(port, CEILING + 2048, "quick", proc.pid)
+    assert rec["ok"] is False
+    assert "HTTP 400" in rec["reason"] and f"maximum context length is {CEILING}" in rec["reason"]
+    assert rec["requests"][0]["http_status"] == 400
+    assert rec["memory"]["before_gib"] is not None  # the record is complete even when it fails
+
+
+@pytest.mark.vllm
+def test_a_server_that_hangs_mid_probe_times_out_with_a_reason(server):
+    """A real vLLM frozen with SIGSTOP while it prefills the long prompt: a real hang."""
+    proc, port = server
+    tree = proc.tree()
+    result = {}
+    import threading
+
+    def run():
+        result["rec"] = probe.probe(port, CEILING, "quick", proc.pid, request_timeout_s=8, small_timeout_s=8)
+
+    thread = threading.Thread(target=run)
+    started = time.monotonic()
+    thread.start()
+    time.sleep(3)  # /v1/models and /tokenize take well under a second; then the prefill runs ~18 s
+    try:
+        for p in tree:
+            p.suspend()
+        thread.join(timeout=60)
+    finally:
+        for p in tree:
+            p.resume()
+    assert not thread.is_alive()
+    rec = result["rec"]
+    assert rec["ok"] is False and "timed out" in rec["reason"]
+    assert time.monotonic() - started < 30  # bounded by the timeouts, not by the server
+    # the server comes back once continued
+    deadline = time.monotonic() + 60
+    while not verify.health_ok(port) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert verify.health_ok(port)
