@@ -35,6 +35,7 @@ TRIALS = [
     ("relaunch: weight load", 2, "Starting to load model", 0.2, signal.SIGTERM),
     ("relaunch: KV cache sized", 2, "KV cache size", 0.0, signal.SIGINT),
     ("relaunch: waiting for /health", 2, "Starting vLLM server", 0.0, signal.SIGTERM),
+    ("the probe's near-ceiling request", 2, "POST /tokenize", 1.0, signal.SIGINT),
 ]
 
 
