@@ -29,5 +29,11 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -ra
 
+# Side by side on the embedded default: bare auto boot, autotune auto/refusal, naive bisection;
+# and a 100 MB log parse. Writes bench/RESULTS.md (about 30 minutes on 2 cores with 3 repetitions).
+BENCH_REPS ?= 3
+bench: setup $(DEMO_MODEL)/config.json
+	$(PY) bench/run_bench.py --reps $(BENCH_REPS)
+
 clean-demo:
 	rm -rf $(DEMO_MODEL)
