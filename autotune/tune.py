@@ -511,8 +511,11 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
                 from autotune import probe as probe_mod
 
                 length = min(expected, opts.target) if opts.target else expected
-                rec["probe"] = probe_mod.probe(port, length, opts.probe, server.pid, _visible_indices(env),
-                                               emit=emit)
+                # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
+                indices = _visible_indices(env)
+                if indices is None and gpu_baseline:
+                    indices = sorted(gpu_baseline)
+                rec["probe"] = probe_mod.probe(port, length, opts.probe, server.pid, indices, emit=emit)
                 if not rec["probe"].get("ok"):
                     outcome = strategy.PROBE_FAILED
             if outcome == strategy.VERIFIED and opts.keep_serving:
