@@ -37,6 +37,50 @@ STAGES_GRACEFUL = ((signal.SIGINT, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKIL
 STAGES_FAST = ((signal.SIGINT, 8.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0))
 
 
+# vLLM's multiprocessing shared memory (/dev/shm/psm_*, 160-250 MB each here): its owner
+# unlinks it on a graceful exit, but a SIGKILLed tree leaves it behind, in RAM, for good.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "psm_"
+
+
+def shm_segments(shm_dir: Path = SHM_DIR) -> set[str]:
+    try:
+        return {p.name for p in shm_dir.iterdir() if p.name.startswith(SHM_PREFIX)}
+    except OSError:
+        return set()
+
+
+def _mapped_by_any_process(name: str) -> bool:
+    """Is /dev/shm/<name> mapped or open in any process we can see?"""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if name in (proc / "maps").read_text(errors="replace"):
+                return True
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd).endswith("/" + name):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def remove_orphaned_segments(before: set[str], shm_dir: Path = SHM_DIR,
+                             in_use=_mapped_by_any_process) -> list[str]:
+    """Remove the segments that appeared since `before` and that no process uses any more."""
+    removed = []
+    for name in sorted(shm_segments(shm_dir) - before):
+        if in_use(name):
+            continue
+        try:
+            (shm_dir / name).unlink()
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
 class LaunchError(Exception):
     """The command could not be started at all (not found, not executable)."""
 
@@ -46,6 +90,7 @@ class StopReport:
     steps: list[dict] = field(default_factory=list)  # {signal, pids, at_s}
     leftover_pids: list[int] = field(default_factory=list)
     duration_s: float = 0.0
+    removed_shm: list[str] = field(default_factory=list)  # segments a SIGKILLed tree left in /dev/shm
 
 
 class ServerProcess:
@@ -56,6 +101,7 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.started_at = time.time()
         self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._shm_before = shm_segments()
         self.last_output_at = time.monotonic()
         self._log = open(self.log_path, "wb")
         try:
@@ -138,6 +184,8 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             pass
         self._reader.join(timeout=2)
+        if any(step["signal"] == "SIGKILL" for step in report.steps) and not report.leftover_pids:
+            report.removed_shm = remove_orphaned_segments(self._shm_before)
         return report
 
 

@@ -609,7 +609,10 @@ def _drain(server: launch.ServerProcess, feed: Callable[[bytes], None], limit_s:
 
 def _stop(server: launch.ServerProcess, stages, emit: Emit) -> dict:
     report = server.stop(stages, on_step=lambda step: emit("stop_step", pid=server.pid, **step))
-    return {"steps": report.steps, "leftover_pids": report.leftover_pids, "duration_s": report.duration_s}
+    out = {"steps": report.steps, "leftover_pids": report.leftover_pids, "duration_s": report.duration_s}
+    if report.removed_shm:
+        out["removed_shm"] = report.removed_shm
+    return out
 
 
 def _tail(path: Path, n: int = 15) -> list[str]:

@@ -76,3 +76,24 @@ def test_pid_reuse_guard(tmp_path):
         assert len(launch.process_tree(server.pid, server.create_time)) == 1
     finally:
         server.stop()
+
+
+def test_segments_left_by_a_killed_tree_are_removed_unless_in_use(tmp_path):
+    (tmp_path / "psm_old").write_bytes(b"x")
+    before = launch.shm_segments(tmp_path)
+    (tmp_path / "psm_new_orphan").write_bytes(b"x")
+    (tmp_path / "psm_new_in_use").write_bytes(b"x")
+    (tmp_path / "other_file").write_bytes(b"x")
+    removed = launch.remove_orphaned_segments(before, tmp_path, in_use=lambda name: name == "psm_new_in_use")
+    assert removed == ["psm_new_orphan"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other_file", "psm_new_in_use", "psm_old"]
+
+
+def test_a_mapped_segment_is_seen_as_in_use(tmp_path):
+    import mmap
+
+    path = tmp_path / "psm_mapped_here"
+    path.write_bytes(b"\0" * 4096)
+    with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):
+        assert launch._mapped_by_any_process("psm_mapped_here")
+    assert not launch._mapped_by_any_process("psm_mapped_here")
