@@ -14,7 +14,7 @@ import click
 
 from autotune import __version__, artifact, catalog, servecmd
 from autotune.logparse import SCHEMA_KEYS, parse_file
-from autotune.progress import Progress, render_summary
+from autotune.progress import Progress, fmt_number, render_summary
 
 # Documented exit codes (docs/exit-codes.md).
 EXIT_OK = 0
@@ -206,12 +206,7 @@ def _err(message: str, quiet: bool = False) -> None:
 ProgressPrinter = Progress
 
 
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
+_fmt = fmt_number  # one number format for the CLI and the progress display
 
 
 @cli.command()
