@@ -115,6 +115,27 @@ def apply(argv: list[str], lever: str, value=None) -> list[str]:
     raise ValueError(f"unknown lever {lever!r}")
 
 
+def fp8_kv_decision(argv: list[str], limits: Limits) -> tuple[bool, str]:
+    """May the last lever, an fp8 KV cache (about twice the tokens per GiB), be tried? And why (not)."""
+    dtype = servecmd.flag_value(argv, KV_DTYPE)
+    if dtype not in (None, "auto"):
+        return False, f"the KV cache is already {dtype}"
+    if not limits.allow_kv_quant:
+        return False, "an fp8 KV cache (about twice the tokens per GiB) needs --allow-kv-quant"
+    if not limits.fp8_supported:
+        return False, "an fp8 KV cache needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
+    return True, "trying --kv-cache-dtype fp8 (about twice the tokens per GiB)"
+
+
+def fp8_supported(gpus: list[dict]) -> bool:
+    """Every GPU vLLM uses must support fp8 (Triton's fp8e4nv needs compute capability >= 8.9)."""
+    def cc(gpu):
+        major, _, minor = str(gpu.get("compute_capability", "0.0")).partition(".")
+        return int(major or 0), int(minor or 0)
+
+    return bool(gpus) and all(cc(g) >= (8, 9) for g in gpus)
+
+
 def effective_gmu(argv: list[str], env: dict[str, str], default: float | None) -> float | None:
     """The gmu that sizes the KV pool, or None when something else fixes the pool."""
     if servecmd.has_flag(argv, KV_BYTES) or env.get("VLLM_CPU_KVCACHE_SPACE"):

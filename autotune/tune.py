@@ -734,7 +734,9 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
         artifact.save_run(run_dir, record)
         return
     base = levers.Baseline(ceiling=result["ceiling"], available_kv_gib=available, gmu=gmu, device_total_gib=total)
-    limits = levers.Limits(max_gmu=opts.max_gmu, allow_kv_quant=opts.allow_kv_quant)
+    pinned = (record.get("gpus") or {}).get("indices") or [g["index"] for g in gpus]
+    limits = levers.Limits(max_gmu=opts.max_gmu, allow_kv_quant=opts.allow_kv_quant,
+                           fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
     plan = levers.plan(opts.target, user_argv, base, limits)
     reach.update(need_gib=plan.need_gib, short_gib=plan.short_gib, gmu_in_force=gmu, device_total_gib=total,
                  explanation=list(plan.explanation))
@@ -797,6 +799,15 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
                     adopt(child, f"{', '.join(plan.measure[:plan.measure.index(lever) + 1])} and "
                                  f"gpu-memory-utilization {needed} reach {opts.target:,} tokens")
                 break
+    if not reach["reached"]:
+        # The last lever: an fp8 KV cache, only where the GPU supports it and the user allowed it.
+        allowed, why = levers.fp8_kv_decision(user_argv, limits)
+        reach["explanation"].append(why)
+        if allowed:
+            best = levers.apply(argv, "gmu", opts.max_gmu) if gmu is not None else argv
+            child = try_argv(levers.apply(best, "kv_fp8"), "kv_fp8", "fp8")
+            if child["result"].get("target_reached"):
+                adopt(child, f"an fp8 KV cache reaches {opts.target:,} tokens")
     if not reach["reached"]:
         reach["explanation"].append(f"stopped at {result['ceiling']:,}")
     reach["boots"] = sum(step["boots"] for step in reach["steps"])

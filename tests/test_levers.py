@@ -64,3 +64,17 @@ def test_apply_sets_each_lever():
     assert levers.apply(ARGV, "kv_fp8")[-2:] == ["--kv-cache-dtype", "fp8"]
     with pytest.raises(ValueError):
         levers.apply(ARGV, "warp_drive")
+
+
+def test_fp8_kv_is_the_last_lever_and_needs_permission_and_a_capable_gpu():
+    ampere = [{"index": 0, "compute_capability": "8.6"}]
+    ada = [{"index": 0, "compute_capability": "8.9"}]
+    assert not levers.fp8_supported(ampere) and levers.fp8_supported(ada) and not levers.fp8_supported([])
+    ok, why = levers.fp8_kv_decision(ARGV, Limits(allow_kv_quant=True, fp8_supported=True))
+    assert ok and "fp8" in why
+    ok, why = levers.fp8_kv_decision(ARGV, Limits(allow_kv_quant=False, fp8_supported=True))
+    assert not ok and "--allow-kv-quant" in why
+    ok, why = levers.fp8_kv_decision(ARGV, Limits(allow_kv_quant=True, fp8_supported=False))
+    assert not ok and "compute capability 8.9" in why
+    ok, why = levers.fp8_kv_decision(ARGV + ["--kv-cache-dtype", "fp8_e5m2"], Limits(allow_kv_quant=True, fp8_supported=True))
+    assert not ok and "already fp8_e5m2" in why
