@@ -78,7 +78,10 @@ class TuneOptions:
     gpu: str | None = None  # --gpu SELECTOR (gpus.py): pin these GPUs by NVML index
     force: bool = False  # boot even when preflight checks say it cannot work
     allow_risky_gmu: bool = False  # allow --gpu-memory-utilization above 0.99
-    probe: str = "quick"  # quick | full | none: near-ceiling requests after the boot verifies (probe.py)
+    # quick | full | none: near-ceiling requests after the boot verifies (probe.py). The CLI's tune
+    # defaults to quick; library callers measuring memory (sweep, reproduce) leave it off, since a
+    # near-ceiling prefill of 100K+ tokens on the CPU backend takes minutes.
+    probe: str = "none"
     back_off: bool = False  # after a failed probe, retry 10% lower
     max_gmu: float = 0.95  # the highest --gpu-memory-utilization the levers may use
     allow_kv_quant: bool = False  # may the levers use --kv-cache-dtype fp8
