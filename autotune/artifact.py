@@ -141,23 +141,3 @@ def resolve_run(ref: str, runs_dir: Path) -> Path:
     if (candidate / RUN_FILE).exists():
         return candidate
     raise ArtifactError(f"no run {ref!r} (looked for {path / RUN_FILE} and {candidate / RUN_FILE})")
-
-
-# ---- paste-ready files -------------------------------------------------------------
-
-def yaml_scalar(value: object) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    # JSON strings are valid YAML double-quoted scalars.
-    return json.dumps(str(value))
-
-
-def vllm_config_yaml(options: dict[str, object], header: list[str]) -> str:
-    lines = [f"# {h}" for h in header]
-    for key, value in options.items():
-        lines.append(f"{key}: {yaml_scalar(value)}")
-    return "\n".join(lines) + "\n"

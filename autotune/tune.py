@@ -24,7 +24,7 @@ from autotune import (__version__, artifact, catalog, cleanup, launch, memwait, 
 from autotune.emit import write_all as write_paste_ready  # `emit` here is the progress callback
 from autotune.logparse import BootLogParser, ceiling_from
 from autotune.machine import machine_facts
-from autotune.redact import env_for_shell, redact_env
+from autotune.redact import redact_env
 
 Emit = Callable[..., None]
 

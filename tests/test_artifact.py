@@ -75,11 +75,3 @@ def test_resolve_run(tmp_path):
     assert artifact.resolve_run(str(run), tmp_path) == run
     with pytest.raises(artifact.ArtifactError, match="no run 'nope'"):
         artifact.resolve_run("nope", tmp_path)
-
-
-def test_yaml_scalars_are_valid_yaml():
-    yaml = pytest.importorskip("yaml")
-    text = artifact.vllm_config_yaml({"model": "a: b", "max-model-len": 4096, "enforce-eager": True,
-                                      "gpu-memory-utilization": 0.9, "quote": 'x"y'}, ["header"])
-    assert yaml.safe_load(text) == {"model": "a: b", "max-model-len": 4096, "enforce-eager": True,
-                                    "gpu-memory-utilization": 0.9, "quote": 'x"y'}
