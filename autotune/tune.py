@@ -448,6 +448,13 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
 
     line_no = 0
 
+    def on_retry(retry: dict) -> None:
+        # A transient HTTP failure while the server starts (verify.with_retries): kept in run.json.
+        retry["boot_s"] = round(time.monotonic() - t_start, 2)
+        rec.setdefault("http_retries", []).append(retry)
+        emit("warning", text=f"boot {index}: {retry['error']}; asking again in {retry['wait_s']:g} s "
+                             f"(retry {retry['try']} of {verify.HTTP_RETRIES})")
+
     def feed(raw: bytes) -> None:
         nonlocal listening_at, line_no
         line_no += 1
@@ -498,14 +505,25 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             outcome = strategy.ERROR
             rec["stop"] = _stop(server, launch.STAGES_FAST, emit)
             break
-        if fatal_seen_at is None and verify.health_ok(port):
+        healthy = False
+        if fatal_seen_at is None:
+            try:
+                healthy = verify.with_retries(lambda: verify.health(port), "/health", on_retry)
+            except verify.Transient as exc:
+                time_to_outcome = time.monotonic() - t_start
+                verification = {"healthy": False, "verified": False,
+                                "reason": f"{exc}, still after {verify.HTTP_RETRIES} retries"}
+                rec["stop"] = _stop(server, launch.STAGES_GRACEFUL, emit)
+                outcome = strategy.NOT_VERIFIED
+                break
+        if healthy:
             time_to_outcome = time.monotonic() - t_start
             expected = max_model_len
             if auto:
                 # vLLM >= 0.20 serves the fitted length; the log says which.
                 fitted = parser.facts.get("autofit_max_model_len") or parser.facts.get("max_model_len_resolved")
                 expected = fitted.value if fitted else None
-            ok, reason, evidence = verify.check_serving(port, expected)
+            ok, reason, evidence = verify.check_serving(port, expected, on_retry)
             verification = {"healthy": True, "verified": ok, "reason": reason, **evidence}
             emit("healthy", index=index, verified=ok, reason=reason)
             outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED

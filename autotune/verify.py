@@ -7,16 +7,67 @@ ones the requested one; a mismatch means the server is not serving what we think
 
 from __future__ import annotations
 
+import http.client
 import json
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 LOOPBACK = "127.0.0.1"
+
+# A server that listens but breaks an answer (a reset, a dropped connection, a 5xx, a timeout)
+# while it starts is asked again this many times, 0.5 s, 1 s, 2 s, 4 s apart, before the boot
+# counts as not verified. Each retry is recorded in the attempt (run.json).
+HTTP_RETRIES = 4
+RETRY_WAIT_FIRST_S = 0.5
+RETRY_WAIT_MAX_S = 4.0
+
+T = TypeVar("T")
 
 
 class ProbeError(Exception):
     pass
+
+
+class Transient(ProbeError):
+    """The server is listening, but this answer broke; asking again may work."""
+
+
+def _cause(exc: BaseException) -> BaseException:
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        return exc.reason
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    cause = _cause(exc)
+    text = str(cause).strip()
+    return f"{type(cause).__name__}: {text}" if text else type(cause).__name__
+
+
+def with_retries(call: Callable[[], T], endpoint: str, on_retry: Callable[[dict], None] | None = None,
+                 retries: int = HTTP_RETRIES) -> T:
+    """call(), asked again with exponential backoff while it raises Transient (bounded).
+
+    on_retry gets one dict per retry: endpoint, the try that failed, its error, the wait.
+    After the last try the Transient propagates.
+    """
+    t0 = time.monotonic()
+
+    def before_sleep(state) -> None:
+        if on_retry is not None:
+            on_retry({"endpoint": endpoint, "try": state.attempt_number,
+                      "error": str(state.outcome.exception()), "wait_s": round(state.next_action.sleep, 2),
+                      "at_s": round(time.monotonic() - t0, 2)})
+
+    retrying = Retrying(retry=retry_if_exception_type(Transient), stop=stop_after_attempt(retries + 1),
+                        wait=wait_exponential(multiplier=RETRY_WAIT_FIRST_S, max=RETRY_WAIT_MAX_S),
+                        before_sleep=before_sleep, reraise=True)
+    return retrying(call)
 
 
 def base_url(port: int) -> str:
@@ -38,9 +89,25 @@ def _request(url: str, timeout: float, data: dict | None = None) -> tuple[int, b
 
 def health_ok(port: int, timeout: float = 2.0) -> bool:
     try:
-        status, _ = _request(base_url(port) + "/health", timeout)
-    except (OSError, ProbeError, ValueError):
+        return health(port, timeout)
+    except ProbeError:
         return False
+
+
+def health(port: int, timeout: float = 2.0) -> bool:
+    """GET /health: True on 200; False while nothing listens (connection refused) or on a 4xx.
+
+    Raises Transient when something listens but the answer breaks: a reset or dropped
+    connection, a timeout, a 5xx (what a server does while its HTTP stack or engine starts).
+    """
+    try:
+        status, _ = _request(base_url(port) + "/health", timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        if isinstance(_cause(exc), ConnectionRefusedError):
+            return False
+        raise Transient(f"GET /health: {_describe(exc)}") from exc
+    if status >= 500:
+        raise Transient(f"GET /health answered {status}")
     return status == 200
 
 
@@ -51,7 +118,12 @@ class ModelInfo:
 
 
 def served_models(port: int, timeout: float = 5.0) -> list[ModelInfo]:
-    status, body = _request(base_url(port) + "/v1/models", timeout)
+    try:
+        status, body = _request(base_url(port) + "/v1/models", timeout)
+    except (OSError, http.client.HTTPException) as exc:
+        raise Transient(f"GET /v1/models: {_describe(exc)}") from exc
+    if status >= 500:
+        raise Transient(f"GET /v1/models answered {status}")
     if status != 200:
         raise ProbeError(f"GET /v1/models answered {status}")
     try:
@@ -61,14 +133,16 @@ def served_models(port: int, timeout: float = 5.0) -> list[ModelInfo]:
         raise ProbeError(f"GET /v1/models gave an unexpected body: {body[:200]!r}") from exc
 
 
-def check_serving(port: int, expected_len: int | None) -> tuple[bool, str, dict]:
+def check_serving(port: int, expected_len: int | None,
+                  on_retry: Callable[[dict], None] | None = None) -> tuple[bool, str, dict]:
     """(verified, reason, evidence) for a server that answers /health.
 
     expected_len None: the boot log did not say which length vLLM chose (an auto-fit boot
-    without its Auto-fit line), so nothing can be verified.
+    without its Auto-fit line), so nothing can be verified. A broken answer is asked again
+    (with_retries) before it counts.
     """
     try:
-        models = served_models(port)
+        models = with_retries(lambda: served_models(port), "/v1/models", on_retry)
     except (OSError, ProbeError) as exc:
         return False, f"/v1/models failed: {exc}", {}
     evidence = {"models": [{"id": m.id, "max_model_len": m.max_model_len} for m in models]}
