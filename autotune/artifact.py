@@ -127,6 +127,22 @@ def list_runs(runs_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name, reverse=True)
 
 
+def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, dict]]:
+    """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
+    steps), newest first. Unreadable run files are skipped: they belong to nothing."""
+    found = []
+    for run_dir in list_runs(runs_dir):
+        try:
+            record = load_run(run_dir)
+        except ArtifactError:
+            continue
+        links = record.get("links")
+        if isinstance(links, dict) and links.get(key) == value:
+            record.pop("_dir", None)
+            found.append((run_dir, record))
+    return found
+
+
 def resolve_run(ref: str, runs_dir: Path) -> Path:
     """A run folder from a path, a run id, or `latest`."""
     if ref == "latest":

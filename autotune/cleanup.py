@@ -10,6 +10,7 @@ still belongs to it (same start time) and the autotune that started it is gone.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,18 +29,34 @@ class Cleaned:
     detail: str = ""
 
 
-def _owner_alive(marker: dict) -> bool:
-    pid = marker.get("autotune_pid")
+def owner_stamp() -> dict:
+    """Who runs a run or sweep now: kept in its record while it runs (see mark_abandoned)."""
+    return {"pid": os.getpid(), "create_time": psutil.Process().create_time()}
+
+
+def owner_alive(pid, create_time=None) -> bool:
+    """Is this autotune process still running (the same process: same start time)?"""
     if not isinstance(pid, int):
         return False
     try:
         proc = psutil.Process(pid)
-        started = marker.get("autotune_create_time")
-        if started is not None and abs(proc.create_time() - started) >= 1.0:
+        if create_time is not None and abs(proc.create_time() - create_time) >= 1.0:
             return False
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _owner_alive(marker: dict) -> bool:
+    return owner_alive(marker.get("autotune_pid"), marker.get("autotune_create_time"))
+
+
+def abandoned(record: dict) -> bool:
+    """A record that says `running` although the autotune running it is gone (it was SIGKILLed)."""
+    owner = record.get("owner")
+    if record.get("state") != "running" or not isinstance(owner, dict):
+        return False  # records from before owners were kept are left as they are
+    return not owner_alive(owner.get("pid"), owner.get("create_time"))
 
 
 def find_leftovers(runs_dir: Path) -> list[tuple[Path, dict | None]]:
@@ -58,36 +75,73 @@ def clean(runs_dir: Path, on_step=None) -> list[Cleaned]:
     """Stop every left-behind server under runs_dir; return what was found and done."""
     results: list[Cleaned] = []
     for run_dir, marker in find_leftovers(runs_dir):
-        if marker is None or not isinstance(marker.get("pid"), int):
-            results.append(Cleaned(run_dir, -1, "unreadable", f"{run_dir / MARKER} is not a valid marker"))
-            continue
-        pid = marker["pid"]
-        if _owner_alive(marker):
-            # Its autotune is still running (another tune in progress): not ours to touch.
-            results.append(Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it"))
-            continue
-        tree = launch.process_tree(pid, marker.get("create_time"))
-        if not tree:
-            try:
-                alive = psutil.pid_exists(pid)
-            except psutil.Error:
-                alive = False
-            action = "pid_reused" if alive else "already_gone"
-            results.append(Cleaned(run_dir, pid, action))
-        else:
-            report = launch.stop_tree(pid, marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
-            detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
-            results.append(Cleaned(run_dir, pid, "stopped", detail))
-        _mark_interrupted(run_dir)
-        try:
-            (run_dir / MARKER).unlink()
-        except FileNotFoundError:
-            pass
+        results.append(_clean_one(run_dir, marker, on_step))
+    results.extend(mark_abandoned(runs_dir))
     return results
 
 
+def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
+    if marker is None or not isinstance(marker.get("pid"), int):
+        return Cleaned(run_dir, -1, "unreadable", f"{run_dir / MARKER} is not a valid marker")
+    pid = marker["pid"]
+    if _owner_alive(marker):
+        # Its autotune is still running (another tune in progress): not ours to touch.
+        return Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it")
+    tree = launch.process_tree(pid, marker.get("create_time"))
+    if not tree:
+        try:
+            alive = psutil.pid_exists(pid)
+        except psutil.Error:
+            alive = False
+        cleaned = Cleaned(run_dir, pid, "pid_reused" if alive else "already_gone")
+    else:
+        report = launch.stop_tree(pid, marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
+        detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
+        cleaned = Cleaned(run_dir, pid, "stopped", detail)
+    _mark_interrupted(run_dir)
+    try:
+        (run_dir / MARKER).unlink()
+    except FileNotFoundError:
+        pass
+    return cleaned
+
+
+def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
+    """Runs and sweeps that say `running` but whose autotune is gone become `interrupted`.
+
+    A SIGKILL between two boots leaves no server behind (so no server.json), but the run,
+    its sweep or its lever search would say `running` for ever and could not be resumed.
+    """
+    from autotune import sweep as sweep_mod
+
+    found = []
+    for run_dir in artifact.list_runs(runs_dir):
+        try:
+            record = artifact.load_run(run_dir)
+        except artifact.ArtifactError:
+            continue
+        if abandoned(record):
+            _mark_interrupted(run_dir)
+            found.append(Cleaned(run_dir, record["owner"].get("pid", -1), "marked_interrupted",
+                                 "its autotune is gone; `autotune resume` continues it"))
+    for sweep_dir in sweep_mod.list_sweeps(runs_dir):
+        try:
+            sweep = sweep_mod.load(sweep_dir)
+        except artifact.ArtifactError:
+            continue
+        if abandoned(sweep):
+            sweep_mod.mark_interrupted(sweep_dir, sweep, "its autotune was killed")
+            found.append(Cleaned(sweep_dir, sweep["owner"].get("pid", -1), "marked_interrupted",
+                                 "its autotune is gone; `autotune resume` continues the sweep"))
+    return found
+
+
 def _mark_interrupted(run_dir: Path) -> None:
-    """A run whose autotune died mid-boot ends as interrupted, with what it had learned."""
+    """A run whose autotune died mid-boot ends as interrupted, with what it had learned.
+
+    A lever search (phase `reach`) keeps its result: the base ceiling was verified before
+    the levers started, and resume continues the search from there.
+    """
     try:
         record = artifact.load_run(run_dir)
     except artifact.ArtifactError:
@@ -96,6 +150,10 @@ def _mark_interrupted(run_dir: Path) -> None:
         return
     record.pop("_dir", None)
     record["state"] = "interrupted"
-    record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
-                        "reason": "autotune was killed during this run; its server was cleaned up later"}
+    if record.get("phase") == "reach" and isinstance(record.get("result"), dict):
+        record.setdefault("reach", {})["interrupted"] = {"at": artifact.iso(artifact.utc_now()),
+                                                         "by": "autotune was killed during the lever search"}
+    else:
+        record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
+                            "reason": "autotune was killed during this run; its server was cleaned up later"}
     artifact.save_run(run_dir, record)

@@ -6,7 +6,6 @@ Results go to stdout, progress and diagnostics to stderr.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -297,22 +296,51 @@ def clean(runs_dir, json_):
 @cli.command()
 @click.argument("run", default="latest")
 @_runs_dir_option
-@click.option("--json", "json_", is_flag=True, help="Print the run record instead of the summary.")
+@click.option("--json", "json_", is_flag=True, help="Print the run (or sweep) record instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
 def resume(run, runs_dir, json_, quiet):
-    """Continue an interrupted tune (RUN: a run folder, a run id, or `latest`).
+    """Continue an interrupted tune, lever search or sweep.
 
     \b
-    Finished boots are kept and not repeated; the next boot is the one the strategy would
-    have chosen after them. Exit codes as for tune; 1 when RUN is not an interrupted run.
+    RUN is a run folder, a run id, a sweep folder or id, or `latest` (the newest run).
+    What was finished is kept and not repeated:
+      tune          finished boots are kept; the next boot is the one the strategy
+                    would have chosen after them;
+      lever search  (--reach) the run's own boots are done; lever runs that finished
+                    are taken as they are, an interrupted one is resumed;
+      sweep         finished values are kept, the interrupted value's run is resumed,
+                    the values not reached yet run.
+    A run that belongs to an interrupted sweep or lever search (as `latest` often
+    does) continues that sweep or search. A server left behind by a killed autotune
+    is stopped first, and a run or sweep it left `running` becomes `interrupted`.
+
+    \b
+    Exit codes as for tune (or sweep); 1 when RUN is not interrupted.
     """
+    from autotune import sweep as sweep_mod
     from autotune import tune as tune_mod
 
+    cleaning = Progress(quiet=quiet)
     try:
-        run_dir = artifact.resolve_run(run, runs_dir)
+        tune_mod.clean_leftovers(runs_dir, cleaning)  # first, so that a SIGKILLed run reads `interrupted`
+        kind, path, why = _what_to_resume(run, runs_dir)
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))
+    finally:
+        cleaning.close()
+    if why:
+        _err(why, quiet=quiet)
+    if kind == "sweep":
+        from autotune import cli_history
+
+        say = cli_history._sayer(quiet)
+        cli_history.run_sweep(lambda progress: sweep_mod.resume(path, runs_dir, progress, say, cli_history._warn),
+                              path, json_, quiet)
+        return
+    try:
         progress = Progress(quiet=quiet)
         try:
-            record = tune_mod.resume(run_dir, progress)
+            record = tune_mod.resume(path, progress)
         finally:
             progress.close()
     except tune_mod.Interrupted as exc:
@@ -320,8 +348,32 @@ def resume(run, runs_dir, json_, quiet):
         sys.exit(128 + exc.signum)
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))
-    click.echo(json.dumps(_public(record), indent=2) if json_ else render_summary(record, run_dir=run_dir))
+    click.echo(json.dumps(_public(record), indent=2) if json_ else render_summary(record, run_dir=path))
     sys.exit(_exit_code(record))
+
+
+def _what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
+    """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume."""
+    from autotune import sweep as sweep_mod
+
+    for path in (Path(ref), Path(runs_dir) / ref):
+        if (path / sweep_mod.SWEEP_FILE).is_file():
+            return "sweep", path, None
+    run_dir = artifact.resolve_run(ref, runs_dir)
+    record = artifact.load_run(run_dir)
+    links = record.get("links") or {}
+    if record.get("state") != "finished" or ref == "latest":
+        # A member of a sweep or lever search continues the whole of it, when that was interrupted.
+        sweep_dir = Path(runs_dir) / str(links.get("sweep_id"))
+        if links.get("sweep_id") and (sweep_dir / sweep_mod.SWEEP_FILE).is_file():
+            if sweep_mod.load(sweep_dir).get("state") == "interrupted":
+                return "sweep", sweep_dir, f"run {run_dir.name} is part of sweep {sweep_dir.name}: resuming the sweep"
+        parent_dir = Path(runs_dir) / str(links.get("reach_of"))
+        if links.get("reach_of") and (parent_dir / artifact.RUN_FILE).is_file():
+            if artifact.load_run(parent_dir).get("state") == "interrupted":
+                return "run", parent_dir, (f"run {run_dir.name} is a lever run of {parent_dir.name}: resuming its "
+                                           "lever search")
+    return "run", run_dir, None
 
 
 def _exit_code(record: dict) -> int:

@@ -14,31 +14,15 @@ from pathlib import Path
 
 import click
 
-from autotune import __version__, artifact, compare as cmp, servecmd
+from autotune import artifact, compare as cmp, servecmd
+from autotune import sweep as sweep_mod
 from autotune.cli import LengthType, ProgressPrinter, _fmt, _runs_dir_option
 
-SWEEP_FILE = "sweep.json"
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_FILE = sweep_mod.SWEEP_FILE
 EXIT_POINT_FAILED = 3
 
 
 # ---- finding and loading runs --------------------------------------------------------------------
-
-def _load_sweep(path: Path) -> dict:
-    try:
-        sweep = json.loads((path / SWEEP_FILE).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise click.ClickException(f"{path / SWEEP_FILE}: cannot read: {exc.strerror}")
-    except json.JSONDecodeError as exc:
-        raise click.ClickException(f"{path / SWEEP_FILE}: not valid JSON ({exc})")
-    version = sweep.get("schema_version") if isinstance(sweep, dict) else None
-    if not isinstance(version, int):
-        raise click.ClickException(f"{path / SWEEP_FILE}: no integer schema_version; not an autotune sweep file")
-    if version > SWEEP_SCHEMA_VERSION:
-        raise click.ClickException(f"{path / SWEEP_FILE}: schema_version {version} is newer than this autotune "
-                                   f"understands ({SWEEP_SCHEMA_VERSION}); upgrade autotune")
-    return sweep
-
 
 def _run_dirs(ref: str, runs_dir: Path) -> list[Path]:
     """The run folders a RUN argument names: a run (folder, id, latest), a sweep, or a folder of runs."""
@@ -48,7 +32,7 @@ def _run_dirs(ref: str, runs_dir: Path) -> list[Path]:
         if (path / artifact.RUN_FILE).exists():
             return [path]
         if (path / SWEEP_FILE).exists():
-            sweep = _load_sweep(path)
+            sweep = sweep_mod.load(path)
             return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
     path = Path(ref)
     if path.is_dir():
@@ -370,39 +354,6 @@ class GmuListType(click.ParamType):
         return values
 
 
-def _sweep_dir(runs_dir: Path, model: str | None) -> Path:
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    stamp = artifact.utc_now().strftime("%Y%m%dT%H%M%SZ")
-    base = f"{stamp}-sweep-{servecmd.model_slug(model)}"
-    for n in range(1000):
-        path = runs_dir / (base if n == 0 else f"{base}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise click.ClickException(f"cannot create a sweep folder under {runs_dir}")
-
-
-def _save_sweep(sweep_dir: Path, sweep: dict) -> None:
-    sweep = dict(sweep)
-    sweep["schema_version"] = SWEEP_SCHEMA_VERSION
-    artifact.write_atomic(sweep_dir / SWEEP_FILE, json.dumps(sweep, indent=2, ensure_ascii=False) + "\n")
-
-
-def _sweep_prediction(records: list[dict], gmu: float) -> cmp.Prediction | None:
-    """The prediction for the next point from the points so far that verified."""
-    usable = [r for r in records if (r.get("result") or {}).get("verified")]
-    if not usable:
-        return None
-    report = cmp.compare(usable)
-    if len(report.groups) != 1:
-        return None  # the points so far are not comparable (e.g. vLLM changed under the sweep)
-    rows = {r.run_id: r for r in report.runs}
-    group = report.groups[0]
-    return cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
-
-
 @click.command("sweep", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--gmu", "gmu_values", type=GmuListType(), required=True,
               help="The --gpu-memory-utilization values, comma-separated (0.90,0.94,0.98).")
@@ -453,11 +404,8 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
     \b
     Exit codes: 0 every value verified; 3 one or more did not, or a preflight check refused
     one (the table says which); 1 bad input; 130/143 interrupted (the sweep record says how
-    far it got).
+    far it got; `autotune resume SWEEP` continues it without repeating finished values).
     """
-    from autotune import strategy as strategy_mod
-    from autotune import tune as tune_mod
-
     argv = list(serve_command)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -470,85 +418,46 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
     if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         click.echo("Warning: VLLM_CPU_KVCACHE_SPACE is set: on vLLM's CPU backend it fixes the KV pool and "
                    "gmu will not change it", err=True)
-    model = servecmd.model_of(argv)
-    sweep_dir = _sweep_dir(runs_dir, model)
-    sweep = {
-        "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
-        "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": target,
-        "serve_argv": servecmd.without_flag(argv, cmp.GMU_FLAG), "strategy": strategy,
-        "gmu_values": gmu_values, "points": [], "boots_used": 0, "boots_without_predictions": None,
-        "boots_2k": 2 * len(gmu_values), "boots_saved": 0, "fit": None, "plot": None,
-    }
-    _save_sweep(sweep_dir, sweep)
-    progress = ProgressPrinter(quiet=quiet)
-    say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+    opts = sweep_mod.SweepOptions(gmu_values=gmu_values, target=target, strategy=strategy, gpu=gpu, force=force,
+                                  allow_risky_gmu=allow_risky_gmu, stall_timeout_s=stall_timeout,
+                                  max_boots=max_boots, plot=str(plot) if plot else None)
+    try:
+        sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)
+    except (OSError, artifact.ArtifactError) as exc:
+        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
+    say = _sayer(quiet)
     say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
         f"strategy {strategy}")
-    records: list[dict] = []
-    for i, gmu in enumerate(gmu_values, 1):
-        prediction = _sweep_prediction(records, gmu) if strategy == "refusal" else None
-        start_at, aim = cmp.sweep_start_at(prediction, target, strategy_mod.ROOM_TOLERANCE)
-        if prediction is not None and prediction.ceiling is not None:
-            say(f"sweep {i}/{len(gmu_values)}: gmu {gmu:g}: predicted ceiling {prediction.ceiling:,} "
-                f"({prediction.basis})")
-        else:
-            say(f"sweep {i}/{len(gmu_values)}: gmu {gmu:g}: no prediction yet")
-        say(f"sweep {i}/{len(gmu_values)}: " + (f"booting {start_at:,} first: {aim}" if start_at else aim))
-        opts = tune_mod.TuneOptions(
-            target=target, serve_argv=servecmd.with_flag(argv, cmp.GMU_FLAG, gmu), runs_dir=runs_dir,
-            stall_timeout_s=stall_timeout, max_boots=max_boots, start_at=start_at, kind="sweep-point",
-            strategy=strategy, gpu=gpu, force=force, allow_risky_gmu=allow_risky_gmu,
-            links={"sweep_id": sweep_dir.name, "sweep_index": i})
-        try:
-            record = tune_mod.tune(opts, progress)
-        except tune_mod.Interrupted as exc:
-            sweep.update(state="interrupted", ended_at=artifact.iso(artifact.utc_now()))
-            _save_sweep(sweep_dir, sweep)
-            click.echo(f"interrupted ({exc}) at gmu {gmu:g}; the server was stopped; {sweep_dir / SWEEP_FILE} "
-                       f"keeps the {len(sweep['points'])} finished value(s)", err=True)
-            sys.exit(128 + exc.signum)
-        except tune_mod.PreflightFailed as exc:
-            click.echo(f"sweep {i}/{len(gmu_values)}: gmu {gmu:g}: not booted: a preflight check says it cannot "
-                       "work (--force boots anyway)", err=True)
-            for problem in exc.problems:
-                click.echo(problem.render(), err=True)
-            sweep["points"].append({"gmu": gmu, "run_id": None, "verdict": "preflight_refused", "ceiling": None,
-                                    "start_at": start_at, "start_at_reason": aim, "prediction": None, "boots": 0,
-                                    "boots_without_prediction": 0, "saved": 0,
-                                    "note": "; ".join(getattr(p, "why", str(p)) for p in exc.problems)})
-            _count_boots(sweep)
-            _save_sweep(sweep_dir, sweep)
-            continue
-        except (ValueError, artifact.ArtifactError) as exc:  # a bad --gpu selector, an unwritable runs dir
-            raise click.ClickException(str(exc))
-        records.append(record)
-        outcome = cmp.sweep_point_outcome(record, start_at)
-        result = record.get("result") or {}
-        sweep["points"].append({
-            "gmu": gmu, "run_id": record["run_id"], "verdict": result.get("verdict"), "ceiling": result.get("ceiling"),
-            "start_at": start_at, "start_at_reason": aim, "prediction": asdict(prediction) if prediction else None,
-            **outcome})
-        _count_boots(sweep)
-        _save_sweep(sweep_dir, sweep)
-        say(f"sweep {i}/{len(gmu_values)}: gmu {gmu:g}: {result.get('verdict')}"
-            + (f" at {result['ceiling']:,}" if result.get("ceiling") else "")
-            + f" in {outcome['boots']} boot(s): {outcome['note']}")
+    run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, _warn),
+              sweep_dir, json_, quiet)
 
-    report = cmp.compare(records)
-    group = next((g for g in report.groups if g.fit is not None), None)
-    sweep["fit"] = asdict(group.fit) if group else None
-    plot_path = plot or sweep_dir / "sweep.png"
-    from autotune import plot as plot_mod
 
+def _sayer(quiet: bool):
+    return (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+
+
+def _warn(text: str) -> None:
+    click.echo(text, err=True)
+
+
+def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
+    """Run (or resume) a sweep with go(progress), print its result, exit with its code."""
+    from autotune import tune as tune_mod
+
+    progress = ProgressPrinter(quiet=quiet)
     try:
-        sweep["plot"] = str(plot_mod.write_plot(report, plot_path))
-    except (plot_mod.PlotUnavailable, ValueError, OSError) as exc:  # the sweep's result matters more
-        if plot:
-            click.echo(f"Warning: no plot: {exc}", err=True)
-        else:
-            say(f"(no plot: {exc})")
-    sweep.update(state="finished", ended_at=artifact.iso(artifact.utc_now()))
-    _save_sweep(sweep_dir, sweep)
+        sweep, records, report = go(progress)
+    except tune_mod.Interrupted as exc:
+        progress.close()
+        sweep = sweep_mod.load(sweep_dir)
+        click.echo(f"interrupted ({exc}); the server was stopped; {sweep_dir / sweep_mod.SWEEP_FILE} keeps the "
+                   f"{len(sweep['points'])} finished value(s); `autotune resume {sweep_dir.name}` continues",
+                   err=True)
+        sys.exit(128 + exc.signum)
+    except (ValueError, artifact.ArtifactError) as exc:  # a bad --gpu selector, an unwritable runs dir
+        raise click.ClickException(str(exc))
+    finally:
+        progress.close()
     if json_:
         click.echo(json.dumps({"sweep": sweep, "compare": report.to_json()}, indent=2, ensure_ascii=False))
     else:
@@ -558,12 +467,6 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
             click.echo(render_report(report))
     all_verified = all(p["verdict"] == "verified" for p in sweep["points"])
     sys.exit(0 if all_verified else EXIT_POINT_FAILED)
-
-
-def _count_boots(sweep: dict) -> None:
-    sweep["boots_used"] = sum(p["boots"] for p in sweep["points"])
-    sweep["boots_without_predictions"] = sum(p["boots_without_prediction"] for p in sweep["points"])
-    sweep["boots_saved"] = sum(p["saved"] for p in sweep["points"])
 
 
 def render_sweep(sweep: dict, sweep_dir: Path) -> str:

@@ -76,12 +76,21 @@ def run_row(record: dict) -> dict:
         "model": record.get("model"),
         "target": record.get("target"),
         "ceiling": result.get("ceiling"),
-        "verdict": result.get("verdict") or record.get("state") or "?",
+        "verdict": _verdict(record, result),
         "boots": len(record.get("attempts") or []),
         "vllm_version": record.get("vllm_version"),
         "available_kv_gib": result.get("available_kv_gib"),
         "kv_cache_tokens": result.get("kv_cache_tokens"),
     }
+
+
+def _verdict(record: dict, result: dict) -> str:
+    verdict = result.get("verdict") or record.get("state") or "?"
+    if record.get("state") == "interrupted" and verdict != "interrupted":
+        return f"{verdict}; levers interrupted" if record.get("phase") == "reach" else f"{verdict}; interrupted"
+    if record.get("state") == "running" and result.get("verdict"):
+        return f"{verdict}; levers running" if record.get("phase") == "reach" else verdict
+    return verdict
 
 
 def _cell(value) -> str:

@@ -518,6 +518,10 @@ class Progress:
 
     def _on_run_resumed(self, d: dict) -> None:
         self.run_dir = d.get("run_dir")
+        if d.get("phase") == "reach":
+            self._say(f"resuming the lever search of run folder {self.run_dir}: its {d.get('attempts_done', 0)} "
+                      f"boot(s) are kept; lever runs that finished are not repeated")
+            return
         self._say(f"resuming run folder {self.run_dir}: {d.get('attempts_done', 0)} finished boot(s) kept; "
                   f"target {fmt_number(d.get('target'))} tokens; port {d.get('port')}")
 
@@ -527,7 +531,8 @@ class Progress:
                 "already_gone": f"its server (pid {pid}) was already gone",
                 "pid_reused": f"pid {pid} now belongs to another process: left alone",
                 "owner_alive": f"left alone: {detail}",
-                "unreadable": detail}.get(d.get("action"), f"{d.get('action')} (pid {pid}) {detail}".rstrip())
+                "unreadable": detail,
+                "marked_interrupted": f"marked interrupted: {detail}"}.get(d.get("action"), f"{d.get('action')} (pid {pid}) {detail}".rstrip())
         self._line(self._labelled("warning", f"cleanup: {Path(str(d.get('run_dir'))).name}: {what}"))
 
     def _on_warning(self, d: dict) -> None:
@@ -570,7 +575,14 @@ class Progress:
     def _on_reach_step(self, d: dict) -> None:
         lever = str(d.get("lever", "?")).replace("_", "-")
         value = f" {d['value']}" if d.get("value") is not None else ""
-        self._say(f"levers: trying {lever}{value} (a run of its own, linked to this one)")
+        earlier = d.get("earlier")
+        if earlier == "finished":
+            self._say(f"levers: {lever}{value} already ran before the interruption (run {d.get('run_id')}); "
+                      "its result is kept")
+        elif earlier == "interrupted":
+            self._say(f"levers: resuming {lever}{value} (run {d.get('run_id')})")
+        else:
+            self._say(f"levers: trying {lever}{value} (a run of its own, linked to this one)")
 
     def _on_reach_done(self, d: dict) -> None:
         reach = d.get("reach") or {}
@@ -880,6 +892,14 @@ def render_summary(record: dict, run_dir: str | Path | None = None) -> str:
     if reach.get("explanation"):
         for i, text in enumerate(reach["explanation"]):
             lines.append(("  levers:   " if i == 0 else "            ") + str(text))
+    if isinstance(reach.get("interrupted"), dict):
+        lines.append(f"  levers:   interrupted: {reach['interrupted'].get('by')}")
+    for a in attempts:
+        retries = a.get("http_retries") or []
+        if retries:
+            endpoints = ", ".join(sorted({str(x.get("endpoint")) for x in retries}))
+            lines.append(f"  retries:  boot {a.get('index')}: {len(retries)} broken answer(s) from {endpoints} "
+                         f"asked again (first: {retries[0].get('error')})")
     if record.get("vllm_version"):
         lines.append(f"  vLLM:     {record['vllm_version']}")
     if r.get("serving"):

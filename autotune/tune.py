@@ -19,7 +19,7 @@ from typing import Callable
 
 import psutil
 
-from autotune import (__version__, artifact, catalog, cleanup, launch, memwait, servecmd, strategy, verify,
+from autotune import (artifact, catalog, cleanup, launch, memwait, servecmd, strategy, verify,
                       vllminfo)
 from autotune.emit import write_all as write_paste_ready  # `emit` here is the progress callback
 from autotune.logparse import BootLogParser, ceiling_from
@@ -98,9 +98,17 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
     SIGINT and SIGTERM raise Interrupted from the first line on: the server is stopped
     and the run marked interrupted before it propagates.
     """
+    with interruptible():
+        return _tune(opts, emit)
+
+
+@contextmanager
+def interruptible():
+    """Inside: SIGINT and SIGTERM raise Interrupted (see _SignalGate). A sweep holds this
+    around all its tunes, so a signal between two of them is caught as well."""
     previous = _install_signal_handlers()
     try:
-        return _tune(opts, emit)
+        yield
     finally:
         _restore_signal_handlers(previous)
 
@@ -108,7 +116,7 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
 def _tune(opts: TuneOptions, emit: Emit) -> dict:
     env, env_added = _environment(opts)
     argv, port, port_chosen = _with_port(opts.serve_argv)
-    _clean_leftovers(opts.runs_dir, emit)
+    clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
     gpu_plan, preflight_record = _preflight(opts, argv, env, model, emit)
     env.update(gpu_plan.env_changes)
@@ -142,7 +150,9 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
         "options": {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots,
                     "probe": opts.probe, "back_off": opts.back_off,
                     "keep_serving": opts.keep_serving, "strategy": opts.strategy, "start_at": opts.start_at,
+                    "reach": opts.reach, "max_gmu": opts.max_gmu, "allow_kv_quant": opts.allow_kv_quant,
                     "extra_env": redact_env(opts.extra_env)},
+        "owner": cleanup.owner_stamp(),  # a SIGKILLed autotune's run is found by this (cleanup.mark_abandoned)
         "plan": plan,
         "vllm_version_detected": detected,
         "links": dict(opts.links),
@@ -155,29 +165,59 @@ def _tune(opts: TuneOptions, emit: Emit) -> dict:
     emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
          vllm_version=detected)
     record = _run_loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
+    return _after_loop(record, run_dir, opts, env, emit)
+
+
+def _after_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> dict:
+    """With --reach, a verified ceiling short of the target goes on to the lever search."""
     result = record["result"]
     if opts.reach and result["verified"] and result["ceiling"] < opts.target:
-        _reach(record, run_dir, opts, env, emit)
+        _reach_phase(record, run_dir, opts, env, emit)
     return record
 
 
 def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
-    """Continue an interrupted tune from its run.json, without repeating finished attempts."""
-    previous = _install_signal_handlers()
-    try:
+    """Continue an interrupted tune or lever search from its run.json, without repeating
+    finished attempts (or finished lever runs)."""
+    with interruptible():
         return _resume(Path(run_dir), emit, env)
-    finally:
-        _restore_signal_handlers(previous)
 
 
 def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
-    _clean_leftovers(run_dir.parent, emit)  # a SIGKILLed run's server goes first; its run becomes interrupted
+    clean_leftovers(run_dir.parent, emit)  # a SIGKILLed run's server goes first; its run becomes interrupted
     record = artifact.load_run(run_dir)
     record.pop("_dir", None)
     if record.get("state") != "interrupted":
         raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can be resumed")
+    opts = _options_from_record(record, run_dir, env)
+    env, _ = _environment(opts)
+    record["state"] = "running"
+    record["owner"] = cleanup.owner_stamp()
+    record.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
+    if record.get("phase") == "reach":
+        # The boots of the run itself are done and verified: continue the lever search.
+        record["reach"].pop("interrupted", None)
+        artifact.save_run(run_dir, record)
+        emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=len(record["attempts"]),
+             port=None, phase="reach")
+        _reach_phase(record, run_dir, opts, env, emit)
+        return record
+    # The user's own --port stays; a port autotune chose is chosen afresh.
+    argv, port, port_chosen = _with_port(opts.serve_argv)
+    record["command"]["port"] = port
+    record["result"] = None
+    artifact.save_run(run_dir, record)
+    done = sum(1 for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED)
+    emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=done, port=port)
+    record = _run_loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit)
+    return _after_loop(record, run_dir, opts, env, emit)
+
+
+def _options_from_record(record: dict, run_dir: Path, env: dict[str, str] | None) -> TuneOptions:
+    """The options a run was started with, as run.json keeps them (runs written before an
+    option was kept get its default)."""
     options = record.get("options", {})
-    opts = TuneOptions(target=record["target"], serve_argv=list(record["command"]["argv"]), runs_dir=run_dir.parent,
+    return TuneOptions(target=record["target"], serve_argv=list(record["command"]["argv"]), runs_dir=run_dir.parent,
                        target_max=record.get("target_asked") == "max",
                        keep_serving=options.get("keep_serving", False),
                        stall_timeout_s=options.get("stall_timeout_s", 1200.0),
@@ -186,18 +226,9 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
                                   **(record.get("gpus") or {}).get("environment", {})},
                        start_at=options.get("start_at"), kind=record.get("kind", "tune"),
                        strategy=options.get("strategy", "auto"), links=record.get("links", {}),
-                       probe=options.get("probe", "quick"), back_off=options.get("back_off", False))
-    env, _ = _environment(opts)
-    # The user's own --port stays; a port autotune chose is chosen afresh.
-    argv, port, port_chosen = _with_port(opts.serve_argv)
-    record["command"]["port"] = port
-    record["state"] = "running"
-    record["result"] = None
-    record.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
-    artifact.save_run(run_dir, record)
-    done = sum(1 for a in record["attempts"] if a.get("outcome") != strategy.INTERRUPTED)
-    emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=done, port=port)
-    return _run_loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit)
+                       probe=options.get("probe", "quick"), back_off=options.get("back_off", False),
+                       reach=options.get("reach", False), max_gmu=options.get("max_gmu", 0.95),
+                       allow_kv_quant=options.get("allow_kv_quant", False))
 
 
 def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
@@ -220,7 +251,7 @@ def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
     return servecmd.with_flag(argv, servecmd.PORT, port), port, True
 
 
-def _clean_leftovers(runs_dir: Path, emit: Emit) -> None:
+def clean_leftovers(runs_dir: Path, emit: Emit) -> None:
     for item in cleanup.clean(runs_dir, on_step=lambda step: emit("stop_step", **step)):
         emit("cleaned", run_dir=str(item.run_dir), pid=item.pid, action=item.action, detail=item.detail)
 
@@ -728,15 +759,46 @@ def newest_command(runs_dir: Path) -> tuple[list[str], str] | None:
 
 # ---- levers: reach the target when the ceiling is short ------------------------------
 
+def _reach_phase(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> None:
+    """The lever search, with the run `running` in phase `reach` until it ends, so that an
+    interruption leaves it `interrupted` and resumable (the verified result stays)."""
+    record["state"] = "running"
+    record["phase"] = "reach"
+    artifact.save_run(run_dir, record)
+    try:
+        _reach(record, run_dir, opts, env, emit)
+    except Interrupted as exc:
+        with _GATE.deferred(drop=True):
+            record["state"] = "interrupted"
+            record.setdefault("reach", {})["interrupted"] = {
+                "at": artifact.iso(artifact.utc_now()),
+                "by": f"autotune got {exc}; `autotune resume {record['run_id']}` continues the lever search"}
+            artifact.save_run(run_dir, record)
+        raise
+    record["state"] = "finished"
+    record.pop("phase", None)
+    artifact.save_run(run_dir, record)
+
+
 def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> None:
     """Try the levers (levers.py) with as few boots as the measurements allow; record what happened.
 
     Each lever boot is a tune of its own (a run folder linked to this one), so its evidence is
     kept the same way; this run's result moves to the lever run that reached the target.
+
+    Resumable by replay: the plan is a pure function of the measurements, so a resumed search
+    walks the same steps; a step whose lever run finished before the interruption is taken
+    from that run, an interrupted one is resumed, and only the rest boot.
     """
     from autotune import levers
 
+    earlier = record.get("reach") if isinstance(record.get("reach"), dict) else {}
+    if "before_levers" in earlier:
+        record["result"] = json.loads(json.dumps(earlier["before_levers"]))  # as the search first saw it
     result = record["result"]
+    before_levers = json.loads(json.dumps(result))
+    runs_before = {tuple(r["command"]["argv"]): (d, r)
+                   for d, r in reversed(artifact.linked_runs(opts.runs_dir, "reach_of", record["run_id"]))}
     last = [a for a in record["attempts"] if a.get("outcome") == strategy.VERIFIED][-1]
     facts = last.get("facts", {})
     user_argv = list(record["command"]["argv"])
@@ -748,7 +810,9 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
     gpus = record.get("machine", {}).get("gpus") or []
     total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
     available = result.get("available_kv_gib")
-    reach: dict = {"steps": [], "reached": False}
+    reach: dict = {"steps": [], "reached": False, "before_levers": before_levers}
+    if earlier.get("resumed_at") or record.get("resumed_at"):
+        reach["resumed_at"] = list(record.get("resumed_at") or [])
     record["reach"] = reach
     if available is None:
         reach["explanation"] = ["the boot log showed no available KV memory to scale from; levers not tried"]
@@ -769,12 +833,23 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
                                  extra_env=opts.extra_env, kind="reach-step", strategy=opts.strategy,
                                  probe=opts.probe, back_off=opts.back_off,
                                  links={"reach_of": record["run_id"]})
-        emit("reach_step", lever=lever, value=value)
-        child = _tune(child_opts, emit)
+        before = runs_before.get(tuple(argv))
+        earlier_state = before[1].get("state") if before else None
+        if earlier_state == "finished":
+            emit("reach_step", lever=lever, value=value, earlier="finished", run_id=before[1]["run_id"])
+            child = before[1]
+        elif earlier_state == "interrupted":
+            emit("reach_step", lever=lever, value=value, earlier="interrupted", run_id=before[1]["run_id"])
+            child = _resume(before[0], emit, opts.env)
+        else:
+            emit("reach_step", lever=lever, value=value)
+            child = _tune(child_opts, emit)
         r = child["result"]
         step = {"lever": lever, "value": value, "run_id": child["run_id"], "boots": len(child["attempts"]),
                 "verdict": r["verdict"], "ceiling": r.get("ceiling"), "available_kv_gib": r.get("available_kv_gib"),
                 "duration_s": child.get("duration_s")}
+        if earlier_state:
+            step["before_interruption"] = earlier_state  # finished: taken as it was; interrupted: resumed
         reach["steps"].append(step)
         artifact.save_run(run_dir, record)
         return child

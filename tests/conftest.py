@@ -1,6 +1,3 @@
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 

@@ -8,7 +8,6 @@ vllm-config.yaml into exactly the settings the command line gives.
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 import shlex

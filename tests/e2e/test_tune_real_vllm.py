@@ -4,8 +4,6 @@ The KV pool is fixed with --kv-cache-memory-bytes 128M: 16,384 tokens at 8 KiB p
 so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less).
 """
 import json
-import shlex
-import signal
 import subprocess
 import sys
 import time

@@ -1,0 +1,273 @@
+"""A gmu sweep: one tune per --gpu-memory-utilization value, linked by sweep.json; resumable.
+
+Composition only, like tune.py: the predictions and the fit come from compare.py, each
+value's boots from tune.py. `autotune sweep` creates and runs one; `autotune resume`
+continues an interrupted one: finished values are kept as they are, the value whose run
+was interrupted has that run resumed (its finished boots are not repeated), and the values
+not reached yet run as they would have.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from autotune import __version__, artifact, cleanup, compare as cmp, servecmd
+from autotune import strategy as strategy_mod
+from autotune import tune as tune_mod
+
+SWEEP_FILE = "sweep.json"
+SCHEMA_VERSION = 1
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class SweepOptions:
+    gmu_values: list[float]
+    target: int
+    strategy: str = "refusal"
+    gpu: str | None = None
+    force: bool = False
+    allow_risky_gmu: bool = False
+    stall_timeout_s: float = 1200.0
+    max_boots: int = 6
+    plot: str | None = None  # where to write the PNG; None: sweep.png in the sweep folder
+
+
+def list_sweeps(runs_dir: Path) -> list[Path]:
+    """Sweep folders under runs_dir, newest first."""
+    if not Path(runs_dir).is_dir():
+        return []
+    return sorted((p for p in Path(runs_dir).iterdir() if (p / SWEEP_FILE).is_file()),
+                  key=lambda p: p.name, reverse=True)
+
+
+def load(sweep_dir: Path) -> dict:
+    path = Path(sweep_dir) / SWEEP_FILE
+    try:
+        sweep = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise artifact.ArtifactError(f"{path}: cannot read: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise artifact.ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    version = sweep.get("schema_version") if isinstance(sweep, dict) else None
+    if not isinstance(version, int):
+        raise artifact.ArtifactError(f"{path}: no integer schema_version; not an autotune sweep file")
+    if version > SCHEMA_VERSION:
+        raise artifact.ArtifactError(f"{path}: schema_version {version} is newer than this autotune understands "
+                                     f"({SCHEMA_VERSION}); upgrade autotune")
+    return sweep
+
+
+def save(sweep_dir: Path, sweep: dict) -> None:
+    sweep = dict(sweep)
+    sweep["schema_version"] = SCHEMA_VERSION
+    artifact.write_atomic(Path(sweep_dir) / SWEEP_FILE, json.dumps(sweep, indent=2, ensure_ascii=False) + "\n")
+
+
+def _new_dir(runs_dir: Path, model: str | None) -> Path:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    stamp = artifact.utc_now().strftime("%Y%m%dT%H%M%SZ")
+    base = f"{stamp}-sweep-{servecmd.model_slug(model)}"
+    for n in range(1000):
+        path = runs_dir / (base if n == 0 else f"{base}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise artifact.ArtifactError(f"cannot create a sweep folder under {runs_dir}")
+
+
+def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, dict]:
+    """The sweep folder and its first sweep.json (state running, no points yet)."""
+    model = servecmd.model_of(argv)
+    sweep_dir = _new_dir(Path(runs_dir), model)
+    sweep = {
+        "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
+        "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": opts.target,
+        "serve_argv": servecmd.without_flag(argv, cmp.GMU_FLAG), "strategy": opts.strategy,
+        "gmu_values": list(opts.gmu_values), "options": asdict(opts), "owner": cleanup.owner_stamp(),
+        "points": [], "boots_used": 0, "boots_without_predictions": None,
+        "boots_2k": 2 * len(opts.gmu_values), "boots_saved": 0, "fit": None, "plot": None,
+    }
+    save(sweep_dir, sweep)
+    return sweep_dir, sweep
+
+
+def options_of(sweep: dict) -> SweepOptions:
+    """The options a sweep was started with (sweeps written before options were kept: the defaults)."""
+    stored = sweep.get("options") if isinstance(sweep.get("options"), dict) else {}
+    known = {k: v for k, v in stored.items() if k in SweepOptions.__dataclass_fields__}
+    known.update(gmu_values=list(sweep["gmu_values"]), target=sweep["target"],
+                 strategy=sweep.get("strategy", known.get("strategy", "refusal")))
+    return SweepOptions(**known)
+
+
+def mark_interrupted(sweep_dir: Path, sweep: dict, why: str) -> None:
+    sweep.update(state="interrupted", ended_at=artifact.iso(artifact.utc_now()), interrupted_by=why)
+    save(sweep_dir, sweep)
+
+
+def resume(sweep_dir: Path, runs_dir: Path, progress: tune_mod.Emit, say: Say, warn: Say):
+    """Continue an interrupted sweep; see run()."""
+    tune_mod.clean_leftovers(Path(runs_dir), progress)  # a SIGKILLed sweep becomes interrupted here
+    sweep = load(sweep_dir)
+    if sweep.get("state") != "interrupted":
+        raise artifact.ArtifactError(f"{Path(sweep_dir) / SWEEP_FILE}: state is {sweep.get('state')!r}; only an "
+                                     "interrupted sweep can be resumed")
+    sweep.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
+    sweep.pop("interrupted_by", None)
+    say(f"resuming sweep {sweep['sweep_id']}: {len(sweep['points'])} of {len(sweep['gmu_values'])} value(s) "
+        "finished")
+    return run(Path(sweep_dir), sweep, Path(runs_dir), progress, say, warn)
+
+
+def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, say: Say, warn: Say):
+    """Tune every value not finished yet; return (sweep, member run records, compare report).
+
+    Raises tune.Interrupted after marking the sweep interrupted (the member run is marked
+    by tune itself); a value that fails or is refused by preflight does not stop the others.
+    """
+    opts = options_of(sweep)
+    argv = list(sweep["serve_argv"])
+    values = opts.gmu_values
+    n = len(values)
+    sweep.update(state="running", ended_at=None, owner=cleanup.owner_stamp())
+    save(sweep_dir, sweep)
+    records = _finished_records(sweep, runs_dir, warn)
+    members = _members(runs_dir, sweep["sweep_id"])
+    try:
+        with tune_mod.interruptible():
+            for i, gmu in enumerate(values, 1):
+                if i <= len(sweep["points"]):
+                    continue  # finished before an interruption: kept as it is
+                prediction = _prediction(records, gmu) if opts.strategy == "refusal" else None
+                start_at, aim = cmp.sweep_start_at(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
+                member = members.get(i)
+                try:
+                    if member is not None:
+                        record, start_at, aim = _continue_member(member, i, n, gmu, start_at, aim, progress, say)
+                    else:
+                        _say_plan(say, i, n, gmu, prediction, start_at, aim)
+                        record = tune_mod.tune(tune_mod.TuneOptions(
+                            target=opts.target, serve_argv=servecmd.with_flag(argv, cmp.GMU_FLAG, gmu),
+                            runs_dir=runs_dir, stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots,
+                            start_at=start_at, kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
+                            force=opts.force, allow_risky_gmu=opts.allow_risky_gmu,
+                            links={"sweep_id": sweep["sweep_id"], "sweep_index": i}), progress)
+                except tune_mod.PreflightFailed as exc:
+                    warn(f"sweep {i}/{n}: gmu {gmu:g}: not booted: a preflight check says it cannot work "
+                         "(--force boots anyway)")
+                    for problem in exc.problems:
+                        warn(problem.render())
+                    sweep["points"].append({"gmu": gmu, "run_id": None, "verdict": "preflight_refused",
+                                            "ceiling": None, "start_at": start_at, "start_at_reason": aim,
+                                            "prediction": None, "boots": 0, "boots_without_prediction": 0,
+                                            "saved": 0,
+                                            "note": "; ".join(getattr(p, "why", str(p)) for p in exc.problems)})
+                    _count_boots(sweep)
+                    save(sweep_dir, sweep)
+                    continue
+                records.append(record)
+                outcome = cmp.sweep_point_outcome(record, start_at)
+                result = record.get("result") or {}
+                sweep["points"].append({
+                    "gmu": gmu, "run_id": record["run_id"], "verdict": result.get("verdict"),
+                    "ceiling": result.get("ceiling"), "start_at": start_at, "start_at_reason": aim,
+                    "prediction": asdict(prediction) if prediction else None, **outcome})
+                _count_boots(sweep)
+                save(sweep_dir, sweep)
+                say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"
+                    + (f" at {result['ceiling']:,}" if result.get("ceiling") else "")
+                    + f" in {outcome['boots']} boot(s): {outcome['note']}")
+    except tune_mod.Interrupted as exc:
+        mark_interrupted(sweep_dir, sweep, f"autotune got {exc}")
+        raise
+
+    report = cmp.compare(records)
+    group = next((g for g in report.groups if g.fit is not None), None)
+    sweep["fit"] = asdict(group.fit) if group else None
+    _plot(sweep, sweep_dir, report, opts, say, warn)
+    sweep.update(state="finished", ended_at=artifact.iso(artifact.utc_now()))
+    save(sweep_dir, sweep)
+    return sweep, records, report
+
+
+def _say_plan(say: Say, i: int, n: int, gmu: float, prediction, start_at, aim: str) -> None:
+    if prediction is not None and prediction.ceiling is not None:
+        say(f"sweep {i}/{n}: gmu {gmu:g}: predicted ceiling {prediction.ceiling:,} ({prediction.basis})")
+    else:
+        say(f"sweep {i}/{n}: gmu {gmu:g}: no prediction yet")
+    say(f"sweep {i}/{n}: " + (f"booting {start_at:,} first: {aim}" if start_at else aim))
+
+
+def _continue_member(member: tuple[Path, dict], i: int, n: int, gmu: float, start_at, aim: str,
+                     progress: tune_mod.Emit, say: Say):
+    """The value whose run was interrupted: resume that run (or take it, if it finished just
+    before the sweep could record it). Its own start_at stands: it was booted with it."""
+    run_dir, record = member
+    start_at = (record.get("options") or {}).get("start_at")
+    aim = aim if start_at is None else f"{aim} (as booted before the interruption)"
+    if record.get("state") == "finished":
+        say(f"sweep {i}/{n}: gmu {gmu:g}: run {run_dir.name} had finished; taken as it is")
+        return record, start_at, aim
+    say(f"sweep {i}/{n}: gmu {gmu:g}: resuming run {run_dir.name}")
+    return tune_mod.resume(run_dir, progress), start_at, aim
+
+
+def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, dict]]:
+    """Each value's newest member run that is interrupted or finished (by sweep_index)."""
+    found: dict[int, tuple[Path, dict]] = {}
+    for run_dir, record in artifact.linked_runs(runs_dir, "sweep_id", sweep_id):
+        index = record["links"].get("sweep_index")
+        if isinstance(index, int) and index not in found and record.get("state") in ("interrupted", "finished"):
+            found[index] = (run_dir, record)
+    return found
+
+
+def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
+    """The run records of the points finished so far (the predictions and the fit use them)."""
+    records = []
+    for point in sweep["points"]:
+        if not point.get("run_id"):
+            continue
+        try:
+            record = artifact.load_run(runs_dir / point["run_id"])
+        except artifact.ArtifactError as exc:
+            warn(f"Warning: the run of gmu {point['gmu']:g} cannot be read ({exc}); it is left out of the fit")
+            continue
+        record.pop("_dir", None)
+        records.append(record)
+    return records
+
+
+def _prediction(records: list[dict], gmu: float) -> cmp.Prediction | None:
+    """The prediction for the next value from the values so far that verified."""
+    usable = [r for r in records if (r.get("result") or {}).get("verified")]
+    if not usable:
+        return None
+    report = cmp.compare(usable)
+    if len(report.groups) != 1:
+        return None  # the values so far are not comparable (e.g. vLLM changed under the sweep)
+    rows = {r.run_id: r for r in report.runs}
+    group = report.groups[0]
+    return cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
+
+
+def _count_boots(sweep: dict) -> None:
+    sweep["boots_used"] = sum(p["boots"] for p in sweep["points"])
+    sweep["boots_without_predictions"] = sum(p["boots_without_prediction"] for p in sweep["points"])
+    sweep["boots_saved"] = sum(p["saved"] for p in sweep["points"])
+
+
+def _plot(sweep: dict, sweep_dir: Path, report, opts: SweepOptions, say: Say, warn: Say) -> None:
+    from autotune import plot as plot_mod
+
+    try:
+        sweep["plot"] = str(plot_mod.write_plot(report, Path(opts.plot) if opts.plot else sweep_dir / "sweep.png"))
+    except (plot_mod.PlotUnavailable, ValueError, OSError) as exc:  # the sweep's result matters more
+        (warn if opts.plot else say)(f"Warning: no plot: {exc}" if opts.plot else f"(no plot: {exc})")

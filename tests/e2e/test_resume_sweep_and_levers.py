@@ -1,0 +1,146 @@
+"""`autotune resume` of an interrupted sweep and of an interrupted lever search, on real vLLM (CPU backend).
+
+Both are stopped in the middle of a boot that belongs to them (a sweep's second value; a
+lever run), one by SIGTERM and one by SIGKILL, and resumed; what had finished must not boot
+again, and nothing may be left running.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import vllm_serve_argv
+
+pytestmark = pytest.mark.vllm
+
+
+def autotune(runs_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
+    return subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def start(runs_dir: Path, *args) -> subprocess.Popen:
+    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def runs(runs_dir: Path) -> dict[str, dict]:
+    found = {}
+    for path in sorted(runs_dir.iterdir()):
+        try:
+            found[path.name] = json.loads((path / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def wait_for_boot(runs_dir: Path, is_member, text: str = "Starting to load model", timeout=300) -> Path:
+    """The run folder chosen by is_member(record), once its first boot's log shows text."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name, record in runs(runs_dir).items():
+            log = runs_dir / name / "attempt-1.log"
+            if is_member(record) and log.exists() and text.encode() in log.read_bytes():
+                return runs_dir / name
+        time.sleep(0.1)
+    pytest.fail(f"no member boot reached {text!r}")
+
+
+def serving(model_dir: Path) -> list[int]:
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(model_dir) in part for part in proc.info["cmdline"] or []) and \
+                    proc.status() != psutil.STATUS_ZOMBIE:
+                pids.append(proc.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def assert_nothing_left(model_dir: Path) -> None:
+    deadline = time.monotonic() + 10
+    while serving(model_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert serving(model_dir) == []
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    # A model folder of this module's own, so the leftover checks see only these servers.
+    from autotune.demo_model import build
+
+    return build(tmp_path_factory.mktemp("resume-model") / "tiny-llama")
+
+
+def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, tmp_path):
+    proc = start(tmp_path, "sweep", "--gmu", "0.12,0.15", "--target", "500000", "--strategy", "auto", "--",
+                 *vllm_serve_argv(model))
+    second = wait_for_boot(tmp_path, lambda r: (r.get("links") or {}).get("sweep_index") == 2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert "autotune resume" in err and "Traceback" not in err
+    assert_nothing_left(model)
+    (sweep_dir,) = [p for p in tmp_path.iterdir() if (p / "sweep.json").exists()]
+    interrupted = json.loads((sweep_dir / "sweep.json").read_text())
+    assert interrupted["state"] == "interrupted" and len(interrupted["points"]) == 1
+    first = tmp_path / interrupted["points"][0]["run_id"]
+    first_before = (first / "run.json").read_text()
+    assert json.loads((second / "run.json").read_text())["state"] == "interrupted"
+
+    resumed = autotune(tmp_path, "resume", sweep_dir.name, "--json")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
+    data = json.loads(resumed.stdout)["sweep"]
+    assert data["state"] == "finished" and data["resumed_at"]
+    assert [p["gmu"] for p in data["points"]] == [0.12, 0.15]
+    assert {p["verdict"] for p in data["points"]} == {"verified"}
+    assert data["points"][1]["run_id"] == second.name  # the interrupted run was resumed, not replaced
+    assert (first / "run.json").read_text() == first_before  # the finished value did not boot again
+    member = json.loads((second / "run.json").read_text())
+    assert [a["outcome"] for a in member["attempts"]] == ["interrupted", "verified"]
+    assert member["resumed_at"] and member["state"] == "finished"
+    assert len(runs(tmp_path)) == 2  # no third run: nothing was repeated
+    assert data["fit"] is not None  # the fit over both values
+    assert f"resuming run {second.name}" in resumed.stderr
+    assert_nothing_left(model)
+
+
+def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
+    proc = start(tmp_path, "--target", "60000", "--reach", "--probe", "none", "--",
+                 *vllm_serve_argv(model, "--gpu-memory-utilization", "0.10"))
+    child_dir = wait_for_boot(tmp_path, lambda r: r.get("kind") == "reach-step")
+    proc.kill()  # SIGKILL: autotune gets no chance to stop the lever run's server or mark anything
+    proc.communicate(timeout=30)
+    records = runs(tmp_path)
+    (parent,) = [r for r in records.values() if r["kind"] == "tune"]
+    assert parent["state"] == "running" and parent["phase"] == "reach"
+    assert (child_dir / "server.json").exists() and serving(model), "the lever run's server outlives autotune"
+
+    resumed = autotune(tmp_path, "resume", "latest")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
+    assert f"is a lever run of {parent['run_id']}: resuming its lever search" in resumed.stderr
+    assert "stopped a server left behind" in resumed.stderr
+    records = runs(tmp_path)
+    assert len(records) == 2  # the parent and its one lever run: no lever boot was started afresh
+    parent = records[parent["run_id"]]
+    assert parent["state"] == "finished" and "phase" not in parent
+    assert [a["outcome"] for a in parent["attempts"]] == ["verified"]  # its own boot was not repeated
+    reach = parent["reach"]
+    assert reach["reached"] is True
+    (step,) = reach["steps"]
+    assert step["run_id"] == child_dir.name and step["before_interruption"] == "interrupted"
+    assert parent["result"]["ceiling"] == 60000 and parent["result"]["target_reached"]
+    child = records[child_dir.name]
+    assert child["state"] == "finished" and child["resumed_at"]
+    assert child["result"]["verdict"] == "verified"
+    assert "--max-model-len 60000" in (tmp_path / parent["run_id"] / "command.sh").read_text()
+    assert_nothing_left(model)
