@@ -359,6 +359,10 @@ def _what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / sweep_mod.SWEEP_FILE).is_file():
             return "sweep", path, None
+    if ref == "latest":
+        sweeps, runs = sweep_mod.list_sweeps(runs_dir), artifact.list_runs(runs_dir)
+        if sweeps and (not runs or sweeps[0].name > runs[0].name):
+            return "sweep", sweeps[0], None  # a sweep newer than every run: interrupted before its first value
     run_dir = artifact.resolve_run(ref, runs_dir)
     record = artifact.load_run(run_dir)
     links = record.get("links") or {}
