@@ -477,8 +477,9 @@ def render_sweep(sweep: dict, sweep_dir: Path) -> str:
         run = f" ({p['run_id']})" if p.get("run_id") else ""
         lines.append(f"  gmu {p['gmu']:g}: {result} in {p['boots']} boot{'s' if p['boots'] != 1 else ''}"
                      f"{run}: {p['note']}")
-    lines.append(f"  boots: {sweep['boots_used']} used; {sweep['boots_without_predictions']} without predictions "
-                 f"(2K = {sweep['boots_2k']}); saved {sweep['boots_saved']}")
+    cut_short = f" ({sweep['boots_interrupted']} cut short by an interruption)" if sweep.get("boots_interrupted") else ""
+    lines.append(f"  boots: {sweep['boots_used']} used{cut_short}; {sweep['boots_without_predictions']} without "
+                 f"predictions (2K = {sweep['boots_2k']}); saved {sweep['boots_saved']}")
     if sweep.get("plot"):
         lines.append(f"  plot: {sweep['plot']}")
     lines.append(f"  record: {sweep_dir / SWEEP_FILE}")

@@ -803,7 +803,11 @@ def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: f
 
 def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
     """Boots a sweep point used, against the two of the refusal path, and which one was saved."""
-    attempts = record.get("attempts") or []
+    everything = record.get("attempts") or []
+    # A boot cut short by an interruption (the sweep was resumed) cost time but decided nothing:
+    # it counts as used, not against the predictions.
+    attempts = [a for a in everything if a.get("outcome") != "interrupted"]
+    cut_short = len(everything) - len(attempts)
     result = record.get("result") or {}
     boots = len(attempts)
     ceiling = result.get("ceiling") if result.get("verified") else None
@@ -813,6 +817,7 @@ def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
     # vLLM's ceiling) and 1 when the target fits.
     baseline = 1 if ceiling is not None and target is not None and ceiling >= target else 2
     if record.get("plan") in ("auto", "auto_probe"):
+        baseline = boots  # vLLM fits the length itself: predictions have nothing to save
         note = f"vLLM's --max-model-len auto fitted it ({boots} boot{'s' if boots != 1 else ''}; no prediction used)"
     elif start_at is None:
         note = "no prediction yet: booted the target first"
@@ -829,7 +834,12 @@ def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
                 f"under its KV pool: booted again higher; no boot saved")
     else:
         note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.get('outcome')}"
-    return {"boots": boots, "boots_without_prediction": baseline, "saved": baseline - boots, "note": note}
+    outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,
+               "note": note}
+    if cut_short:
+        outcome["boots_interrupted"] = cut_short
+        outcome["note"] += f"; plus {cut_short} boot{'s' if cut_short != 1 else ''} cut short by an interruption"
+    return outcome
 
 
 # ---- reproduce ------------------------------------------------------------------------------------

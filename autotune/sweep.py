@@ -262,6 +262,7 @@ def _count_boots(sweep: dict) -> None:
     sweep["boots_used"] = sum(p["boots"] for p in sweep["points"])
     sweep["boots_without_predictions"] = sum(p["boots_without_prediction"] for p in sweep["points"])
     sweep["boots_saved"] = sum(p["saved"] for p in sweep["points"])
+    sweep["boots_interrupted"] = sum(p.get("boots_interrupted", 0) for p in sweep["points"])
 
 
 def _plot(sweep: dict, sweep_dir: Path, report, opts: SweepOptions, say: Say, warn: Say) -> None:

@@ -383,8 +383,16 @@ def tuned(outcomes, start_at, ceiling, target=500_000):
 
 def test_a_sweep_point_fitted_by_vllms_auto_says_so():
     out = cmp.sweep_point_outcome({**tuned([("auto", "verified", 130_944)], None, 130_944), "plan": "auto"}, None)
-    assert (out["boots"], out["saved"]) == (1, 1)
+    assert (out["boots"], out["boots_without_prediction"], out["saved"]) == (1, 1, 0)  # nothing for predictions to save
     assert out["note"] == "vLLM's --max-model-len auto fitted it (1 boot; no prediction used)"
+
+
+def test_a_boot_cut_short_by_an_interruption_is_used_but_not_held_against_the_prediction():
+    out = cmp.sweep_point_outcome(tuned([(94_500, "interrupted", None), (94_500, "verified", None)], 94_500, 94_500),
+                                  94_500)
+    assert (out["boots"], out["boots_interrupted"], out["saved"]) == (2, 1, 1)
+    assert out["note"].startswith("saved the boot at the target")
+    assert out["note"].endswith("plus 1 boot cut short by an interruption")
 
 
 @pytest.mark.parametrize("outcomes, start_at, ceiling, boots, saved, note", [
