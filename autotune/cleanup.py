@@ -98,7 +98,7 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
         report = launch.stop_tree(pid, marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
         detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
         cleaned = Cleaned(run_dir, pid, "stopped", detail)
-    _mark_interrupted(run_dir)
+    _mark_interrupted(run_dir, marker, cleaned)
     try:
         (run_dir / MARKER).unlink()
     except FileNotFoundError:
@@ -136,9 +136,11 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     return found
 
 
-def _mark_interrupted(run_dir: Path) -> None:
+def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleaned | None = None) -> None:
     """A run whose autotune died mid-boot ends as interrupted, with what it had learned.
 
+    The boot the kill cut short (from its server marker) is recorded as an interrupted
+    attempt, so its log is kept and a resumed run numbers its next boot after it.
     A lever search (phase `reach`) keeps its result: the base ceiling was verified before
     the levers started, and resume continues the search from there.
     """
@@ -150,6 +152,13 @@ def _mark_interrupted(run_dir: Path) -> None:
         return
     record.pop("_dir", None)
     record["state"] = "interrupted"
+    attempts = record.setdefault("attempts", [])
+    if marker and isinstance(marker.get("index"), int) and marker["index"] > len(attempts):
+        attempts.append({"index": marker["index"], "outcome": "interrupted", "log": marker.get("log"),
+                         "argv": marker.get("argv"), "pid": marker.get("pid"),
+                         "cleanup": {"action": cleaned.action if cleaned else None,
+                                     "detail": cleaned.detail if cleaned else "",
+                                     "at": artifact.iso(artifact.utc_now())}})
     if record.get("phase") == "reach" and isinstance(record.get("result"), dict):
         record.setdefault("reach", {})["interrupted"] = {"at": artifact.iso(artifact.utc_now()),
                                                          "by": "autotune was killed during the lever search"}

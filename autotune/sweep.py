@@ -152,7 +152,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, s
                     if member is not None:
                         record, start_at, aim = _continue_member(member, i, n, gmu, start_at, aim, progress, say)
                     else:
-                        _say_plan(say, i, n, gmu, prediction, start_at, aim)
+                        _say_plan(say, i, n, gmu, prediction, start_at, aim, opts.strategy)
                         record = tune_mod.tune(tune_mod.TuneOptions(
                             target=opts.target, serve_argv=servecmd.with_flag(argv, cmp.GMU_FLAG, gmu),
                             runs_dir=runs_dir, stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots,
@@ -197,7 +197,11 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, s
     return sweep, records, report
 
 
-def _say_plan(say: Say, i: int, n: int, gmu: float, prediction, start_at, aim: str) -> None:
+def _say_plan(say: Say, i: int, n: int, gmu: float, prediction, start_at, aim: str, strategy: str) -> None:
+    if strategy != "refusal":
+        say(f"sweep {i}/{n}: gmu {gmu:g}: --strategy {strategy}: the fewest boots this vLLM allows (predictions "
+            "are used with --strategy refusal only)")
+        return
     if prediction is not None and prediction.ceiling is not None:
         say(f"sweep {i}/{n}: gmu {gmu:g}: predicted ceiling {prediction.ceiling:,} ({prediction.basis})")
     else:

@@ -465,7 +465,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
                        facts={}, provenance={}, duration_s=round(time.monotonic() - t_start, 2))
             return rec, None
         current["server"] = server
-        _write_server_marker(run_dir, server)
+        _write_server_marker(run_dir, server, index)
     rec["pid"] = server.pid
 
     outcome: str | None = None
@@ -679,11 +679,13 @@ def _tail(path: Path, n: int = 15) -> list[str]:
     return [line.rstrip("\r")[:300] for line in lines[-n:]]
 
 
-def _write_server_marker(run_dir: Path, server: launch.ServerProcess) -> None:
+def _write_server_marker(run_dir: Path, server: launch.ServerProcess, index: int) -> None:
     """While a server runs, its identity lives in the run folder, so a later autotune can clean up
-    after a SIGKILLed one (only if the pid still belongs to that server: same start time)."""
+    after a SIGKILLed one (only if the pid still belongs to that server: same start time) and
+    record the boot it cut short (index, log)."""
     artifact.write_atomic(run_dir / cleanup.MARKER, json.dumps(
-        {"pid": server.pid, "create_time": server.create_time, "argv": server.argv,
+        {"pid": server.pid, "create_time": server.create_time, "argv": server.argv, "index": index,
+         "log": server.log_path.name,
          "autotune_pid": os.getpid(), "autotune_create_time": psutil.Process().create_time()}, indent=2) + "\n")
 
 

@@ -73,3 +73,22 @@ def test_a_sweep_whose_autotune_is_gone_becomes_interrupted(tmp_path):
     sweep_dir2, _ = sweep.create(tmp_path, ["vllm", "serve", "m"], sweep.SweepOptions([0.5], 1000))
     assert cleanup.clean(tmp_path) == []
     assert sweep.load(sweep_dir2)["state"] == "running"
+
+
+def test_the_boot_a_kill_cut_short_is_recorded_from_its_marker(tmp_path):
+    import json
+
+    run_dir = write_run(tmp_path, "20260101T000000Z-m", owner=dead_owner(),
+                        attempts=[{"index": 1, "outcome": "refused"}])
+    gone = dead_owner()
+    (run_dir / cleanup.MARKER).write_text(json.dumps({
+        "pid": gone["pid"], "create_time": gone["create_time"], "argv": ["vllm", "serve", "m"], "index": 2,
+        "log": "attempt-2.log", "autotune_pid": gone["pid"], "autotune_create_time": gone["create_time"]}))
+    actions = [c.action for c in cleanup.clean(tmp_path)]
+    assert actions == ["already_gone"]  # the run itself is marked while its marker is handled
+    record = artifact.load_run(run_dir)
+    assert record["state"] == "interrupted"
+    assert [(a["index"], a["outcome"]) for a in record["attempts"]] == [(1, "refused"), (2, "interrupted")]
+    assert record["attempts"][1]["log"] == "attempt-2.log"
+    assert record["attempts"][1]["cleanup"]["action"] == "already_gone"
+    assert not (run_dir / cleanup.MARKER).exists()

@@ -189,6 +189,10 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     assert_nothing_left(model)
     record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
     assert record["state"] == "interrupted"
+    # the boot the kill cut short is on record, with its log, so a resume numbers the next one after it
+    (attempt,) = record["attempts"]
+    assert attempt["outcome"] == "interrupted" and attempt["pid"] == marker["pid"]
+    assert attempt["cleanup"]["action"] == "stopped" and (run_dirs(runs_dir)[0] / attempt["log"]).exists()
     assert not (run_dirs(runs_dir)[0] / "server.json").exists()
     again = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True)
     assert "nothing to clean" in again.stdout

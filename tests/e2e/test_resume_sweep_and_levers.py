@@ -141,6 +141,10 @@ def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
     assert parent["result"]["ceiling"] == 60000 and parent["result"]["target_reached"]
     child = records[child_dir.name]
     assert child["state"] == "finished" and child["resumed_at"]
+    # the boot the SIGKILL cut short is on record with its log; the resumed boot is the next one
+    assert [a["outcome"] for a in child["attempts"]] == ["interrupted", "verified"]
+    assert [a["log"] for a in child["attempts"]] == ["attempt-1.log", "attempt-2.log"]
+    assert b"Starting to load model" in (child_dir / "attempt-1.log").read_bytes()
     assert child["result"]["verdict"] == "verified"
     assert "--max-model-len 60000" in (tmp_path / parent["run_id"] / "command.sh").read_text()
     assert_nothing_left(model)
