@@ -277,6 +277,10 @@ def clean(runs_dir, json_):
     it is gone; it never kills by name. Every tune start does the same first.
 
     \b
+    It also marks runs and sweeps that a killed autotune left `running` as
+    `interrupted`, so that `autotune resume` can continue them.
+
+    \b
     Exit codes: 0 always (what was done is printed).
     """
     from autotune import cleanup
