@@ -822,7 +822,10 @@ def _probe_lines(result: dict, attempts: list[dict]) -> list[str]:
     lines = []
     final = attempts[-1] if attempts else {}
     verification = final.get("verification") or {}
-    if verification.get("reason"):
+    checked = result.get("checked") if isinstance(result.get("checked"), dict) else None
+    if checked:  # the ceiling was reached in a lever run (--reach): its check is the one that counts
+        lines.append(f"  checked:  {checked.get('reason')} (run {checked.get('run')})")
+    elif verification.get("reason"):
         lines.append(f"  checked:  {verification['reason']}")
     probe = result.get("probe") or final.get("probe") or verification.get("probe")
     if isinstance(probe, dict):

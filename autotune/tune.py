@@ -867,6 +867,12 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
             if key in r:
                 result[key] = r[key]
                 result[f"{key}_source"] = {**r.get(f"{key}_source", {}), "run": child["run_id"]}
+        verified = [a for a in child["attempts"] if a.get("outcome") == strategy.VERIFIED]
+        if verified and (verified[-1].get("verification") or {}).get("reason"):
+            result["checked"] = {"run": child["run_id"], "reason": verified[-1]["verification"]["reason"]}
+        result.pop("probe", None)  # a probe at the lower length says nothing of this one
+        if r.get("probe"):
+            result["probe"] = r["probe"]
         result["files"] = write_paste_ready(run_dir, record)
 
     argv = user_argv

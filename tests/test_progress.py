@@ -548,3 +548,20 @@ def test_warnings_recoveries_and_probe_requests():
     render("recovery", index=1, reason="x")
     render("warning", text="kept in quiet mode")
     assert quiet.getvalue().count("\n") == 1 and "kept in quiet mode" in quiet.getvalue()
+
+
+def test_a_target_reached_in_a_lever_run_shows_that_runs_check_and_an_interrupted_search_says_so():
+    from autotune.progress import render_summary
+
+    record = {"run_id": "P", "state": "finished", "target": 150_000,
+              "attempts": [{"index": 1, "outcome": "verified", "max_model_len": "auto",
+                            "verification": {"reason": "/v1/models reports max_model_len 54400"}}],
+              "result": {"verdict": "verified", "ceiling": 150_000, "verified": True, "reached_with_levers": "C",
+                         "checked": {"run": "C", "reason": "/v1/models reports max_model_len 150000"}},
+              "reach": {"explanation": ["gpu-memory-utilization 0.167 reaches 150,000 tokens"], "boots": 1}}
+    text = render_summary(record, run_dir="runs/P")
+    assert "checked:  /v1/models reports max_model_len 150000 (run C)" in text
+    assert "54400" not in text
+    record["state"], record["phase"] = "interrupted", "reach"
+    record["reach"]["interrupted"] = {"by": "autotune got SIGTERM; `autotune resume P` continues the lever search"}
+    assert "levers:   interrupted: autotune got SIGTERM" in render_summary(record, run_dir="runs/P")
