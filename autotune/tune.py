@@ -486,6 +486,11 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
         emit("warning", text=f"boot {index}: {retry['error']}; asking again in {retry['wait_s']:g} s "
                              f"(retry {retry['try']} of {verify.HTTP_RETRIES})")
 
+    def not_verified(reason: str) -> tuple[dict, str]:
+        # Up (or saying so) but not answering as a server should: stop it; the boot is not verified.
+        rec["stop"] = _stop(server, launch.STAGES_GRACEFUL, emit)
+        return {"healthy": False, "verified": False, "reason": reason}, strategy.NOT_VERIFIED
+
     def feed(raw: bytes) -> None:
         nonlocal listening_at, line_no
         line_no += 1
@@ -542,10 +547,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
                 healthy = verify.with_retries(lambda: verify.health(port), "/health", on_retry)
             except verify.Transient as exc:
                 time_to_outcome = time.monotonic() - t_start
-                verification = {"healthy": False, "verified": False,
-                                "reason": f"{exc}, still after {verify.HTTP_RETRIES} retries"}
-                rec["stop"] = _stop(server, launch.STAGES_GRACEFUL, emit)
-                outcome = strategy.NOT_VERIFIED
+                verification, outcome = not_verified(f"{exc}, still after {verify.HTTP_RETRIES} retries")
                 break
         if healthy:
             time_to_outcome = time.monotonic() - t_start
@@ -583,10 +585,8 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             break
         if listening_at is not None and time.monotonic() - listening_at > opts.ready_timeout_s:
             time_to_outcome = time.monotonic() - t_start
-            verification = {"healthy": False, "verified": False,
-                            "reason": f"the server said it listens but /health did not answer 200 in {opts.ready_timeout_s:.0f} s"}
-            rec["stop"] = _stop(server, launch.STAGES_GRACEFUL, emit)
-            outcome = strategy.NOT_VERIFIED
+            verification, outcome = not_verified(f"the server said it listens but /health did not answer 200 in "
+                                                 f"{opts.ready_timeout_s:.0f} s")
             break
 
     if keep is None:
