@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from autotune import __version__, artifact, servecmd
+from autotune.servecmd import VllmCommand
 from autotune.redact import is_secret
 
 COMMAND = "command.sh"
@@ -42,22 +42,6 @@ IMAGE = "vllm/vllm-openai"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
 CONTAINER_MODELS = "/models"
 DEFAULT_PORT = 8000  # vLLM's default --port
-
-# vLLM's short option aliases (from the installed 0.32 parser); the config file and the
-# compose command use the long names.
-SHORT_OPTIONS = {
-    "-q": "quantization", "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size",
-    "-dp": "data-parallel-size", "-dcp": "decode-context-parallel-size",
-    "-pcp": "prefill-context-parallel-size", "-asc": "api-server-count", "-n": "nnodes",
-    "-r": "node-rank", "-dpn": "data-parallel-rank", "-dpr": "data-parallel-start-rank",
-    "-dpl": "data-parallel-size-local", "-dpa": "data-parallel-address", "-dpp": "data-parallel-rpc-port",
-    "-dpb": "data-parallel-backend", "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb",
-    "-dpm": "data-parallel-multi-port-external-lb", "-ep": "enable-expert-parallel",
-    "-sc": "speculative-config", "-dc": "diffusion-config", "-cc": "compilation-config",
-    "-ac": "attention-config",
-}
-# Short aliases that are flags (take no value).
-_SHORT_FLAGS = {"-dph", "-dpe", "-dpm", "-ep"}
 
 # Environment that must not be copied into a container: device selection is the
 # reservation's job (inside the container the reserved GPU is device 0), and host paths
@@ -75,22 +59,6 @@ class NotEmittable(Exception):
 # Reading the verified command
 # ---------------------------------------------------------------------------
 
-@dataclass
-class VllmCommand:
-    """A vLLM serve command split into its parts."""
-
-    launcher: list[str]  # the argv up to the entry point: ["vllm", "serve"] or [python, "-m", "...api_server"]
-    model: str | None
-    options: list[tuple[str, object]] = field(default_factory=list)  # (long name, str | True | list[str])
-
-    def option(self, name: str):
-        found = None
-        for key, value in self.options:
-            if key == name:
-                found = value
-        return found
-
-
 def final_argv(record: dict) -> list[str]:
     result = record.get("result") or {}
     argv = result.get("final_argv")
@@ -100,74 +68,12 @@ def final_argv(record: dict) -> list[str]:
     return list(argv)
 
 
-def _is_value(token: str) -> bool:
-    """A token that is a value, not an option (negative numbers such as -1 are values)."""
-    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
-
-
 def parse_vllm_command(argv: list[str]) -> VllmCommand:
-    """Split a vLLM serve argv into launcher, model and options (long names, `_` -> `-`).
-
-    Recognised entry points: `... vllm serve [MODEL] ...` and
-    `... -m vllm.entrypoints.openai.api_server ...` (or a script ending in api_server[.py]).
-    Raises NotEmittable for anything else (a `docker run ...` command, an unknown short option).
-    """
-    start = None
-    for i, token in enumerate(argv):
-        if token == "serve" and i > 0 and PurePosixPath(argv[i - 1]).name.startswith("vllm"):
-            start = i + 1
-            break
-        if token.endswith(("api_server", "api_server.py")):
-            start = i + 1
-            break
-    if start is None:
-        raise NotEmittable("the command is not a plain `vllm serve` or api_server command "
-                           f"({shlex.join(argv[:3])} ...), so its vLLM options cannot be separated out")
-    model = None
-    options: list[tuple[str, object]] = []
-    rest = list(argv[start:])
-    if argv[start - 1] == "serve" and rest and _is_value(rest[0]):
-        model = rest.pop(0)
-    i = 0
-    while i < len(rest):
-        token = rest[i]
-        if token.startswith("--"):
-            name, eq, inline = token[2:].partition("=")
-            name = name.replace("_", "-")
-            if eq:
-                value: object = inline
-                i += 1
-            else:
-                values = []
-                i += 1
-                while i < len(rest) and _is_value(rest[i]):
-                    values.append(rest[i])
-                    i += 1
-                value = True if not values else values[0] if len(values) == 1 else values
-        elif token.startswith("-") and not _is_value(token):
-            short, eq, inline = token.partition("=")
-            if short not in SHORT_OPTIONS:
-                raise NotEmittable(f"the short option {short} has no known long name")
-            name = SHORT_OPTIONS[short]
-            i += 1
-            if eq:
-                value = inline
-            elif short in _SHORT_FLAGS or i >= len(rest) or not _is_value(rest[i]):
-                value = True
-            else:
-                value = rest[i]
-                i += 1
-        else:
-            if model is None:
-                model = token  # api_server's positional model_tag
-                i += 1
-                continue
-            raise NotEmittable(f"unexpected argument {token!r} in the serve command")
-        if name == "model" and isinstance(value, str):
-            model = value
-            continue
-        options.append((name, value))
-    return VllmCommand(list(argv[:start]), model, options)
+    """servecmd.parse_vllm_command, for a file that needs every option: NotEmittable otherwise."""
+    try:
+        return servecmd.parse_vllm_command(argv)
+    except servecmd.NotPlainVllm as exc:
+        raise NotEmittable(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------

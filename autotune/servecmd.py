@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 from typing import Sequence
 
 MAX_MODEL_LEN = "--max-model-len"
@@ -125,43 +127,138 @@ def one_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     return " ".join(parts + [shlex.quote(a) for a in argv])
 
 
-def long_options(argv: Sequence[str]) -> dict[str, object]:
-    """The `--long-option value` pairs of a vLLM command, for a `vllm serve --config` file.
+# vLLM's short option aliases (from the installed 0.32 parser); the config file and the
+# compose command use the long names.
+SHORT_OPTIONS = {
+    "-q": "quantization", "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size",
+    "-dp": "data-parallel-size", "-dcp": "decode-context-parallel-size",
+    "-pcp": "prefill-context-parallel-size", "-asc": "api-server-count", "-n": "nnodes",
+    "-r": "node-rank", "-dpn": "data-parallel-rank", "-dpr": "data-parallel-start-rank",
+    "-dpl": "data-parallel-size-local", "-dpa": "data-parallel-address", "-dpp": "data-parallel-rpc-port",
+    "-dpb": "data-parallel-backend", "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb",
+    "-dpm": "data-parallel-multi-port-external-lb", "-ep": "enable-expert-parallel",
+    "-sc": "speculative-config", "-dc": "diffusion-config", "-cc": "compilation-config",
+    "-ac": "attention-config",
+}
+# Short aliases that are flags (take no value).
+_SHORT_FLAGS = {"-dph", "-dpe", "-dpm", "-ep"}
 
-    Flags without a value become True. The model (positional after `serve` or --model)
-    is returned under "model". Options before the vLLM entry point (docker's) are not
-    separated out: the caller decides whether the command is a plain vLLM one.
+
+class NotPlainVllm(ValueError):
+    """A strict reading found something that is not a plain vLLM serve command."""
+
+
+@dataclass
+class VllmCommand:
+    """A vLLM serve command split into its parts."""
+
+    launcher: list[str]  # the argv up to the entry point: ["vllm", "serve"] or [python, "-m", "...api_server"]
+    model: str | None
+    options: list[tuple[str, object]] = field(default_factory=list)  # (long name, str | True | list[str])
+
+    def option(self, name: str):
+        found = None
+        for key, value in self.options:
+            if key == name:
+                found = value
+        return found
+
+
+def _is_value(token: str) -> bool:
+    """A token that is a value, not an option (negative numbers such as -1 are values)."""
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
+
+
+def _entry_point(argv: Sequence[str]) -> int | None:
+    """The index after `vllm serve` or `... api_server[.py]`, or None."""
+    for i, token in enumerate(argv):
+        if token == "serve" and i > 0 and PurePosixPath(argv[i - 1]).name.startswith("vllm"):
+            return i + 1
+        if token.endswith(("api_server", "api_server.py")):
+            return i + 1
+    return None
+
+
+def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
+    """Split a vLLM serve argv into launcher, model and options (long names, `_` -> `-`).
+
+    Recognised entry points: `... vllm serve [MODEL] ...` and
+    `... -m vllm.entrypoints.openai.api_server ...` (or a script ending in api_server[.py]).
+    strict (for the paste-ready files, which must carry every option): anything else (a
+    `docker run ...` command, an unknown short option, a stray argument) raises NotPlainVllm.
+    Not strict (for comparing settings): the options are read from the entry point on, or
+    from the start when there is none; unknown short options keep their own name and stray
+    arguments are skipped.
     """
-    options: dict[str, object] = {}
-    model = model_of(argv)
-    if model:
-        options["model"] = model
-    start = 0
-    for i, arg in enumerate(argv):
-        if arg == "serve" or arg.endswith("api_server"):
-            start = i + 1
-    i = start
-    while i < len(argv):
-        arg = argv[i]
-        if arg.startswith("--"):
-            name, eq, inline = arg[2:].partition("=")
+    argv = list(argv)
+    start = _entry_point(argv)
+    if start is None:
+        if strict:
+            raise NotPlainVllm("the command is not a plain `vllm serve` or api_server command "
+                               f"({shlex.join(argv[:3])} ...), so its vLLM options cannot be separated out")
+        start = 0
+    model = None
+    options: list[tuple[str, object]] = []
+    rest = argv[start:]
+    if start and argv[start - 1] == "serve" and rest and _is_value(rest[0]):
+        model = rest.pop(0)
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        if token.startswith("--"):
+            name, eq, inline = token[2:].partition("=")
             name = name.replace("_", "-")
             if eq:
-                options[name] = _scalar(inline)
+                value: object = inline
                 i += 1
-            elif i + 1 < len(argv) and not _is_option(argv[i + 1]):
-                options[name] = _scalar(argv[i + 1])
-                i += 2
             else:
-                options[name] = True
+                values = []
+                i += 1
+                while i < len(rest) and _is_value(rest[i]):
+                    values.append(rest[i])
+                    i += 1
+                value = True if not values else values[0] if len(values) == 1 else values
+        elif token.startswith("-") and not _is_value(token):
+            short, eq, inline = token.partition("=")
+            if short not in SHORT_OPTIONS and strict:
+                raise NotPlainVllm(f"the short option {short} has no known long name")
+            name = SHORT_OPTIONS.get(short, short.lstrip("-"))
+            i += 1
+            if eq:
+                value = inline
+            elif short in _SHORT_FLAGS or i >= len(rest) or not _is_value(rest[i]):
+                value = True
+            else:
+                value = rest[i]
                 i += 1
         else:
             i += 1
+            if model is None and start:
+                model = token  # api_server's positional model_tag
+            elif strict:
+                raise NotPlainVllm(f"unexpected argument {token!r} in the serve command")
+            continue
+        if name == "model" and isinstance(value, str):
+            model = value
+            continue
+        options.append((name, value))
+    return VllmCommand(argv[:start], model, options)
+
+
+def long_options(argv: Sequence[str]) -> dict[str, object]:
+    """The `--long-option value` settings of a serve command, to compare runs by (lenient).
+
+    Numbers become int or float (0.90 and 0.9 are one setting); flags become True; the
+    model is under "model"; the last of a repeated option wins, as in argparse.
+    """
+    cmd = parse_vllm_command(argv, strict=False)
+    options: dict[str, object] = {}
+    model = cmd.model or model_of(argv)
+    if model:
+        options["model"] = model
+    for name, value in cmd.options:
+        options[name] = _scalar(value) if isinstance(value, str) else value
     return options
-
-
-def _is_option(arg: str) -> bool:
-    return arg.startswith("-") and not re.fullmatch(r"-\d+(\.\d+)?", arg)
 
 
 def _scalar(text: str) -> object:

@@ -65,3 +65,19 @@ def test_model_slug():
     assert servecmd.model_slug("Qwen/Qwen3.6-27B-AWQ") == "qwen3.6-27b-awq"
     assert servecmd.model_slug("/tmp/x/tiny-llama/") == "tiny-llama"
     assert servecmd.model_slug(None) == "unknown-model"
+
+
+def test_long_options_reads_what_the_strict_reading_refuses():
+    # a docker command and an unknown short option: the settings are still read for comparing runs
+    argv = ["docker", "run", "--gpus", "all", "vllm/vllm-openai", "--model", "org/m", "-tp", "2", "-zz", "x",
+            "--gpu-memory-utilization", "0.90"]
+    options = servecmd.long_options(argv)
+    assert options["model"] == "org/m" and options["tensor-parallel-size"] == 2 and options["zz"] == "x"
+    assert options["gpu-memory-utilization"] == 0.9  # 0.90 and 0.9 are one setting
+    with pytest.raises(servecmd.NotPlainVllm):
+        servecmd.parse_vllm_command(argv)
+
+
+def test_the_strict_and_the_lenient_reading_agree_on_a_plain_command():
+    argv = ["vllm", "serve", "org/m", "-tp", "2", "--max_num_seqs", "1", "--enforce-eager"]
+    assert servecmd.parse_vllm_command(argv).options == servecmd.parse_vllm_command(argv, strict=False).options
