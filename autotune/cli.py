@@ -72,6 +72,29 @@ def _runs_dir_option(f):
                         show_envvar=True, help="Where run folders are written and read.")(f)
 
 
+def boot_options(max_boots_help: str):
+    """The options every command that boots vLLM takes (tune, sweep): GPU pinning, preflight
+    overrides, the stall watchdog and the boot budget."""
+    options = [
+        click.option("--gpu", "gpu", metavar="SELECTOR",
+                     help="Pin vLLM to these GPUs: an index, a full or short UUID (GPU-af7b61d8), a PCI bus id, "
+                          "or a comma list for tensor parallel. Exported as CUDA_DEVICE_ORDER=PCI_BUS_ID and "
+                          "CUDA_VISIBLE_DEVICES=<indices> (never UUIDs, which vLLM fails on)."),
+        click.option("--force", is_flag=True, help="Boot even when a preflight check says it cannot work."),
+        click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization above 0.99."),
+        click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
+                     help="Seconds without a new log line before a boot counts as hung."),
+        click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True, help=max_boots_help),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
 class LengthType(click.ParamType):
     name = "LENGTH"
 
@@ -93,17 +116,8 @@ class LengthType(click.ParamType):
 @click.option("--target", "-t", type=LengthType(allow_max=True), required=True,
               help="The context length you want (65536, 64K = 65536, 64k = 64000), or `max` for the "
                    "model's own maximum.")
-@click.option("--gpu", "gpu", metavar="SELECTOR",
-              help="Pin vLLM to these GPUs: an index, a full or short UUID (GPU-af7b61d8), a PCI bus id, "
-                   "or a comma list for tensor parallel. Exported as CUDA_DEVICE_ORDER=PCI_BUS_ID and "
-                   "CUDA_VISIBLE_DEVICES=<indices> (never UUIDs, which vLLM fails on).")
-@click.option("--force", is_flag=True, help="Boot even when a preflight check says it cannot work.")
-@click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization above 0.99.")
+@boot_options("Give up after this many boots.")
 @click.option("--keep-serving", is_flag=True, help="Leave the verified server running instead of stopping it.")
-@click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
-              help="Seconds without a new log line before a boot counts as hung.")
-@click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True,
-              help="Give up after this many boots.")
 @click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
               help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
                    "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "

@@ -16,7 +16,7 @@ import click
 
 from autotune import artifact, compare as cmp, servecmd
 from autotune import sweep as sweep_mod
-from autotune.cli import LengthType, ProgressPrinter, _fmt, _runs_dir_option
+from autotune.cli import LengthType, ProgressPrinter, _fmt, _runs_dir_option, boot_options
 
 SWEEP_FILE = sweep_mod.SWEEP_FILE
 EXIT_POINT_FAILED = 3
@@ -363,15 +363,7 @@ class GmuListType(click.ParamType):
               help="refusal: boot the prediction (or the target), relaunch at vLLM's ceiling when refused; "
                    "the sweep's predictions save boots only on this path. auto: vLLM's --max-model-len auto "
                    "(one boot per value where vLLM supports it; predictions are not used).")
-@click.option("--gpu", "gpu", metavar="SELECTOR",
-              help="Pin vLLM to these GPUs, as for `autotune tune --gpu` (an index, a UUID, a PCI bus id, "
-                   "or a comma list).")
-@click.option("--force", is_flag=True, help="Boot even when a preflight check says a value cannot work.")
-@click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization values above 0.99.")
-@click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
-              help="Seconds without a new log line before a boot counts as hung.")
-@click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True,
-              help="Give up on one value after this many boots.")
+@boot_options("Give up on one value after this many boots.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the PNG here (default: sweep.png in the sweep folder, when matplotlib is installed).")
 @click.option("--json", "json_", is_flag=True, help="Print the sweep record and the comparison as JSON.")
