@@ -542,7 +542,11 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             rec["stop"] = _stop(server, launch.STAGES_FAST, emit)
             break
         healthy = False
-        if fatal_seen_at is None:
+        if fatal_seen_at is None and listening_at is None:
+            # Our server has not said it listens: whatever holds the port now (another process, a
+            # socket that never accepts) is not a broken answer of ours, only "not up yet".
+            healthy = verify.health_ok(port)
+        elif fatal_seen_at is None:
             try:
                 healthy = verify.with_retries(lambda: verify.health(port), "/health", on_retry)
             except verify.Transient as exc:

@@ -116,3 +116,25 @@ def test_a_tune_whose_health_never_recovers_is_not_verified(tmp_path, monkeypatc
     assert len(attempt["http_retries"]) == verify.HTTP_RETRIES
     assert "still after 4 retries" in attempt["verification"]["reason"]
     json.dumps(record)  # whole and serialisable
+
+
+def test_a_port_held_by_a_socket_that_never_answers_is_not_retried_before_the_server_listens(tmp_path):
+    # A listener that never accepts: connects succeed, every GET times out. Until the server we
+    # started says it listens, that is somebody else's port, not a broken answer of ours: no
+    # retries are spent and the boot goes on (here the helper then fails to bind and exits).
+    import socket
+
+    from autotune import tune as tune_mod
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        opts = tune_mod.TuneOptions(
+            target=4096, runs_dir=tmp_path, strategy="refusal", max_boots=1,
+            serve_argv=[sys.executable, "-c", "import time; print('importing', flush=True); time.sleep(6)",
+                        "--port", str(port)])
+        record = tune_mod.tune(opts, lambda kind, **d: None)
+    (attempt,) = record["attempts"]
+    assert "http_retries" not in attempt
+    assert attempt["outcome"] == "exited"
