@@ -351,8 +351,8 @@ def resume(run, runs_dir, json_, quiet):
     if kind == "sweep":
         from autotune import cli_history
 
-        say = cli_history._sayer(quiet)
-        cli_history.run_sweep(lambda progress: sweep_mod.resume(path, runs_dir, progress, say, cli_history._warn),
+        say = cli_history.sayer(quiet)
+        cli_history.run_sweep(lambda progress: sweep_mod.resume(path, runs_dir, progress, say, cli_history.warn),
                               path, json_, quiet)
         return
     try:

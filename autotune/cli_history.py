@@ -417,18 +417,18 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
         sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)
     except (OSError, artifact.ArtifactError) as exc:
         raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
-    say = _sayer(quiet)
+    say = sayer(quiet)
     say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
         f"strategy {strategy}")
-    run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, _warn),
+    run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, warn),
               sweep_dir, json_, quiet)
 
 
-def _sayer(quiet: bool):
+def sayer(quiet: bool):
     return (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
 
 
-def _warn(text: str) -> None:
+def warn(text: str) -> None:
     click.echo(text, err=True)
 
 

@@ -196,7 +196,7 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> dict:
     record.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
     if record.get("phase") == "reach":
         # The boots of the run itself are done and verified: continue the lever search.
-        record["reach"].pop("interrupted", None)
+        (record.get("reach") or {}).pop("interrupted", None)
         artifact.save_run(run_dir, record)
         emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=len(record["attempts"]),
              port=None, phase="reach")
@@ -803,6 +803,7 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
         record["result"] = json.loads(json.dumps(earlier["before_levers"]))  # as the search first saw it
     result = record["result"]
     before_levers = json.loads(json.dumps(result))
+    # The lever runs an interrupted search already started, by command (the newest wins).
     runs_before = {tuple(r["command"]["argv"]): (d, r)
                    for d, r in reversed(artifact.linked_runs(opts.runs_dir, "reach_of", record["run_id"]))}
     last = [a for a in record["attempts"] if a.get("outcome") == strategy.VERIFIED][-1]
@@ -817,8 +818,6 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
     total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
     available = result.get("available_kv_gib")
     reach: dict = {"steps": [], "reached": False, "before_levers": before_levers}
-    if earlier.get("resumed_at") or record.get("resumed_at"):
-        reach["resumed_at"] = list(record.get("resumed_at") or [])
     record["reach"] = reach
     if available is None:
         reach["explanation"] = ["the boot log showed no available KV memory to scale from; levers not tried"]
