@@ -75,21 +75,48 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_json(path: Path, record: dict) -> None:
+    """A record file (run.json, sweep.json), written atomically."""
+    write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+
+
+def read_json(path: Path, missing: str | None = None) -> object:
+    """A record file's JSON, or ArtifactError naming the file and the problem (missing: the
+    message for a file that does not exist; by default the OS's own)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"{path}: {missing or 'cannot read: ' + str(exc.strerror)}") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+
+
+def schema_version_of(record: object, source: str, newest: int, what: str) -> int:
+    """The record's schema_version; ArtifactError when there is none or it is newer than `newest`."""
+    version = record.get("schema_version") if isinstance(record, dict) else None
+    if not isinstance(version, int):
+        raise ArtifactError(f"{source}: no integer schema_version; not an autotune {what} file")
+    if version > newest:
+        raise ArtifactError(
+            f"{source}: schema_version {version} is newer than this autotune understands "
+            f"({newest}); upgrade autotune")
+    return version
+
+
 def save_run(run_dir: Path, record: dict) -> None:
     record = dict(record)
     record["schema_version"] = SCHEMA_VERSION
     record.setdefault("autotune_version", __version__)
-    write_atomic(Path(run_dir) / RUN_FILE, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    write_json(Path(run_dir) / RUN_FILE, record)
 
 
 def migrate(record: dict, source: str = "run.json") -> dict:
-    version = record.get("schema_version")
-    if not isinstance(version, int):
-        raise ArtifactError(f"{source}: no integer schema_version; not an autotune run file")
-    if version > SCHEMA_VERSION:
-        raise ArtifactError(
-            f"{source}: schema_version {version} is newer than this autotune understands "
-            f"({SCHEMA_VERSION}); upgrade autotune")
+    version = schema_version_of(record, source, SCHEMA_VERSION, "run")
     while version < SCHEMA_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
@@ -102,16 +129,7 @@ def migrate(record: dict, source: str = "run.json") -> dict:
 
 def load_run(run_dir: Path) -> dict:
     path = Path(run_dir) / RUN_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: no such file (is {run_dir} a run folder?)") from None
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
+    record = read_json(path, missing=f"no such file (is {run_dir} a run folder?)")
     if not isinstance(record, dict):
         raise ArtifactError(f"{path}: not a JSON object")
     record = migrate(record, str(path))

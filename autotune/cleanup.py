@@ -121,7 +121,7 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
         except artifact.ArtifactError:
             continue
         if abandoned(record):
-            _mark_interrupted(run_dir)
+            _mark_interrupted(run_dir, record=record)
             found.append(Cleaned(run_dir, record["owner"].get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues it"))
     for sweep_dir in sweep_mod.list_sweeps(runs_dir):
@@ -136,18 +136,21 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     return found
 
 
-def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleaned | None = None) -> None:
+def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleaned | None = None,
+                      record: dict | None = None) -> None:
     """A run whose autotune died mid-boot ends as interrupted, with what it had learned.
 
     The boot the kill cut short (from its server marker) is recorded as an interrupted
     attempt, so its log is kept and a resumed run numbers its next boot after it.
     A lever search (phase `reach`) keeps its result: the base ceiling was verified before
     the levers started, and resume continues the search from there.
+    record: the run as already loaded (not read again).
     """
-    try:
-        record = artifact.load_run(run_dir)
-    except artifact.ArtifactError:
-        return
+    if record is None:
+        try:
+            record = artifact.load_run(run_dir)
+        except artifact.ArtifactError:
+            return
     if record.get("state") != "running":
         return
     record.pop("_dir", None)

@@ -9,7 +9,6 @@ not reached yet run as they would have.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -47,25 +46,15 @@ def list_sweeps(runs_dir: Path) -> list[Path]:
 
 def load(sweep_dir: Path) -> dict:
     path = Path(sweep_dir) / SWEEP_FILE
-    try:
-        sweep = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise artifact.ArtifactError(f"{path}: cannot read: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
-        raise artifact.ArtifactError(f"{path}: not valid JSON ({exc})") from None
-    version = sweep.get("schema_version") if isinstance(sweep, dict) else None
-    if not isinstance(version, int):
-        raise artifact.ArtifactError(f"{path}: no integer schema_version; not an autotune sweep file")
-    if version > SCHEMA_VERSION:
-        raise artifact.ArtifactError(f"{path}: schema_version {version} is newer than this autotune understands "
-                                     f"({SCHEMA_VERSION}); upgrade autotune")
+    sweep = artifact.read_json(path)
+    artifact.schema_version_of(sweep, str(path), SCHEMA_VERSION, "sweep")
     return sweep
 
 
 def save(sweep_dir: Path, sweep: dict) -> None:
     sweep = dict(sweep)
     sweep["schema_version"] = SCHEMA_VERSION
-    artifact.write_atomic(Path(sweep_dir) / SWEEP_FILE, json.dumps(sweep, indent=2, ensure_ascii=False) + "\n")
+    artifact.write_json(Path(sweep_dir) / SWEEP_FILE, sweep)
 
 
 def _new_dir(runs_dir: Path, model: str | None) -> Path:
