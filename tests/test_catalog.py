@@ -1,4 +1,4 @@
-"""Tests for autotune.catalog: every kind is recognised on a real line, fatal
+"""Tests for autotune.vllm.catalog: every kind is recognised on a real line, fatal
 flags, order, and lines that must not match."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import catalog
-from autotune.catalog import CATALOG, KINDS, FailureKind, diagnosis, lookup, match, traceback_tail
-from autotune.logparse import parse_file, parse_lines
+from autotune.vllm import catalog
+from autotune.vllm.catalog import CATALOG, KINDS, FailureKind, diagnosis, lookup, match, traceback_tail
+from autotune.vllm.logparse import parse_file, parse_lines
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 

@@ -5,7 +5,9 @@ import sys
 
 import psutil
 
-from autotune import artifact, cleanup, sweep
+from autotune.store import artifact
+from autotune.store import cleanup
+from autotune.run import sweep
 
 
 def dead_owner() -> dict:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
@@ -85,7 +85,7 @@ def test_parse_text_shows_values_and_their_lines():
 
 
 def test_resume_of_a_finished_run_is_refused(tmp_path):
-    from autotune import artifact
+    from autotune.store import artifact
 
     run = artifact.create_run_dir(tmp_path, "m")
     artifact.save_run(run, {"run_id": run.name, "state": "finished", "target": 1, "command": {"argv": ["x"]}})

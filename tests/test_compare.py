@@ -6,8 +6,9 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from autotune import artifact, compare as cmp
-from autotune.cli import cli
+from autotune.store import artifact
+from autotune.analysis import compare as cmp
+from autotune.cli.main import cli
 
 RTX_3090 = ("NVIDIA GeForce RTX 3090", 24.0)
 RTX_4090 = ("NVIDIA GeForce RTX 4090", 23.99)

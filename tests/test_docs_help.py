@@ -2,7 +2,7 @@
 troubleshooting table holds every error kind of the catalog.
 
 Every command registered in the CLI at test time is checked, so a new command fails here until
-it has a page. `python -m autotune.docs_sync` rewrites the generated blocks.
+it has a page. `python scripts/docs_sync.py` rewrites the generated blocks.
 """
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autotune import catalog, docs_sync
 from autotune.cli import cli
+from autotune.vllm import catalog
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))  # docs_sync is a developer tool, not part of the package
+import docs_sync  # noqa: E402
+
 DOCS = ROOT / "docs"
 COMMANDS = docs_sync.command_names()
 
@@ -45,12 +48,12 @@ def test_every_command_has_a_page_with_its_live_help(name):
     found = blocks().get(name)
     assert found, (f"`autotune {name}` has no page with its --help: add `<!-- autotune-help: {name} -->` and "
                    f"`<!-- /autotune-help -->` to docs/{name}.md (or the page that documents it), then run "
-                   "`python -m autotune.docs_sync`")
+                   "`python scripts/docs_sync.py`")
     assert len(found) == 1, f"`autotune {name}` --help appears on several pages: {[p for p, _ in found]}"
     page, body = found[0]
     shown = "autotune" if name == docs_sync.ROOT_NAME else f"autotune {name}"
     expected = f"```text\n$ {shown} --help\n{live_help(name)}```\n"
-    assert body == expected, f"docs/{page} is out of step with `{shown} --help`: run `python -m autotune.docs_sync`"
+    assert body == expected, f"docs/{page} is out of step with `{shown} --help`: run `python scripts/docs_sync.py`"
 
 
 def test_the_pages_match_what_the_installed_cli_prints():
@@ -71,7 +74,7 @@ def test_the_troubleshooting_table_lists_every_error_kind_of_the_catalog():
     text = (DOCS / docs_sync.CATALOG_PAGE).read_text(encoding="utf-8")
     m = docs_sync._CATALOG_BLOCK_RE.search(text)
     assert m, "docs/troubleshooting.md lost its <!-- autotune-catalog --> block"
-    assert m.group("body") == docs_sync.catalog_block(), "run `python -m autotune.docs_sync`"
+    assert m.group("body") == docs_sync.catalog_block(), "run `python scripts/docs_sync.py`"
     kinds = re.findall(r"^\| `(\w+)` \| (?:yes|no) \|", m.group("body"), re.M)
     assert kinds == [k.kind for k in catalog.CATALOG]
     for kind in catalog.CATALOG:

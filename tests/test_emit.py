@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import emit
-from autotune.redact import is_secret
+from autotune.store import emit
+from autotune.store.redact import is_secret
 
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "progress"
 

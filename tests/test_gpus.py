@@ -1,6 +1,6 @@
-"""autotune.gpus: from an NVML inventory (written as data) to the environment vLLM gets.
+"""autotune.host.gpus: from an NVML inventory (written as data) to the environment vLLM gets.
 
-The inventories have the shape of autotune.machine.gpu_facts(). The reference machine is
+The inventories have the shape of autotune.host.machine.gpu_facts(). The reference machine is
 our reference user's: a GTX 1660 SUPER (cc 7.5) in the first slot beside an RTX 3090 (cc 8.6).
 """
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune import gpus
-from autotune.gpus import (
+from autotune.host import gpus
+from autotune.host.gpus import (
     check_visible_env,
     mixed_capability_warning,
     pinning_env,

@@ -6,7 +6,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune import launch
+from autotune.run import launch
 
 HELPERS = Path(__file__).parent / "helpers"
 

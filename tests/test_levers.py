@@ -1,7 +1,7 @@
 import pytest
 
-from autotune import levers
-from autotune.levers import Baseline, Limits
+from autotune.run import levers
+from autotune.run.levers import Baseline, Limits
 
 # Our reference user's RTX 3090 (23.58 GiB as NVML reports it), Qwen3.6-27B AWQ at gmu 0.98:
 # ceiling 61,152 tokens with 3.90 GiB of KV.

@@ -1,4 +1,4 @@
-"""Tests for autotune.logparse: real fixture logs, one test per log format, the
+"""Tests for autotune.vllm.logparse: real fixture logs, one test per log format, the
 ceiling computation and fuzzing for robustness."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune import catalog
-from autotune.logparse import (
+from autotune.vllm import catalog
+from autotune.vllm.logparse import (
     SCHEMA_KEYS,
     TEXT_MAX,
     BootLogParser,

@@ -1,4 +1,4 @@
-from autotune import memwait
+from autotune.host import memwait
 
 
 def test_released_compares_each_gpu_with_its_baseline():

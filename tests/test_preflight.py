@@ -1,6 +1,6 @@
-"""autotune.preflight: refusals before any boot, the model's own maximum, flag hygiene.
+"""autotune.run.preflight: refusals before any boot, the model's own maximum, flag hygiene.
 
-Inventories are data in the shape of autotune.machine.gpu_facts(); the serve commands are
+Inventories are data in the shape of autotune.host.machine.gpu_facts(); the serve commands are
 the reference user's (a 27B AWQ model on an RTX 3090 beside a GTX 1660 SUPER).
 """
 
@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from autotune import gpus, preflight
-from autotune.logparse import parse_file
-from autotune.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
+from autotune.host import gpus
+from autotune.run import preflight
+from autotune.vllm.logparse import parse_file
+from autotune.run.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
 
 from tests.test_gpus import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune import progress
-from autotune.logparse import BootLogParser
-from autotune.progress import (FAILED, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, GRAPHS,
+from autotune.cli import progress
+from autotune.vllm.logparse import BootLogParser
+from autotune.cli.progress import (FAILED, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, GRAPHS,
                                Progress, advance, phase_of, render_summary, starting_step)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,7 +328,7 @@ DRIVER = r"""
 import sys, time
 sys.path.insert(0, {tests!r})
 from test_progress import run_events
-from autotune.progress import Progress
+from autotune.cli.progress import Progress
 render = Progress(show_log={show_log})
 render.TICK_S = 0.05
 for event, data in run_events({run_dir!r}):
@@ -551,7 +551,7 @@ def test_warnings_recoveries_and_probe_requests():
 
 
 def test_a_target_reached_in_a_lever_run_shows_that_runs_check_and_an_interrupted_search_says_so():
-    from autotune.progress import render_summary
+    from autotune.cli.progress import render_summary
 
     record = {"run_id": "P", "state": "finished", "target": 150_000,
               "attempts": [{"index": 1, "outcome": "verified", "max_model_len": "auto",

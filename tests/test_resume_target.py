@@ -2,8 +2,9 @@
 import pytest
 from click.testing import CliRunner
 
-from autotune import artifact, sweep
-from autotune.cli import _what_to_resume, cli
+from autotune.store import artifact
+from autotune.run import sweep
+from autotune.cli.main import _what_to_resume, cli
 
 
 def run(runs_dir, run_id, state="interrupted", **fields):

@@ -1,6 +1,6 @@
 import pytest
 
-from autotune import servecmd
+from autotune.vllm import servecmd
 
 BASE = ["vllm", "serve", "Qwen/Qwen3-8B", "--gpu-memory-utilization", "0.95"]
 

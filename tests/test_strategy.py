@@ -1,6 +1,6 @@
 import pytest
 
-from autotune.strategy import (ERROR, EXITED, HUNG, NOT_VERIFIED, REFUSED, VERIFIED, AttemptSummary, Launch,
+from autotune.run.strategy import (ERROR, EXITED, HUNG, NOT_VERIFIED, REFUSED, VERIFIED, AttemptSummary, Launch,
                                Stop, next_step)
 
 T = 65536
@@ -102,7 +102,7 @@ def test_reasons_name_the_boot_by_its_number_in_the_run():
 
 
 def test_a_failed_probe_stops_or_backs_off_ten_percent():
-    from autotune.strategy import PROBE_FAILED
+    from autotune.run.strategy import PROBE_FAILED
 
     failed = AttemptSummary(20000, PROBE_FAILED, basis="ceiling", index=2)
     stop = next_step(T, [failed])

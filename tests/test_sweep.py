@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from autotune import artifact, sweep
+from autotune.store import artifact
+from autotune.run import sweep
 
 
 def test_the_options_are_stored_and_read_back(tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import launch, verify
+from autotune.run import launch
+from autotune.run import verify
 
 HELPER = Path(__file__).parent / "helpers" / "resetting_server.py"
 
@@ -85,8 +86,8 @@ def test_health_ok_stays_a_plain_yes_or_no(resetting_server):
 
 def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
     # The whole loop against a server whose /health resets twice while it starts.
-    from autotune import artifact
-    from autotune import tune as tune_mod
+    from autotune.store import artifact
+    from autotune.run import tune as tune_mod
 
     events = []
     opts = tune_mod.TuneOptions(
@@ -104,7 +105,7 @@ def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
 
 
 def test_a_tune_whose_health_never_recovers_is_not_verified(tmp_path, monkeypatch):
-    from autotune import tune as tune_mod
+    from autotune.run import tune as tune_mod
 
     monkeypatch.setattr(verify, "RETRY_WAIT_FIRST_S", 0.01)
     opts = tune_mod.TuneOptions(
@@ -124,7 +125,7 @@ def test_a_port_held_by_a_socket_that_never_answers_is_not_retried_before_the_se
     # retries are spent and the boot goes on (here the helper then fails to bind and exits).
     import socket
 
-    from autotune import tune as tune_mod
+    from autotune.run import tune as tune_mod
 
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

@@ -2,7 +2,7 @@ import sys
 
 import pytest
 
-from autotune import vllminfo
+from autotune.vllm import versions as vllminfo
 
 
 @pytest.mark.parametrize("version,mode", [

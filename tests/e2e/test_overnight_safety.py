@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune import launch
+from autotune.run import launch
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
@@ -97,7 +97,7 @@ def assert_nothing_left(model_dir: Path, record: dict | None = None) -> None:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     # A model folder of this module's own, so leftover checks see only our servers.
-    from autotune.demo_model import build
+    from autotune.testing.tiny_model import build
 
     return build(tmp_path_factory.mktemp("safety-model") / "tiny-llama")
 

@@ -76,7 +76,7 @@ def assert_nothing_left(model_dir: Path) -> None:
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     # A model folder of this module's own, so the leftover checks see only these servers.
-    from autotune.demo_model import build
+    from autotune.testing.tiny_model import build
 
     return build(tmp_path_factory.mktemp("resume-model") / "tiny-llama")
 

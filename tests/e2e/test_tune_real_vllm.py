@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune import launch, verify
+from autotune.run import launch
+from autotune.run import verify
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm

@@ -25,14 +25,14 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from autotune import emit
-from autotune.cli import cli
-from autotune.progress import render_summary
+from autotune.store import emit
+from autotune.cli.main import cli
+from autotune.cli.progress import render_summary
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "progress"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "progress"
 
 
 def run_on_terminal(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, str, str]:

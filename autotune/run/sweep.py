@@ -13,9 +13,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from autotune import __version__, artifact, cleanup, compare as cmp, servecmd
-from autotune import strategy as strategy_mod
-from autotune import tune as tune_mod
+from autotune import __version__
+from autotune.store import artifact
+from autotune.store import cleanup
+from autotune.analysis import compare as cmp
+from autotune.vllm import servecmd
+from autotune.run import strategy as strategy_mod
+from autotune.run import tune as tune_mod
 
 SWEEP_FILE = "sweep.json"
 SCHEMA_VERSION = 1
@@ -259,7 +263,7 @@ def _count_boots(sweep: dict) -> None:
 
 
 def _plot(sweep: dict, sweep_dir: Path, report, opts: SweepOptions, say: Say, warn: Say) -> None:
-    from autotune import plot as plot_mod
+    from autotune.analysis import plot as plot_mod
 
     try:
         sweep["plot"] = str(plot_mod.write_plot(report, Path(opts.plot) if opts.plot else sweep_dir / "sweep.png"))

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import click
 
-from autotune import artifact, compare as cmp, servecmd
-from autotune import sweep as sweep_mod
-from autotune.cli import LengthType, ProgressPrinter, _fmt, _runs_dir_option, boot_options
+from autotune.store import artifact
+from autotune.analysis import compare as cmp
+from autotune.vllm import servecmd
+from autotune.run import sweep as sweep_mod
+from autotune.cli.main import LengthType, ProgressPrinter, _fmt, _runs_dir_option, boot_options
 
 SWEEP_FILE = sweep_mod.SWEEP_FILE
 EXIT_POINT_FAILED = 3
@@ -196,7 +198,7 @@ def _v(value) -> str:
 
 
 def _write_plot(report: cmp.Report, path: Path) -> Path:
-    from autotune import plot
+    from autotune.analysis import plot
 
     try:
         return plot.write_plot(report, path)
@@ -434,7 +436,7 @@ def warn(text: str) -> None:
 
 def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
     """Run (or resume) a sweep with go(progress), print its result, exit with its code."""
-    from autotune import tune as tune_mod
+    from autotune.run import tune as tune_mod
 
     progress = ProgressPrinter(quiet=quiet)
     try:
@@ -515,8 +517,8 @@ def reproduce_cmd(run, runs_dir, stall_timeout, json_, quiet):
       1 bad input (no such run, or the run has no verified configuration to relaunch)
       130/143 interrupted
     """
-    from autotune import tune as tune_mod
-    from autotune.redact import MASK
+    from autotune.run import tune as tune_mod
+    from autotune.store.redact import MASK
 
     try:
         old = artifact.load_run(artifact.resolve_run(run, runs_dir))

@@ -7,7 +7,7 @@ to check by hand: 4 layers x 8 KV heads x 64 head dim x 2 (K and V) x 2 bytes (b
 `max_position_embeddings` is large (1M) so the model's own limit never caps the search.
 
 Needs `transformers` and `tokenizers` (installed with the `cpu` extra); autotune itself does not.
-Run: python -m autotune.demo_model DIR
+Run: python -m autotune.testing.tiny_model DIR
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def build(out_dir: str | Path) -> Path:
     (out / "autotune-demo-model.json").write_text(
         json.dumps(
             {
-                "what": "random-weight tiny Llama built by autotune.demo_model for the demo and tests",
+                "what": "random-weight tiny Llama built by autotune.testing.tiny_model for the demo and tests",
                 "kv_bytes_per_token": KV_BYTES_PER_TOKEN,
                 "max_position_embeddings": MAX_POSITIONS,
             },
@@ -96,7 +96,7 @@ def build(out_dir: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m autotune.demo_model DIR", file=sys.stderr)
+        print("usage: python -m autotune.testing.tiny_model DIR", file=sys.stderr)
         return 2
     path = build(args[0])
     print(path)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from autotune import servecmd
+from autotune.vllm import servecmd
 
 GMU = "--gpu-memory-utilization"
 MAX_NUM_SEQS = "--max-num-seqs"

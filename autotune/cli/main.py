@@ -11,9 +11,12 @@ from pathlib import Path
 
 import click
 
-from autotune import __version__, artifact, catalog, servecmd
-from autotune.logparse import SCHEMA_KEYS, parse_file
-from autotune.progress import Progress, fmt_number, render_summary
+from autotune import __version__
+from autotune.store import artifact
+from autotune.vllm import catalog
+from autotune.vllm import servecmd
+from autotune.vllm.logparse import SCHEMA_KEYS, parse_file
+from autotune.cli.progress import Progress, fmt_number, render_summary
 
 # Documented exit codes (docs/exit-codes.md).
 EXIT_OK = 0
@@ -161,7 +164,7 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
     5 hung; 6 refused and no ceiling could be read; 8 refused by a preflight
     check (nothing booted); 130/143 interrupted by SIGINT/SIGTERM.
     """
-    from autotune import tune as tune_mod
+    from autotune.run import tune as tune_mod
 
     argv = list(serve_command)
     if argv and argv[0] == "--":
@@ -297,7 +300,7 @@ def clean(runs_dir, json_):
     \b
     Exit codes: 0 always (what was done is printed).
     """
-    from autotune import cleanup
+    from autotune.store import cleanup
 
     found = cleanup.clean(runs_dir, on_step=lambda step: _err(
         f"  {step['signal']} to pids {', '.join(map(str, step['pids']))}"))
@@ -335,8 +338,8 @@ def resume(run, runs_dir, json_, quiet):
     \b
     Exit codes as for tune (or sweep); 1 when RUN is not interrupted.
     """
-    from autotune import sweep as sweep_mod
-    from autotune import tune as tune_mod
+    from autotune.run import sweep as sweep_mod
+    from autotune.run import tune as tune_mod
 
     cleaning = Progress(quiet=quiet)
     try:
@@ -349,7 +352,7 @@ def resume(run, runs_dir, json_, quiet):
     if why:
         _err(why, quiet=quiet)
     if kind == "sweep":
-        from autotune import cli_history
+        from autotune.cli import history as cli_history
 
         say = cli_history.sayer(quiet)
         cli_history.run_sweep(lambda progress: sweep_mod.resume(path, runs_dir, progress, say, cli_history.warn),
@@ -372,7 +375,7 @@ def resume(run, runs_dir, json_, quiet):
 
 def _what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
     """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume."""
-    from autotune import sweep as sweep_mod
+    from autotune.run import sweep as sweep_mod
 
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / sweep_mod.SWEEP_FILE).is_file():
@@ -407,14 +410,14 @@ def _exit_code(record: dict) -> int:
 
 # Commands that live in their own modules: each module exposes COMMANDS, a list of click commands.
 # To add one, append the module name here (keep cli.py itself to the group, tune and parse).
-COMMAND_MODULES: list[str] = ["cli_history", "cli_runs", "cli_machine"]
+COMMAND_MODULES: list[str] = ["history", "runs", "machine"]
 
 
 def _register_commands() -> None:
     import importlib
 
     for name in COMMAND_MODULES:
-        module = importlib.import_module(f"autotune.{name}")
+        module = importlib.import_module(f"autotune.cli.{name}")
         for command in module.COMMANDS:
             cli.add_command(command)
 

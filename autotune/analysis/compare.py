@@ -24,8 +24,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
-from autotune import gpus as gpus_mod
-from autotune import servecmd
+from autotune.host import gpus as gpus_mod
+from autotune.vllm import servecmd
 
 GMU_FLAG = "--gpu-memory-utilization"
 # vLLM raised the default gmu from 0.9 to 0.92 in v0.20.0 (commit 96a85c575, with CUDA-graph

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.compare import Report, predict
+from autotune.analysis.compare import Report, predict
 
 
 class PlotUnavailable(Exception):

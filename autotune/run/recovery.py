@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from autotune import servecmd
+from autotune.vllm import servecmd
 
 __all__ = ["Recovery", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
 

@@ -26,9 +26,11 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
-from autotune import __version__, artifact, servecmd
-from autotune.servecmd import VllmCommand
-from autotune.redact import is_secret
+from autotune import __version__
+from autotune.store import artifact
+from autotune.vllm import servecmd
+from autotune.vllm.servecmd import VllmCommand
+from autotune.store.redact import is_secret
 
 COMMAND = "command.sh"
 YAML = "vllm-config.yaml"

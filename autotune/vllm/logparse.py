@@ -7,7 +7,7 @@ number, the cleaned line) and the parser keeps a running verdict:
 * ``refused``: vLLM refused the requested ``--max-model-len`` because the KV
   cache is too small (V1 ``To serve at least one request ...`` or V0
   ``The model's max seq len (N) is larger than ...``);
-* ``error``: another fatal failure from ``autotune.catalog`` was seen;
+* ``error``: another fatal failure from ``autotune.vllm.catalog`` was seen;
 * ``ready``: the KV cache was sized or the server said it is listening;
 * ``incomplete``: none of these yet.
 
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Iterable
 
-from autotune import catalog
+from autotune.vllm import catalog
 
 __all__ = [
     "SCHEMA_KEYS",

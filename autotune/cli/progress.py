@@ -30,8 +30,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO
 
-from autotune import catalog, servecmd
-from autotune.logparse import clean_line
+from autotune.vllm import catalog
+from autotune.vllm import servecmd
+from autotune.vllm.logparse import clean_line
 
 # ---------------------------------------------------------------------------
 # Boot phases (pure)

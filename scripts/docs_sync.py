@@ -4,16 +4,16 @@ Generated blocks sit between marker comments in the Markdown pages:
 
     <!-- autotune-help: tune -->            ...the output of `autotune tune --help`...
     <!-- /autotune-help -->
-    <!-- autotune-catalog -->               ...a table of every error_kind in autotune.catalog...
+    <!-- autotune-catalog -->               ...a table of every error_kind in autotune.vllm.catalog...
     <!-- /autotune-catalog -->
 
 Every command of the CLI must have its help block in some page (docs/<command>.md unless a
 page already holds its marker); the root `autotune --help` is named `autotune`.
 tests/test_docs_help.py fails when a block is missing or out of date.
 
-    python -m autotune.docs_sync            rewrite the blocks in place
-    python -m autotune.docs_sync --check    only report (exit 1 when something is out of step)
-    python -m autotune.docs_sync --create-missing
+    python scripts/docs_sync.py            rewrite the blocks in place
+    python scripts/docs_sync.py --check    only report (exit 1 when something is out of step)
+    python scripts/docs_sync.py --create-missing
                                             also create docs/<command>.md for a command that has
                                             no page yet (then add an example with real output)
 """
@@ -39,14 +39,14 @@ CATALOG_PAGE = "troubleshooting.md"
 
 def command_names() -> list[str]:
     """The root and every command registered in the CLI, as `autotune --help` lists them."""
-    from autotune.cli import cli
+    from autotune.cli.main import cli
 
     return [ROOT_NAME] + sorted(cli.commands)
 
 
 def help_text(name: str) -> str:
     """What `autotune NAME --help` prints on a terminal of 80 columns or more (with its final newline)."""
-    from autotune.cli import cli
+    from autotune.cli.main import cli
 
     # The commands' own context_settings (e.g. -h as well as --help) apply, as on the command line.
     with click.Context(cli, info_name=ROOT_NAME, terminal_width=HELP_WIDTH, **cli.context_settings) as root:
@@ -64,7 +64,7 @@ def help_block(name: str) -> str:
 
 
 def catalog_block() -> str:
-    from autotune import catalog
+    from autotune.vllm import catalog
 
     def cell(text: str) -> str:
         return " ".join(str(text).split()).replace("|", "\\|")
@@ -143,7 +143,7 @@ def sync(docs_dir: Path = DOCS_DIR, write: bool = True, create_missing: bool = F
 
 
 def _stub(name: str, block: str) -> str:
-    from autotune.cli import cli
+    from autotune.cli.main import cli
 
     summary = cli.commands[name].get_short_help_str(limit=200)
     return (f"# `autotune {name}`\n\n{summary}\n\n## Usage\n\n<!-- autotune-help: {name} -->\n{block}"
@@ -155,7 +155,7 @@ def explain(report: Report, wrote: bool = False) -> str:
     lines += [f"{'updated' if wrote else 'out of date'}: {p}" for p in report.changed]
     lines += [f"no help block for `autotune {n}`: add `<!-- autotune-help: {n} -->` and "
               f"`<!-- /autotune-help -->` to its page (docs/{n}.md), or run "
-              "`python -m autotune.docs_sync --create-missing`" for n in report.missing]
+              "`python scripts/docs_sync.py --create-missing`" for n in report.missing]
     lines += [f"help block for a command the CLI does not have: {s}" for s in report.stale]
     lines += report.problems
     lines += [f"created {p}: add an example with real output" for p in report.created]

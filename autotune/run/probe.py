@@ -35,7 +35,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune import launch, verify
+from autotune.run import launch
+from autotune.run import verify
 
 QUICK = "quick"
 FULL = "full"

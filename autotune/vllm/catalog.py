@@ -2,7 +2,7 @@
 
 This module is data. Each ``FailureKind`` names an ``error_kind`` (the value the
 log parser reports), the regexes that recognise it on a *cleaned* log line
-(ANSI codes and ``\\r`` removed; see ``autotune.logparse``), whether it ends the
+(ANSI codes and ``\\r`` removed; see ``autotune.vllm.logparse``), whether it ends the
 boot, and a one-line cause and fix for the report.
 
 Rules for the patterns:

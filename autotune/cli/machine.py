@@ -1,8 +1,8 @@
 """`autotune gpus`: what this machine offers vLLM (wiring and rendering only).
 
-The reading is autotune.machine.machine_facts() (NVML + psutil); every judgement on it
+The reading is autotune.host.machine.machine_facts() (NVML + psutil); every judgement on it
 (mixed compute capabilities, a CUDA_VISIBLE_DEVICES that vLLM will misread) comes from
-the pure functions in autotune.gpus.
+the pure functions in autotune.host.gpus.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 
 import click
 
-from autotune import gpus as gpu_rules
-from autotune.machine import machine_facts
+from autotune.host import gpus as gpu_rules
+from autotune.host.machine import machine_facts
 
 
 def machine_warnings(facts: dict) -> list[str]:

@@ -9,9 +9,10 @@ import json
 
 import click
 
-from autotune import artifact, emit
-from autotune.cli import _runs_dir_option
-from autotune.progress import render_summary
+from autotune.store import artifact
+from autotune.store import emit
+from autotune.cli.main import _runs_dir_option
+from autotune.cli.progress import render_summary
 
 
 def _load(run: str, runs_dir) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from autotune import __version__
-from autotune.servecmd import model_slug
+from autotune.vllm.servecmd import model_slug
 
 SCHEMA_VERSION = 1
 RUN_FILE = "run.json"

@@ -19,12 +19,19 @@ from typing import Callable
 
 import psutil
 
-from autotune import (artifact, catalog, cleanup, launch, memwait, servecmd, strategy, verify,
-                      vllminfo)
-from autotune.emit import write_all as write_paste_ready  # `emit` here is the progress callback
-from autotune.logparse import BootLogParser, ceiling_from
-from autotune.machine import machine_facts
-from autotune.redact import redact_env
+from autotune.store import artifact
+from autotune.vllm import catalog
+from autotune.store import cleanup
+from autotune.run import launch
+from autotune.host import memwait
+from autotune.vllm import servecmd
+from autotune.run import strategy
+from autotune.run import verify
+from autotune.vllm import versions as vllminfo
+from autotune.store.emit import write_all as write_paste_ready  # `emit` here is the progress callback
+from autotune.vllm.logparse import BootLogParser, ceiling_from
+from autotune.host.machine import machine_facts
+from autotune.store.redact import redact_env
 
 Emit = Callable[..., None]
 
@@ -263,8 +270,9 @@ def _counts(attempt: dict) -> bool:
 
 def _preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
     """GPU pinning and the checks that refuse a boot that cannot work (gpus.py, preflight.py)."""
-    from autotune import gpus, preflight
-    from autotune.machine import gpu_facts
+    from autotune.host import gpus
+    from autotune.run import preflight
+    from autotune.host.machine import gpu_facts
 
     inventory, _ = gpu_facts()
     plan = gpus.plan_gpus(opts.gpu, env, inventory)  # ValueError: a bad --gpu selector
@@ -290,7 +298,7 @@ def _preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: s
 
 def _check_flags(attempt: dict, argv: list[str], emit: Emit) -> None:
     """Flag hygiene: a flag the user gave that vLLM's non-default args do not show was lost."""
-    from autotune import preflight
+    from autotune.run import preflight
 
     shown = (attempt.get("facts") or {}).get("non_default_args")
     if not isinstance(shown, dict):
@@ -303,8 +311,8 @@ def _check_flags(attempt: dict, argv: list[str], emit: Emit) -> None:
 
 def _recovery(attempt: dict, argv: list[str], record: dict, opts: TuneOptions, emit: Emit):
     """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
-    from autotune import recovery
-    from autotune.machine import wait_for_free_memory
+    from autotune.run import recovery
+    from autotune.host.machine import wait_for_free_memory
 
     if attempt.get("outcome") not in (strategy.ERROR, strategy.EXITED) or not attempt.get("error_kind"):
         return None
@@ -566,7 +574,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
             outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED
             if ok and opts.probe != "none":
                 # Booting is not yet proof: fill the context with a real request (probe.py).
-                from autotune import probe as probe_mod
+                from autotune.run import probe as probe_mod
 
                 length = min(expected, opts.target) if opts.target else expected
                 # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
@@ -796,7 +804,7 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
     walks the same steps; a step whose lever run finished before the interruption is taken
     from that run, an interrupted one is resumed, and only the rest boot.
     """
-    from autotune import levers
+    from autotune.run import levers
 
     earlier = record.get("reach") if isinstance(record.get("reach"), dict) else {}
     if "before_levers" in earlier:

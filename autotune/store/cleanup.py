@@ -16,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from autotune import artifact, launch
+from autotune.store import artifact
+from autotune.run import launch
 
 MARKER = "server.json"
 
@@ -112,7 +113,7 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     A SIGKILL between two boots leaves no server behind (so no server.json), but the run,
     its sweep or its lever search would say `running` for ever and could not be resumed.
     """
-    from autotune import sweep as sweep_mod
+    from autotune.run import sweep as sweep_mod
 
     found = []
     for run_dir in artifact.list_runs(runs_dir):

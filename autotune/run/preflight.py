@@ -1,7 +1,7 @@
 """Refuse, before any boot, a serve command that cannot work here; and check vLLM got every flag.
 
 ``check`` is PURE: the serve argv, the environment vLLM will get, the NVML inventory
-(``autotune.machine.gpu_facts()``), the target and the model's config.json (when it is
+(``autotune.host.machine.gpu_facts()``), the target and the model's config.json (when it is
 readable locally: ``read_model_config``) in; a list of ``Problem`` out, each with what
 it saw, why the boot would fail and the fix. An empty list means "boot it". A failed
 27B boot costs minutes; these checks cost nothing.
@@ -31,7 +31,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from autotune import gpus, servecmd
+from autotune.host import gpus
+from autotune.vllm import servecmd
 
 __all__ = [
     "Problem",

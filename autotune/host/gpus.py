@@ -1,7 +1,7 @@
 """Which GPUs vLLM gets, and how to say it so that vLLM understands (pure).
 
 Everything here works on an NVML inventory written as data: the list of dicts that
-``autotune.machine.gpu_facts()`` returns (index, uuid, name, pci_bus_id,
+``autotune.host.machine.gpu_facts()`` returns (index, uuid, name, pci_bus_id,
 compute_capability, memory_total_gib, memory_used_gib, memory_free_gib, driver,
 processes). Nothing here reads the machine, so every decision is testable on
 inventories typed into a test.

@@ -1,0 +1,1 @@
+"""Analysis over recorded runs: compare, fits, predictions, plots."""

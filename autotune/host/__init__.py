@@ -1,0 +1,1 @@
+"""The host: this machine's GPUs and memory."""
