@@ -25,13 +25,9 @@ from dataclasses import asdict, dataclass, field
 from itertools import combinations
 
 from autotune.host import gpus as gpus_mod
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 
 GMU_FLAG = "--gpu-memory-utilization"
-# vLLM raised the default gmu from 0.9 to 0.92 in v0.20.0 (commit 96a85c575, with CUDA-graph
-# memory profiling on by default); see shared vllm/log-formats.md section 3.6.
-DEFAULT_GMU_BEFORE_0_20 = 0.9
-DEFAULT_GMU_FROM_0_20 = 0.92
 
 # Tolerance for "the same" available KV. The figures are printed with two decimals, so two of
 # them differ by up to 0.01 GiB from rounding alone: the absolute floor is twice that. And two
@@ -121,12 +117,11 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
 
 def default_gmu(vllm_version: str | None) -> tuple[float | None, str]:
     """vLLM's default gmu for a version, and how it was decided."""
-    parsed = version_tuple(vllm_version)
-    if parsed is None:
+    gmu = versions.default_gmu(vllm_version)  # the one rule (0.9, 0.92 from 0.20)
+    if gmu is None:
         return None, "no --gpu-memory-utilization and the vLLM version is unknown, so its default is too"
-    if parsed >= (0, 20):
-        return DEFAULT_GMU_FROM_0_20, f"vLLM {vllm_version} default ({DEFAULT_GMU_FROM_0_20}; 0.9 before 0.20)"
-    return DEFAULT_GMU_BEFORE_0_20, f"vLLM {vllm_version} default ({DEFAULT_GMU_BEFORE_0_20}; 0.92 from 0.20)"
+    other = "0.9 before 0.20" if gmu == versions.HIGHEST_DEFAULT_GMU else "0.92 from 0.20"
+    return gmu, f"vLLM {vllm_version} default ({gmu}; {other})"
 
 
 def used_gpus(record: dict) -> list[dict]:
@@ -231,12 +226,12 @@ def run_row(record: dict) -> Row:
         gmu, gmu_source = default_gmu(version)
     gmu_sets_kv, gmu_note = True, None
     on_cpu = device.startswith("cpu")
-    parsed = version_tuple(version)
+    known = versions.profile(version)
     if servecmd.has_flag(argv, "--kv-cache-memory-bytes"):
         gmu_sets_kv, gmu_note = False, "the KV pool is fixed by --kv-cache-memory-bytes"
     elif on_cpu and environment.get("VLLM_CPU_KVCACHE_SPACE"):
         gmu_sets_kv, gmu_note = False, "the KV pool is fixed by VLLM_CPU_KVCACHE_SPACE"
-    elif on_cpu and parsed is not None and parsed < (0, 20):
+    elif on_cpu and known is not None and not known.cpu_gmu_sizes_kv:
         gmu_sets_kv, gmu_note = False, "before vLLM 0.20 the CPU backend ignores gmu (VLLM_CPU_KVCACHE_SPACE sizes KV)"
 
     tpg, tpg_source = tokens_per_gib_of(record, facts)

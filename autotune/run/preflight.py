@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from autotune.host import gpus
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 
 __all__ = [
     "Problem",
@@ -46,9 +46,9 @@ __all__ = [
     "RISKY_GMU",
 ]
 
-# vLLM's default --gpu-memory-utilization: 0.9 up to 0.19, 0.92 from 0.20. The free-memory
-# check uses the lower one, so it refuses only what fails on every version.
-DEFAULT_GMU = 0.9
+# vLLM's default --gpu-memory-utilization (versions.default_gmu). The check runs before the
+# version is known, so it uses the lowest default: it refuses only what fails on every version.
+DEFAULT_GMU = versions.LOWEST_DEFAULT_GMU
 # Above this the CUDA context, NCCL buffers and the activation peak have nowhere to go.
 RISKY_GMU = 0.99
 
@@ -489,7 +489,7 @@ NEVER_LISTED = {"config", "help", "version", "h"}
 KNOWN_DEFAULTS: dict[str, tuple] = {
     "dtype": ("auto",), "kv_cache_dtype": ("auto",), "tensor_parallel_size": (1,),
     "pipeline_parallel_size": (1,), "data_parallel_size": (1,), "port": (8000,),
-    "gpu_memory_utilization": (0.9, 0.92), "load_format": ("auto",), "tokenizer_mode": ("auto",),
+    "gpu_memory_utilization": versions.default_gmu_values(), "load_format": ("auto",), "tokenizer_mode": ("auto",),
     "swap_space": (4,), "seed": (0,), "trust_remote_code": (False,), "enforce_eager": (False,),
     "cpu_offload_gb": (0,), "disable_log_stats": (False,), "uvicorn_log_level": ("info",),
     "max_logprobs": (20,), "generation_config": ("auto",), "enable_expert_parallel": (False,),

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 
 __all__ = ["Recovery", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
 
@@ -107,12 +107,9 @@ def _mamba(facts: Mapping, argv: Sequence[str]) -> tuple[Recovery | None, str | 
 
 
 def _default_gmu(version: object) -> float:
-    """vLLM's default --gpu-memory-utilization: 0.9, and 0.92 from 0.20 (or version unknown)."""
-    try:
-        major, minor = (int(part) for part in str(version).split(".")[:2])
-    except ValueError:
-        return 0.92
-    return 0.92 if (major, minor) >= (0, 20) else 0.9
+    """vLLM's default --gpu-memory-utilization; the highest of them when the version is unknown
+    (waiting for that much is enough for every version)."""
+    return versions.default_gmu(str(version) if version else None) or versions.HIGHEST_DEFAULT_GMU
 
 
 def _free_memory(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:

@@ -1,10 +1,26 @@
-"""Which vLLM the serve command will run, found before the first boot, and what that version can do.
+"""Which vLLM the serve command will run, and what that version does: the one home of
+version knowledge. Every module asks here instead of keeping its own rule.
 
-The version decides the fastest way to the ceiling (docs/how-it-works.md):
-- >= 0.20: `--max-model-len auto` fits the length in one boot and the API server serves it;
-- 0.14-0.19: auto fits, but the fitted length is not passed to the API server (requests
-  above it hang, vLLM PR #39102), so auto is only used to read the number, then relaunched;
-- older, or unknown (a container, a wrapper script): the refusal path, which works everywhere.
+The facts, each with the release that changed it (sources: docs/log-formats.md,
+which names the commit and the sdists it was verified in):
+
+- default --gpu-memory-utilization: 0.9, 0.92 from 0.20 (commit 96a85c575, together with
+  CUDA-graph memory profiling becoming the default);
+- auto-fit (docs/how-it-works.md): none before 0.14; 0.14-0.19 `auto_probe` (`--max-model-len
+  auto` fits, but the fitted length is not passed to the API server, so requests above it
+  hang, vLLM PR #39102: autotune only reads the number and relaunches); `auto` from 0.20;
+- flags: `--kv-cache-memory-bytes` since 0.10.2, `--max-model-len auto` since 0.14;
+- GPU UUIDs in CUDA_VISIBLE_DEVICES: `int()` fails on them up to 0.21 (UUIDs work by 0.33;
+  short UUIDs still fail there);
+- VLLM_ATTENTION_BACKEND: honoured up to 0.14, silently ignored from 0.15 (use
+  --attention-backend, 0.13+);
+- CUDA-graph memory profiling (subtracted from the KV budget): off before 0.18, opt-in
+  0.18-0.19, default from 0.20;
+- the CPU backend: VLLM_CPU_KVCACHE_SPACE sizes the KV cache before 0.20; from 0.20
+  --gpu-memory-utilization is the share of the NUMA node's RAM (commit d02421a7d).
+
+An unknown version (a container, a wrapper script) gets ``None`` where the answer depends on
+it; callers say what they assume then.
 """
 
 from __future__ import annotations
@@ -13,7 +29,10 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+Version = tuple[int, int, int]
 
 # Read the installed version from package metadata: importing vllm takes seconds, this takes ms.
 # The CPU build is distributed as `vllm-cpu`, its import name is still `vllm`.
@@ -25,31 +44,98 @@ _VERSION_SNIPPET = (
     "    except m.PackageNotFoundError:\n"
     "        pass\n"
 )
+# The replaying vLLM (autotune.testing.fake_vllm) is a program of its own: asked with this
+# flag, it prints the version of the profile it replays, as package metadata would.
+FAKE_VLLM_MODULE = "autotune.testing.fake_vllm"
+FAKE_VERSION_FLAG = "--print-version"
+
+# (first version, default gmu), oldest first.
+_GMU_DEFAULTS: tuple[tuple[Version, float], ...] = (((0, 0, 0), 0.9), ((0, 20, 0), 0.92))
+LOWEST_DEFAULT_GMU = min(g for _, g in _GMU_DEFAULTS)
+HIGHEST_DEFAULT_GMU = max(g for _, g in _GMU_DEFAULTS)
 
 
-def parse_version(text: str | None) -> tuple[int, int, int] | None:
+def parse_version(text: str | None) -> Version | None:
     if not text:
         return None
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(text).strip())
     if not match:
         return None
     major, minor, patch = match.groups()
     return int(major), int(minor), int(patch or 0)
 
 
-def auto_fit_mode(version: str | None) -> str | None:
-    """'auto' (serve the fitted length), 'auto_probe' (read it, relaunch), or None (no auto-fit)."""
-    parsed = parse_version(version)
+@dataclass(frozen=True)
+class VersionProfile:
+    """What one vLLM version does, as far as autotune cares."""
+
+    version: Version
+    default_gmu: float
+    auto_fit: str | None  # "auto" | "auto_probe" | None
+    kv_cache_memory_bytes: bool  # the flag exists
+    max_model_len_auto: bool  # `--max-model-len auto` exists
+    gpu_uuids_work: bool  # GPU-... UUIDs in CUDA_VISIBLE_DEVICES (full ones)
+    attention_backend_env: bool  # VLLM_ATTENTION_BACKEND is honoured
+    cudagraph_profiling: str  # "absent" | "opt-in" | "default": CUDA-graph memory subtracted from KV
+    cpu_gmu_sizes_kv: bool  # the CPU backend sizes KV from gmu x node RAM (before: VLLM_CPU_KVCACHE_SPACE)
+
+
+def profile(version: str | Version | None) -> VersionProfile | None:
+    """The profile of a version ("0.20.2", "v0.8.5.dev169+g...", (0, 20, 2)); None when unknown."""
+    parsed = version if isinstance(version, tuple) else parse_version(version)
     if parsed is None:
         return None
-    if parsed >= (0, 20, 0):
-        return "auto"
-    if parsed >= (0, 14, 0):
-        return "auto_probe"
-    return None
+    gmu = [g for first, g in _GMU_DEFAULTS if parsed >= first][-1]
+    auto = "auto" if parsed >= (0, 20, 0) else "auto_probe" if parsed >= (0, 14, 0) else None
+    graphs = "default" if parsed >= (0, 20, 0) else "opt-in" if parsed >= (0, 18, 0) else "absent"
+    return VersionProfile(version=parsed, default_gmu=gmu, auto_fit=auto,
+                          kv_cache_memory_bytes=parsed >= (0, 10, 2), max_model_len_auto=parsed >= (0, 14, 0),
+                          gpu_uuids_work=parsed >= (0, 22, 0), attention_backend_env=parsed < (0, 15, 0),
+                          cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0))
 
 
-def python_of(argv: Sequence[str], env: dict[str, str]) -> str | None:
+def default_gmu(version: str | Version | None) -> float | None:
+    """vLLM's default --gpu-memory-utilization for a version: 0.9, 0.92 from 0.20; None when unknown
+    (then LOWEST_DEFAULT_GMU / HIGHEST_DEFAULT_GMU bound it)."""
+    found = profile(version)
+    return found.default_gmu if found else None
+
+
+def default_gmu_values() -> tuple[float, ...]:
+    """Every version's default gmu (a flag given with one of them may rightly be absent from
+    vLLM's non-default args)."""
+    return tuple(g for _, g in _GMU_DEFAULTS)
+
+
+def auto_fit_mode(version: str | None) -> str | None:
+    """'auto' (serve the fitted length), 'auto_probe' (read it, relaunch), or None (no auto-fit)."""
+    found = profile(version)
+    return found.auto_fit if found else None
+
+
+def warnings_for(argv: Sequence[str], env: Mapping[str, str], version: str | None) -> list[str]:
+    """What the detected version will do differently from what the command asks (pure)."""
+    found = profile(version)
+    if found is None:
+        return []
+    out = []
+    backend = env.get("VLLM_ATTENTION_BACKEND")
+    if backend and not found.attention_backend_env:
+        out.append(f"VLLM_ATTENTION_BACKEND={backend} is ignored by vLLM {version} (removed in 0.15): "
+                   f"pass --attention-backend {backend} instead")
+    visible = env.get("CUDA_VISIBLE_DEVICES") or ""
+    if not found.gpu_uuids_work and any(i.strip().upper().startswith(("GPU-", "MIG-")) for i in visible.split(",")):
+        out.append(f"CUDA_VISIBLE_DEVICES={visible} names GPUs by UUID: vLLM {version} (up to 0.21) fails with "
+                   "`invalid literal for int()`; use indices (--gpu translates UUIDs)")
+    if any(a == "auto" for a in argv) and not found.max_model_len_auto and "--max-model-len" in argv:
+        out.append(f"--max-model-len auto needs vLLM 0.14 or newer; vLLM {version} refuses it")
+    if any(a.split("=", 1)[0] in ("--kv-cache-memory-bytes", "--kv_cache_memory_bytes") for a in argv) \
+            and not found.kv_cache_memory_bytes:
+        out.append(f"--kv-cache-memory-bytes needs vLLM 0.10.2 or newer; vLLM {version} does not know it")
+    return out
+
+
+def python_of(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     """The Python interpreter that will run vLLM, when the command makes it knowable."""
     if not argv:
         return None
@@ -73,12 +159,21 @@ def python_of(argv: Sequence[str], env: dict[str, str]) -> str | None:
     return None
 
 
+def _version_query(argv: Sequence[str], python: str) -> list[str]:
+    """The command that prints the version the serve command will run."""
+    args = list(argv[1:])
+    if args[:2] == ["-m", FAKE_VLLM_MODULE]:
+        # The replaying vLLM is the program here: it answers for the profile it replays.
+        return [python, "-m", FAKE_VLLM_MODULE, *args[2:], FAKE_VERSION_FLAG]
+    return [python, "-c", _VERSION_SNIPPET]
+
+
 def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
     python = python_of(argv, env)
     if python is None:
         return None
     try:
-        out = subprocess.run([python, "-c", _VERSION_SNIPPET], capture_output=True, text=True,
+        out = subprocess.run(_version_query(argv, python), capture_output=True, text=True,
                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None

