@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from autotune.host import machine
 from autotune.cli.main import cli
-from autotune.cli.machine import machine_warnings, render_gpus
+from autotune.cli.gpus import machine_warnings, render_gpus
 from tests.test_gpus import GTX_1660S, REFERENCE, RTX_3090
 
 HOST = {"hostname": "rig", "os": "Linux", "python": "3.11.7", "cpu_model": "AMD Ryzen 9 5900X 12-Core Processor",

@@ -4,7 +4,8 @@ from click.testing import CliRunner
 
 from autotune.store import artifact
 from autotune.run import sweep
-from autotune.cli.main import _what_to_resume, cli
+from autotune.cli.main import cli
+from autotune.cli.resume import what_to_resume as _what_to_resume
 
 
 def run(runs_dir, run_id, state="interrupted", **fields):

@@ -64,7 +64,7 @@ _STARTING_RE = re.compile(
 )
 
 # Checked in this order on the cleaned line; the first match wins. Versions from
-# log-formats.md (sections 3, 5, 8, 9) and our own vLLM 0.32 CPU boots.
+# docs/log-formats.md (sections 3, 5, 8, 9) and our own vLLM 0.32 CPU boots.
 _PHASE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     # 0.7.3+ "Starting vLLM API server on http://..." / 0.9.1+ "Starting vLLM API server 0 on ..." /
     # 0.18+ "Starting vLLM server on ..."; uvicorn "Uvicorn running on" (<=0.7.2) and

@@ -122,6 +122,10 @@ def _list_gpus(inventory: Sequence[Mapping]) -> str:
 # ---------------------------------------------------------------------------
 
 
+class GpuSelectorError(ValueError):
+    """A --gpu value that names no GPU here (bad input: the CLI exits 1 with the message)."""
+
+
 def resolve_selector(selector: str, inventory: Sequence[Mapping]) -> list[int]:
     """NVML indices of the GPUs a ``--gpu`` value names, in the order given.
 
@@ -132,17 +136,17 @@ def resolve_selector(selector: str, inventory: Sequence[Mapping]) -> list[int]:
     list of GPUs when an item names none, several, or the same GPU twice.
     """
     if not isinstance(selector, str) or not selector.strip():
-        raise ValueError("--gpu needs a value: an index (0), a UUID (GPU-af7b61d8) or a PCI bus id (01:00.0)")
+        raise GpuSelectorError("--gpu needs a value: an index (0), a UUID (GPU-af7b61d8) or a PCI bus id (01:00.0)")
     items = [item.strip() for item in selector.split(",")]
     if any(not item for item in items):
-        raise ValueError(f"--gpu {selector!r} has an empty item; separate GPUs with commas, e.g. --gpu 0,1")
+        raise GpuSelectorError(f"--gpu {selector!r} has an empty item; separate GPUs with commas, e.g. --gpu 0,1")
     if not inventory:
-        raise ValueError(f"--gpu {selector}: NVML sees no NVIDIA GPU on this machine (see `autotune gpus`)")
+        raise GpuSelectorError(f"--gpu {selector}: NVML sees no NVIDIA GPU on this machine (see `autotune gpus`)")
     chosen: list[int] = []
     for item in items:
         index = _resolve_item(item, inventory)
         if index in chosen:
-            raise ValueError(f"--gpu {selector} names GPU {index} twice")
+            raise GpuSelectorError(f"--gpu {selector} names GPU {index} twice")
         chosen.append(index)
     return chosen
 
@@ -152,29 +156,29 @@ def _resolve_item(item: str, inventory: Sequence[Mapping]) -> int:
     if item.isdigit():
         index = int(item)
         if index not in by_index:
-            raise ValueError(f"--gpu {item}: there is no GPU {index}. {_list_gpus(inventory)}")
+            raise GpuSelectorError(f"--gpu {item}: there is no GPU {index}. {_list_gpus(inventory)}")
         return index
     upper = item.upper()
     if upper.startswith("MIG-"):
-        raise ValueError(f"--gpu {item}: that is a MIG instance UUID; autotune pins whole GPUs. "
+        raise GpuSelectorError(f"--gpu {item}: that is a MIG instance UUID; autotune pins whole GPUs. "
                          f"{_list_gpus(inventory)}")
     if upper.startswith("GPU-"):
         if len(upper) == 4:
-            raise ValueError(f"--gpu {item}: give at least the first characters of the UUID after GPU-")
+            raise GpuSelectorError(f"--gpu {item}: give at least the first characters of the UUID after GPU-")
         matches = [gpu for gpu in inventory if str(gpu.get("uuid", "")).upper().startswith(upper)]
         if len(matches) == 1:
             return matches[0]["index"]
         if not matches:
-            raise ValueError(f"--gpu {item}: no GPU has a UUID starting with {item}. {_list_gpus(inventory)}")
-        raise ValueError(f"--gpu {item} is ambiguous: it starts the UUIDs of GPUs "
+            raise GpuSelectorError(f"--gpu {item}: no GPU has a UUID starting with {item}. {_list_gpus(inventory)}")
+        raise GpuSelectorError(f"--gpu {item} is ambiguous: it starts the UUIDs of GPUs "
                          f"{', '.join(str(g['index']) for g in matches)}; give more characters")
     pci = normalise_pci_bus_id(item)
     if pci is not None:
         for gpu in inventory:
             if normalise_pci_bus_id(str(gpu.get("pci_bus_id", ""))) == pci:
                 return gpu["index"]
-        raise ValueError(f"--gpu {item}: no GPU at PCI bus id {item}. {_list_gpus(inventory)}")
-    raise ValueError(f"--gpu {item!r} is not a GPU index (0), UUID (GPU-af7b61d8) or PCI bus id (01:00.0). "
+        raise GpuSelectorError(f"--gpu {item}: no GPU at PCI bus id {item}. {_list_gpus(inventory)}")
+    raise GpuSelectorError(f"--gpu {item!r} is not a GPU index (0), UUID (GPU-af7b61d8) or PCI bus id (01:00.0). "
                      f"{_list_gpus(inventory)}")
 
 
@@ -186,7 +190,7 @@ def pinning_env(indices: Sequence[int], inventory: Sequence[Mapping]) -> dict[st
     order = [gpu["index"] for gpu in pci_order(inventory)]
     missing = [i for i in indices if i not in order]
     if missing:
-        raise ValueError(f"no GPU {', '.join(map(str, missing))} on this machine. {_list_gpus(inventory)}")
+        raise GpuSelectorError(f"no GPU {', '.join(map(str, missing))} on this machine. {_list_gpus(inventory)}")
     return {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "CUDA_VISIBLE_DEVICES": ",".join(str(order.index(i)) for i in indices)}
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -27,6 +25,8 @@ from autotune.host import memwait
 from autotune.vllm import servecmd
 from autotune.run import strategy
 from autotune.run import verify
+from autotune.run.errors import PreflightFailed
+from autotune.run.signals import GATE, Interrupted, interruptible
 from autotune.vllm import versions as vllminfo
 from autotune.store.emit import write_all as write_paste_ready  # `emit` here is the progress callback
 from autotune.vllm.logparse import BootLogParser, ceiling_from
@@ -47,22 +47,6 @@ POLL_S = 0.25
 # The log facts the progress output shows as soon as they appear.
 LIVE_FACTS = ("vllm_version", "attention_backend", "weights_gib", "available_kv_gib", "kv_cache_tokens",
               "estimated_max_model_len", "autofit_max_model_len")
-
-
-class PreflightFailed(Exception):
-    """A check said the boot cannot work; nothing was started."""
-
-    def __init__(self, problems: list):
-        super().__init__(f"{len(problems)} preflight problem(s)")
-        self.problems = problems
-
-
-class Interrupted(Exception):
-    """autotune got SIGINT or SIGTERM; the run is marked interrupted."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 @dataclass
@@ -107,17 +91,6 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
     """
     with interruptible():
         return _tune(opts, emit)
-
-
-@contextmanager
-def interruptible():
-    """Inside: SIGINT and SIGTERM raise Interrupted (see _SignalGate). A sweep holds this
-    around all its tunes, so a signal between two of them is caught as well."""
-    previous = _install_signal_handlers()
-    try:
-        yield
-    finally:
-        _restore_signal_handlers(previous)
 
 
 def _tune(opts: TuneOptions, emit: Emit) -> dict:
@@ -383,7 +356,7 @@ def _run_loop(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str
             if server is not None:
                 kept = server
     except Interrupted as exc:
-        with _GATE.deferred(drop=True):  # a second Ctrl-C must not abandon the stop half-way
+        with GATE.deferred(drop=True):  # a second Ctrl-C must not abandon the stop half-way
             server = current.get("server")
             if server is not None:
                 emit("stopping", reason=f"autotune got {exc}")
@@ -463,7 +436,7 @@ def _attempt(index: int, argv: list[str], env: dict[str, str], run_dir: Path, po
                  "started_at": artifact.iso(started_at)}
     parser = BootLogParser()
     gpu_baseline = memwait.gpu_used_gib(_visible_indices(env))
-    with _GATE.deferred():  # a signal now is raised only once the server is on record
+    with GATE.deferred():  # a signal now is raised only once the server is on record
         try:
             server = launch.ServerProcess(argv, env, run_dir / log_name)
         except launch.LaunchError as exc:
@@ -708,56 +681,6 @@ def _remove_server_marker(run_dir: Path) -> None:
         pass
 
 
-class _SignalGate:
-    """Turns SIGINT/SIGTERM into Interrupted, except inside a `deferred()` section.
-
-    Some steps must not be cut in half: between starting a server and recording it, an
-    Interrupted would orphan the server; while stopping after an interrupt, a second Ctrl-C
-    must not abandon the stop half-way. Inside such a section the signal is remembered and
-    raised at its end (or dropped, for the cleanup after an interrupt).
-    """
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.pending: int | None = None
-
-    def handler(self, signum, frame) -> None:
-        if self.depth:
-            self.pending = signum
-            return
-        raise Interrupted(signum)
-
-    @contextmanager
-    def deferred(self, drop: bool = False):
-        self.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.depth == 0 and self.pending is not None:
-                signum, self.pending = self.pending, None
-                if not drop:
-                    raise Interrupted(signum)
-
-
-_GATE = _SignalGate()
-
-
-def _install_signal_handlers():
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, _GATE.handler)
-        except ValueError:  # not the main thread
-            pass
-    return previous
-
-
-def _restore_signal_handlers(previous) -> None:
-    for sig, old in previous.items():
-        signal.signal(sig, old)
-
-
 def newest_command(runs_dir: Path) -> tuple[list[str], str] | None:
     """The serve command of the newest run that has one, and that run's id."""
     for run_dir in artifact.list_runs(runs_dir):
@@ -782,7 +705,7 @@ def _reach_phase(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, 
     try:
         _reach(record, run_dir, opts, env, emit)
     except Interrupted as exc:
-        with _GATE.deferred(drop=True):
+        with GATE.deferred(drop=True):
             record["state"] = "interrupted"
             record.setdefault("reach", {})["interrupted"] = {
                 "at": artifact.iso(artifact.utc_now()),
@@ -817,7 +740,7 @@ def _reach(record: dict, run_dir: Path, opts: TuneOptions, env: dict[str, str], 
     last = [a for a in record["attempts"] if a.get("outcome") == strategy.VERIFIED][-1]
     facts = last.get("facts", {})
     user_argv = list(record["command"]["argv"])
-    version_default = 0.92 if (vllminfo.parse_version(record.get("vllm_version")) or (0,)) >= (0, 20, 0) else 0.9
+    version_default = vllminfo.default_gmu(record.get("vllm_version")) or vllminfo.LOWEST_DEFAULT_GMU
     if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
         # The CPU backend prints what it reserved: that ratio is the gmu in force.
         version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)

@@ -9,22 +9,16 @@ import json
 
 import click
 
+from autotune.cli.options import runs_dir_option
+from autotune.cli.progress import render_summary
+from autotune.cli.records import load_one
 from autotune.store import artifact
 from autotune.store import emit
-from autotune.cli.main import _runs_dir_option
-from autotune.cli.progress import render_summary
-
-
-def _load(run: str, runs_dir) -> dict:
-    try:
-        return artifact.load_run(artifact.resolve_run(run, runs_dir))
-    except artifact.ArtifactError as exc:
-        raise click.ClickException(str(exc))
 
 
 @click.command("show")
 @click.argument("run", default="latest")
-@_runs_dir_option
+@runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
 @click.option("--emit", "emit_kind", type=click.Choice(list(emit.KINDS)),
               help="Print one paste-ready file of the run instead: command (command.sh), "
@@ -45,7 +39,7 @@ def show(run, runs_dir, json_, emit_kind):
     """
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
-    record = _load(run, runs_dir)
+    record = load_one(run, runs_dir)
     folder = record.pop("_dir", None)
     if json_:
         click.echo(json.dumps(record, indent=2, ensure_ascii=False))
@@ -126,7 +120,7 @@ def render_runs(rows: list[dict]) -> str:
 
 
 @click.command("runs")
-@_runs_dir_option
+@runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the list as JSON (one object per run).")
 @click.option("--limit", "-n", type=click.IntRange(min=1), help="Only the N newest runs.")
 def runs(runs_dir, json_, limit):

@@ -1,0 +1,200 @@
+"""`autotune compare`: runs side by side, grouped, fitted, with verdicts (decisions in analysis/compare.py).
+
+render_report is also the second half of `autotune sweep`'s output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from autotune.analysis import compare as cmp
+from autotune.cli.options import runs_dir_option
+from autotune.cli.records import load_records
+from autotune.cli.tables import gib, or_dash, table
+
+
+def _short_device(device: str) -> str:
+    return device.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "")
+
+
+def _model_name(model: str | None) -> str:
+    return (model or "?").rstrip("/").split("/")[-1]
+
+
+def _labels(report: cmp.Report) -> dict[str, str]:
+    """Short names for the runs (#1, #2, ... in table order), so verdict lines stay readable."""
+    return {r.run_id: f"#{i}" for i, r in enumerate(report.runs, 1)}
+
+
+def render_runstable(report: cmp.Report) -> list[str]:
+    group_of = {rid: g.group_id for g in report.groups for rid in g.run_ids}
+    labels = _labels(report)
+    notes: dict[str, str] = {}
+    rows = []
+    for r in report.runs:
+        gmu = "?" if r.gmu is None else f"{r.gmu:g}"
+        if r.gmu_source != "flag":
+            mark = notes.setdefault(r.gmu_source, "*" * (len(notes) + 1))
+            gmu += mark
+        if not r.gmu_sets_kv:
+            mark = notes.setdefault(f"gmu does not size the KV cache: {r.gmu_note}", "+" * (sum(
+                1 for k in notes if k.startswith("gmu does not")) + 1))
+            gmu += mark
+        date = (r.started_at or "")[:16].replace("T", " ")
+        rows.append([labels[r.run_id], r.run_id, date, r.vllm_version or "?", _short_device(r.device), _model_name(r.model), gmu,
+                     r.max_num_seqs or "-", r.max_num_batched_tokens or "-", r.kv_cache_dtype or "-",
+                     gib(r.weights_gib), gib(r.available_kv_gib), or_dash(r.kv_cache_tokens),
+                     or_dash(r.ceiling) if r.ceiling is not None or r.verdict == "verified" else (r.verdict or "-"), group_of.get(r.run_id, "-")])
+    header = ["", "run", "date (UTC)", "vLLM", "GPU", "model", "gmu", "max-num-seqs", "max-num-batched-tokens",
+              "kv-cache-dtype", "weights GiB", "available KV GiB", "KV tokens", "verified ceiling", "group"]
+    lines = table(header, rows, right={0, 6, 7, 8, 10, 11, 12, 13})
+    for text, mark in notes.items():
+        lines.append(f"  {mark} {text if text.startswith('gmu does not') else 'gmu not on the command line: ' + text}")
+    return lines
+
+
+def describe_group(group: cmp.Group, rows: dict[str, cmp.Row]) -> str:
+    first = rows[group.run_ids[0]]
+    settings = " ".join(f"{k} {v}" if v != "true" else k for k, v in first.settings.items())
+    return (f"{_model_name(first.model)} on {_short_device(first.device)}, vLLM {first.vllm_version or '?'}"
+            + (f"; {settings}" if settings else ""))
+
+
+def render_group(group: cmp.Group, rows: dict[str, cmp.Row], labels: dict[str, str],
+                 all_pairs: bool = False) -> list[str]:
+    n = len(group.run_ids)
+    members = " ".join(labels[i] for i in group.run_ids)
+    lines = [f"{group.group_id} ({members}): {describe_group(group, rows)}"]
+    fit = group.fit
+    if fit is not None:
+        lines.append(f"  fit: available KV = {fit.a_gib:.2f} x gmu - {fit.b_gib:.2f} GiB  "
+                     f"(least squares over {fit.runs} runs, gmu {fit.gmu_min:g}-{fit.gmu_max:g})")
+        lines.append(f"    a = {fit.a_gib:.2f} GiB: KV gained per unit of gmu, ~ the usable device memory"
+                     + (f" ({fit.a_vs_device})" if fit.a_vs_device else ""))
+        lines.append(f"    b = {fit.b_gib:.2f} GiB: what gmu never reaches the KV cache with, ~ weights + fixed overhead")
+        if fit.exact:
+            lines.append("    two runs: the line passes through both, so its residuals prove nothing; "
+                         "the verdicts below use the expected change")
+        residuals = ", ".join(f"{labels[rid]} {v:+.3f}".replace("-0.000", "+0.000")
+                              for rid, v in fit.residuals_gib.items())
+        lines.append(f"  residuals (GiB): {residuals}"
+                     + (f"; spread {fit.residual_std_gib:.3f} GiB" if fit.residual_std_gib is not None else ""))
+        if fit.x == "budget" and fit.device_memory_gib[0] != fit.device_memory_gib[1]:
+            residuals = ", ".join(f"{labels[rid]} {v:+.3f}".replace("-0.000", "+0.000")
+                                  for rid, v in fit.residuals_x_gib.items())
+            lines.append(f"  the device memory moved between runs, so against the budget (device memory x gmu): "
+                         f"available KV = {fit.kv_a:.2f} x budget - {fit.kv_b:.2f} GiB; residuals (GiB): {residuals}")
+    elif group.gmu_sets_kv and n > 1:
+        lines.append("  no fit: all runs are at one gmu value")
+    lines.append(f"  expected change: {group.expectation.source}")
+    if group.pairs:
+        tol = group.pairs[0].tolerance
+        if tol is not None:
+            lines.append(f"  tolerance: {tol.text}")
+        shown = group.pairs if all_pairs or len(group.pairs) <= 10 else \
+            [p for p in group.pairs if p.verdict == "unexplained"]
+        for p in shown:
+            lines.append(f"  {labels[p.older]} (gmu {_g(p.gmu_older)}) -> {labels[p.newer]} (gmu {_g(p.gmu_newer)}): "
+                         f"{p.text}")
+        if len(shown) < len(group.pairs):
+            lines.append(f"  ({len(group.pairs) - len(shown)} more pairs within tolerance; --json lists all)")
+    return lines
+
+
+def _g(value) -> str:
+    return "?" if value is None else f"{value:g}"
+
+
+def render_report(report: cmp.Report) -> str:
+    rows = {r.run_id: r for r in report.runs}
+    labels = _labels(report)
+    lines = render_runstable(report)
+    for group in report.groups:
+        lines.append("")
+        lines.extend(render_group(group, rows, labels))
+    others = [nc for nc in report.not_comparable if not nc["vllm_change_only"]]
+    if others:
+        lines.append("")
+        lines.append("Not comparable (they differ in more than gmu; no ratio is given):")
+        for nc in others:
+            diffs = "; ".join(f"{k} {_v(a)} vs {_v(b)}" for k, (a, b) in nc["differing"].items())
+            lines.append(f"  {nc['groups'][0]} vs {nc['groups'][1]}: {diffs}")
+    if report.version_changes:
+        lines.append("")
+        lines.append("vLLM changes (same command, another vLLM version):")
+        for vc in report.version_changes:
+            lines.append(f"  {labels[vc.older]} -> {labels[vc.newer]}: {vc.text}")
+    elif any(nc["vllm_change_only"] for nc in report.not_comparable):
+        lines.append("")
+        lines.append("vLLM changes: the groups differ only in the vLLM version, but no command was run on both "
+                     "(`autotune reproduce RUN` runs one again)")
+    return "\n".join(lines)
+
+
+def _v(value) -> str:
+    return "(not set)" if value is None else str(value)
+
+
+def _write_plot(report: cmp.Report, path: Path) -> Path:
+    from autotune.analysis import plot
+
+    try:
+        return plot.write_plot(report, path)
+    except plot.PlotUnavailable as exc:
+        raise click.ClickException(str(exc))
+
+
+@click.command("compare")
+@click.argument("runs", nargs=-1)
+@runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the comparison as JSON (rows, groups, fits, verdicts).")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also write a PNG of available KV GiB and the ceiling against gmu (needs matplotlib).")
+def compare_cmd(runs, runs_dir, json_, plot):
+    """Compare runs honestly: settings first, then the change they do not explain.
+
+    \b
+    RUN is a run folder, a run id, `latest`, a sweep folder, or a folder of runs (all of
+    them). Without RUN, every run under --runs-dir.
+
+    \b
+    Runs are grouped by what makes them comparable: same model, same GPU (model and
+    memory), same vLLM version, same settings other than --gpu-memory-utilization (gmu).
+    Inside a group with two or more gmu values the line
+        available KV GiB = a x gmu - b
+    is fitted by least squares (a ~ usable device memory, b ~ weights + fixed overhead), and
+    every pair of runs gets a verdict:
+        explained by gmu (expected Δ X GiB, observed Δ Y GiB)
+        unexplained Δ Z GiB
+    The expected change is the change of the budget vLLM computes, device memory x gmu
+    (the GPU's total memory, or the CPU node's memory vLLM printed, which a VM can change
+    between runs); without a known device memory, the fitted slope from 3 runs on. The tolerance is the
+    larger of 0.02 GiB and 5% of the figure (vLLM boots differ by up to ~5%), or 3 robust
+    standard deviations of the runs around the line when 3 or more runs show more spread.
+    Groups that differ in anything else are listed as not comparable, with the keys named;
+    the same command on two vLLM versions is reported as a vLLM change.
+
+    \b
+    Examples:
+      autotune compare runs/                    every run in the folder
+      autotune compare latest RUN_ID --json
+      autotune compare runs/<sweep> --plot kv.png
+
+    \b
+    Exit codes: 0 compared; 1 a run could not be found or read, or the plot could not be written.
+    """
+    records = load_records(runs, runs_dir)
+    report = cmp.compare(records)
+    if plot:
+        written = _write_plot(report, plot)
+        click.echo(f"wrote {written}", err=True)
+    if json_:
+        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_report(report))
+
+
+COMMANDS = [compare_cmd]

@@ -1,0 +1,99 @@
+"""What the commands share: options, parameter types, the number format, the progress printer.
+
+Every command module imports these public names; none imports another command module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.cli.progress import Progress, fmt_number
+from autotune.vllm import servecmd
+
+DEFAULT_RUNS_DIR = "runs"
+
+# The progress display every command that boots vLLM uses (stderr; plain off a TTY).
+ProgressPrinter = Progress
+
+# One number format for the CLI and the progress display (65,536; 0.95; 12.34).
+fmt = fmt_number
+
+
+def runs_dir_option(f):
+    """--runs-dir: where run folders are written and read (AUTOTUNE_RUNS_DIR)."""
+    return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
+                        default=DEFAULT_RUNS_DIR, envvar="AUTOTUNE_RUNS_DIR", show_default=True,
+                        show_envvar=True, help="Where run folders are written and read.")(f)
+
+
+def boot_options(max_boots_help: str):
+    """The options every command that boots vLLM takes (tune, sweep): GPU pinning, preflight
+    overrides, the stall watchdog and the boot budget."""
+    options = [
+        click.option("--gpu", "gpu", metavar="SELECTOR",
+                     help="Pin vLLM to these GPUs: an index, a full or short UUID (GPU-af7b61d8), a PCI bus id, "
+                          "or a comma list for tensor parallel. Exported as CUDA_DEVICE_ORDER=PCI_BUS_ID and "
+                          "CUDA_VISIBLE_DEVICES=<indices> (never UUIDs, which vLLM fails on)."),
+        click.option("--force", is_flag=True, help="Boot even when a preflight check says it cannot work."),
+        click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization above 0.99."),
+        click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
+                     help="Seconds without a new log line before a boot counts as hung."),
+        click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True, help=max_boots_help),
+    ]
+
+    def decorate(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+class LengthType(click.ParamType):
+    """A context length: 65536, 64K (65,536), 64k (64,000); with allow_max also `max`."""
+
+    name = "LENGTH"
+
+    def __init__(self, allow_max: bool = False):
+        self.allow_max = allow_max
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        if self.allow_max and str(value).strip().lower() == "max":
+            return "max"
+        try:
+            return servecmd.parse_length(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def serve_argv(serve_command: tuple[str, ...]) -> list[str]:
+    """The serve command given after `--` (click keeps the `--` when options precede it)."""
+    argv = list(serve_command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    return argv
+
+
+def echo_err(message: str, quiet: bool = False) -> None:
+    """A diagnostic on stderr, unless --quiet."""
+    if not quiet:
+        click.echo(message, err=True)
+
+
+def sayer(quiet: bool):
+    """A progress-line printer for stderr that --quiet silences."""
+    return (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+
+
+def warn(text: str) -> None:
+    """A warning on stderr (never silenced)."""
+    click.echo(text, err=True)
+
+
+def public(record: dict) -> dict:
+    """A record as printed by --json: without in-memory keys (a leading underscore)."""
+    return {k: v for k, v in record.items() if not k.startswith("_")}

@@ -1,0 +1,48 @@
+"""Which runs a RUN argument names, and loading them (for compare, predict, show)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from autotune.run import sweep as sweep_mod
+from autotune.store import artifact
+
+
+def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
+    """The run folders a RUN argument names: a run (folder, id, latest), a sweep, or a folder of runs."""
+    if ref == "latest":
+        return [artifact.resolve_run(ref, runs_dir)]
+    for path in (Path(ref), Path(runs_dir) / ref):
+        if (path / artifact.RUN_FILE).exists():
+            return [path]
+        if (path / sweep_mod.SWEEP_FILE).exists():
+            sweep = sweep_mod.load(path)
+            return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
+    path = Path(ref)
+    if path.is_dir():
+        found = artifact.list_runs(path)
+        if not found:
+            raise artifact.ArtifactError(f"{path}: no run folders (with {artifact.RUN_FILE}) in it")
+        return list(reversed(found))
+    raise artifact.ArtifactError(f"no run {ref!r}: not a run folder, a run id under {runs_dir}, a sweep, "
+                                 f"a folder of runs, or `latest`")
+
+
+def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[dict]:
+    try:
+        dirs = [d for ref in refs for d in run_dirs(ref, runs_dir)] if refs else list(reversed(artifact.list_runs(runs_dir)))
+        if not dirs:
+            raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
+        return [artifact.load_run(d) for d in dirs]
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))
+
+
+def load_one(ref: str, runs_dir: Path) -> dict:
+    """The record of the run a RUN argument names (a folder, an id, `latest`); bad input exits 1."""
+    try:
+        return artifact.load_run(artifact.resolve_run(ref, runs_dir))
+    except artifact.ArtifactError as exc:
+        raise click.ClickException(str(exc))

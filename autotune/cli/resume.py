@@ -1,0 +1,98 @@
+"""`autotune resume`: continue an interrupted tune, lever search or sweep."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.cli.exitcodes import INPUT_ERRORS, exit_code_of, exits
+from autotune.cli.options import ProgressPrinter, echo_err, public, runs_dir_option, sayer, warn
+from autotune.cli.progress import render_summary
+from autotune.cli.sweep import run_sweep
+from autotune.cli.tune import INTERRUPTED_RUN
+from autotune.store import artifact
+
+
+@click.command()
+@click.argument("run", default="latest")
+@runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the run (or sweep) record instead of the summary.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
+def resume(run, runs_dir, json_, quiet):
+    """Continue an interrupted tune, lever search or sweep.
+
+    \b
+    RUN is a run folder, a run id, a sweep folder or id, or `latest` (the newest run).
+    What was finished is kept and not repeated:
+      tune          finished boots are kept; the next boot is the one the strategy
+                    would have chosen after them;
+      lever search  (--reach) the run's own boots are done; lever runs that finished
+                    are taken as they are, an interrupted one is resumed;
+      sweep         finished values are kept, the interrupted value's run is resumed,
+                    the values not reached yet run.
+    A run that belongs to an interrupted sweep or lever search (as `latest` often
+    does) continues that sweep or search. A server left behind by a killed autotune
+    is stopped first, and a run or sweep it left `running` becomes `interrupted`.
+
+    \b
+    Exit codes as for tune (or sweep); 1 when RUN is not interrupted.
+    """
+    from autotune.run import sweep as sweep_mod
+    from autotune.run import tune as tune_mod
+
+    cleaning = ProgressPrinter(quiet=quiet)
+    try:
+        tune_mod.clean_leftovers(runs_dir, cleaning)  # first, so that a SIGKILLed run reads `interrupted`
+        kind, path, why = what_to_resume(run, runs_dir)
+    except INPUT_ERRORS as exc:
+        raise click.ClickException(str(exc))
+    finally:
+        cleaning.close()
+    if why:
+        echo_err(why, quiet=quiet)
+    if kind == "sweep":
+        run_sweep(lambda progress: sweep_mod.resume(path, runs_dir, progress, sayer(quiet), warn),
+                  path, json_, quiet)
+        return
+    with exits(INTERRUPTED_RUN):
+        progress = ProgressPrinter(quiet=quiet)
+        try:
+            record = tune_mod.resume(path, progress)
+        finally:
+            progress.close()
+    click.echo(json.dumps(public(record), indent=2) if json_ else render_summary(record, run_dir=path))
+    sys.exit(exit_code_of(record))
+
+
+def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
+    """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume."""
+    from autotune.run import sweep as sweep_mod
+
+    for path in (Path(ref), Path(runs_dir) / ref):
+        if (path / sweep_mod.SWEEP_FILE).is_file():
+            return "sweep", path, None
+    if ref == "latest":
+        sweeps, runs = sweep_mod.list_sweeps(runs_dir), artifact.list_runs(runs_dir)
+        if sweeps and (not runs or sweeps[0].name > runs[0].name):
+            return "sweep", sweeps[0], None  # a sweep newer than every run: interrupted before its first value
+    run_dir = artifact.resolve_run(ref, runs_dir)
+    record = artifact.load_run(run_dir)
+    links = record.get("links") or {}
+    if record.get("state") != "finished" or ref == "latest":
+        # A member of a sweep or lever search continues the whole of it, when that was interrupted.
+        sweep_dir = Path(runs_dir) / str(links.get("sweep_id"))
+        if links.get("sweep_id") and (sweep_dir / sweep_mod.SWEEP_FILE).is_file():
+            if sweep_mod.load(sweep_dir).get("state") == "interrupted":
+                return "sweep", sweep_dir, f"run {run_dir.name} is part of sweep {sweep_dir.name}: resuming the sweep"
+        parent_dir = Path(runs_dir) / str(links.get("reach_of"))
+        if links.get("reach_of") and (parent_dir / artifact.RUN_FILE).is_file():
+            if artifact.load_run(parent_dir).get("state") == "interrupted":
+                return "run", parent_dir, (f"run {run_dir.name} is a lever run of {parent_dir.name}: resuming its "
+                                           "lever search")
+    return "run", run_dir, None
+
+
+COMMANDS = [resume]

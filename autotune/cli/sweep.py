@@ -1,0 +1,153 @@
+"""`autotune sweep`: one tune per --gpu-memory-utilization value, then the compare table.
+
+run_sweep (run or resume one, print, exit) is shared with `autotune resume`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from autotune.cli.compare import render_report
+from autotune.cli.exitcodes import ExitCode, exits
+from autotune.cli.options import LengthType, ProgressPrinter, boot_options, runs_dir_option, sayer, serve_argv, warn
+from autotune.run import sweep as sweep_mod
+from autotune.store import artifact
+from autotune.vllm import servecmd
+
+
+class GmuListType(click.ParamType):
+    name = "GMU,GMU,..."
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        values = []
+        for part in str(value).split(","):
+            part = part.strip()
+            try:
+                number = float(part)
+            except ValueError:
+                self.fail(f"{part!r} is not a number; give fractions such as 0.90,0.94,0.98", param, ctx)
+            if not 0 < number <= 1:
+                self.fail(f"{number:g} is not a fraction in (0, 1]", param, ctx)
+            if number in values:
+                self.fail(f"{number:g} is given twice", param, ctx)
+            values.append(number)
+        return values
+
+
+@click.command("sweep", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--gmu", "gmu_values", type=GmuListType(), required=True,
+              help="The --gpu-memory-utilization values, comma-separated (0.90,0.94,0.98).")
+@click.option("--target", "-t", type=LengthType(), required=True,
+              help="The context length to try at each value (65536, 64K = 65536, 64k = 64000).")
+@click.option("--strategy", type=click.Choice(["refusal", "auto"]), default="refusal", show_default=True,
+              help="refusal: boot the prediction (or the target), relaunch at vLLM's ceiling when refused; "
+                   "the sweep's predictions save boots only on this path. auto: vLLM's --max-model-len auto "
+                   "(one boot per value where vLLM supports it; predictions are not used).")
+@boot_options("Give up on one value after this many boots.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the PNG here (default: sweep.png in the sweep folder, when matplotlib is installed).")
+@click.option("--json", "json_", is_flag=True, help="Print the sweep record and the comparison as JSON.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
+@runs_dir_option
+@click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
+def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_timeout, max_boots, plot, json_, quiet,
+              runs_dir, serve_command):
+    """Tune SERVE_COMMAND at several --gpu-memory-utilization values and fit the line.
+
+    \b
+    One tune per value (its --gpu-memory-utilization replaced), one run folder each, and
+    runs/<UTC time>-sweep-<model>/sweep.json linking them, then the `compare` table with
+    the fit and the verdicts. Made for overnight use: a value that fails does not stop
+    the others.
+
+    \b
+    Boots: on the refusal path a value costs 2 boots (the target is refused, vLLM's
+    ceiling verifies). Once a value is measured, the next one's ceiling is predicted
+    (from the device memory x gmu budget after one value, from the least-squares fit after
+    two) and booted first: if it verifies within 1% of the KV pool, that value took one
+    boot; if it is too high, vLLM refuses it and its estimate takes over (two boots, as
+    without a prediction). The output says which boots were saved. The default strategy
+    is refusal so that the predictions matter; --strategy auto lets vLLM fit each value.
+
+    \b
+    Example:
+      autotune sweep --gmu 0.90,0.94,0.98 --target 128K -- vllm serve MODEL --max-num-seqs 1
+
+    \b
+    Exit codes: 0 every value verified; 3 one or more did not, or a preflight check refused
+    one (the table says which); 1 bad input; 130/143 interrupted (the sweep record says how
+    far it got; `autotune resume SWEEP` continues it without repeating finished values).
+    """
+    argv = serve_argv(serve_command)
+    if not argv:
+        raise click.ClickException("no serve command: give it after `--`, e.g.\n"
+                                   "  autotune sweep --gmu 0.90,0.94 --target 64K -- vllm serve MODEL")
+    if servecmd.has_flag(argv, "--kv-cache-memory-bytes"):
+        raise click.ClickException("the serve command fixes the KV pool with --kv-cache-memory-bytes, so "
+                                   "--gpu-memory-utilization does not change it: remove that flag to sweep gmu")
+    if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        click.echo("Warning: VLLM_CPU_KVCACHE_SPACE is set: on vLLM's CPU backend it fixes the KV pool and "
+                   "gmu will not change it", err=True)
+    opts = sweep_mod.SweepOptions(gmu_values=gmu_values, target=target, strategy=strategy, gpu=gpu, force=force,
+                                  allow_risky_gmu=allow_risky_gmu, stall_timeout_s=stall_timeout,
+                                  max_boots=max_boots, plot=str(plot) if plot else None)
+    try:
+        sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)
+    except (OSError, artifact.ArtifactError) as exc:
+        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
+    say = sayer(quiet)
+    say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
+        f"strategy {strategy}")
+    run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, warn),
+              sweep_dir, json_, quiet)
+
+
+def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
+    """Run (or resume) a sweep with go(progress), print its result, exit with its code."""
+    def what_was_kept() -> str:
+        finished = len(sweep_mod.load(sweep_dir)["points"])
+        return (f"the server was stopped; {sweep_dir / sweep_mod.SWEEP_FILE} keeps the {finished} finished "
+                f"value(s); `autotune resume {sweep_dir.name}` continues")
+
+    progress = ProgressPrinter(quiet=quiet)
+    with exits(what_was_kept):  # a bad --gpu selector, an unwritable runs dir: exit 1
+        try:
+            sweep, records, report = go(progress)
+        finally:
+            progress.close()
+    if json_:
+        click.echo(json.dumps({"sweep": sweep, "compare": report.to_json()}, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render_sweep(sweep, sweep_dir))
+        if report.runs:
+            click.echo("")
+            click.echo(render_report(report))
+    all_verified = all(p["verdict"] == "verified" for p in sweep["points"])
+    sys.exit(ExitCode.OK if all_verified else ExitCode.FAILED)
+
+
+def render_sweep(sweep: dict, sweep_dir: Path) -> str:
+    lines = [f"Sweep {sweep['sweep_id']}: gmu {', '.join(f'{g:g}' for g in sweep['gmu_values'])}; "
+             f"target {sweep['target']:,}; strategy {sweep['strategy']}"]
+    for p in sweep["points"]:
+        result = f"ceiling {p['ceiling']:,}" if p.get("ceiling") else f"{p['verdict']}"
+        run = f" ({p['run_id']})" if p.get("run_id") else ""
+        lines.append(f"  gmu {p['gmu']:g}: {result} in {p['boots']} boot{'s' if p['boots'] != 1 else ''}"
+                     f"{run}: {p['note']}")
+    cut_short = f" ({sweep['boots_interrupted']} cut short by an interruption)" if sweep.get("boots_interrupted") else ""
+    lines.append(f"  boots: {sweep['boots_used']} used{cut_short}; {sweep['boots_without_predictions']} without "
+                 f"predictions (2K = {sweep['boots_2k']}); saved {sweep['boots_saved']}")
+    if sweep.get("plot"):
+        lines.append(f"  plot: {sweep['plot']}")
+    lines.append(f"  record: {sweep_dir / sweep_mod.SWEEP_FILE}")
+    return "\n".join(lines)
+
+
+COMMANDS = [sweep_cmd]

@@ -1,0 +1,70 @@
+"""The exit codes: one enum, documented in docs/exit-codes.md, one handler for exceptions."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import click
+import pytest
+
+from autotune.analysis import compare as cmp
+from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode, exit_code_of, exits
+from autotune.host.gpus import GpuSelectorError
+from autotune.run.errors import PreflightFailed
+from autotune.run.signals import Interrupted
+from autotune.store.artifact import ArtifactError
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"
+
+
+def test_every_code_is_documented_with_its_name():
+    rows = {m.group(2): m.group(1) for m in re.finditer(r"^\| ([0-9, ]+) \| `([A-Z_]+)` \|", DOC.read_text(), re.M)}
+    assert set(rows) == {code.name for code in ExitCode}
+    for code in ExitCode:
+        assert str(code.value) in rows[code.name].split(", ")
+
+
+def test_reproduce_verdict_codes_are_the_enum_values():
+    assert cmp.EXIT_SAME_OR_BETTER == ExitCode.OK
+    assert cmp.EXIT_ERROR == ExitCode.FAILED
+    assert cmp.EXIT_REGRESSION == ExitCode.REGRESSION
+
+
+def test_verdicts_map_to_codes():
+    assert exit_code_of({"result": {"verdict": "verified"}}) == 0
+    assert exit_code_of({"result": {"verdict": "hung"}}) == ExitCode.HUNG
+    assert exit_code_of({"result": {"verdict": "something new"}}) == ExitCode.FAILED
+    assert exit_code_of({"result": {"verdict": "error", "error_kind": "command_not_found"}}) == ExitCode.INPUT
+    assert set(VERDICT_EXIT.values()) <= set(ExitCode)
+
+
+def test_interrupted_exits_128_plus_the_signal(capsys):
+    with pytest.raises(SystemExit) as exited:
+        with exits("the run was marked interrupted"):
+            raise Interrupted(signal.SIGTERM)
+    assert exited.value.code == 128 + signal.SIGTERM
+    assert "interrupted (SIGTERM); the run was marked interrupted" in capsys.readouterr().err
+
+
+def test_preflight_and_bad_input(capsys):
+    class Problem:
+        def render(self):
+            return "  fp8 KV cache needs compute capability 8.9"
+
+    with pytest.raises(SystemExit) as exited:
+        with exits("x", preflight_code=ExitCode.FAILED, preflight_head="not relaunched"):
+            raise PreflightFailed([Problem()])
+    assert exited.value.code == ExitCode.FAILED
+    assert capsys.readouterr().err.splitlines() == ["not relaunched", "  fp8 KV cache needs compute capability 8.9"]
+    for error in (ArtifactError("no run 'x'"), GpuSelectorError("--gpu 9: there is no GPU 9")):
+        with pytest.raises(click.ClickException, match=str(error)):
+            with exits("x"):
+                raise error
+
+
+def test_other_errors_are_not_swallowed():
+    with pytest.raises(KeyError):
+        with exits("x"):
+            raise KeyError("a bug stays a traceback")
