@@ -4,6 +4,7 @@ from click.testing import CliRunner
 
 from autotune.store import artifact
 from autotune.run import sweep
+from autotune.store import sweeps
 from autotune.cli.main import cli
 from autotune.cli.resume import what_to_resume as _what_to_resume
 
@@ -17,7 +18,7 @@ def run(runs_dir, run_id, state="interrupted", **fields):
 def a_sweep(runs_dir, state):
     sweep_dir, record = sweep.create(runs_dir, ["vllm", "serve", "m"], sweep.SweepOptions([0.5, 0.6], 1000))
     record["state"] = state
-    sweep.save(sweep_dir, record)
+    sweeps.save(sweep_dir, record)
     return sweep_dir
 
 

@@ -9,13 +9,14 @@ import pytest
 
 from autotune.store import artifact
 from autotune.run import sweep
+from autotune.store import sweeps
 
 
 def test_the_options_are_stored_and_read_back(tmp_path):
     opts = sweep.SweepOptions([0.9, 0.94], 65536, strategy="auto", gpu="0", force=True, stall_timeout_s=60,
                               max_boots=3, plot="kv.png")
     sweep_dir, record = sweep.create(tmp_path, ["vllm", "serve", "m", "--gpu-memory-utilization", "0.5"], opts)
-    on_disk = sweep.load(sweep_dir)
+    on_disk = sweeps.load(sweep_dir)
     assert on_disk["serve_argv"] == ["vllm", "serve", "m"]  # the swept flag is set per value
     assert sweep.options_of(on_disk) == opts
     assert on_disk["state"] == "running" and on_disk["owner"]["pid"]
@@ -34,13 +35,13 @@ def test_a_sweep_written_before_options_were_kept_resumes_with_the_defaults():
 def test_a_bad_sweep_file_is_named_with_its_problem(tmp_path, content, message):
     (tmp_path / "sweep.json").write_text(content)
     with pytest.raises(artifact.ArtifactError, match=message):
-        sweep.load(tmp_path)
+        sweeps.load(tmp_path)
 
 
 def test_only_an_interrupted_sweep_is_resumed(tmp_path):
     sweep_dir, record = sweep.create(tmp_path, ["vllm", "serve", "m"], sweep.SweepOptions([0.5], 1000))
     record["state"] = "finished"
-    sweep.save(sweep_dir, record)
+    sweeps.save(sweep_dir, record)
     with pytest.raises(artifact.ArtifactError, match="only an interrupted sweep"):
         sweep.resume(sweep_dir, tmp_path, lambda *a, **k: None, print, print)
 

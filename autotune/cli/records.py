@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from autotune.run import sweep as sweep_mod
 from autotune.store import artifact
+from autotune.store import sweeps
 
 
 def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
@@ -17,8 +17,8 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / artifact.RUN_FILE).exists():
             return [path]
-        if (path / sweep_mod.SWEEP_FILE).exists():
-            sweep = sweep_mod.load(path)
+        if (path / sweeps.SWEEP_FILE).exists():
+            sweep = sweeps.load(path)
             return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
     path = Path(ref)
     if path.is_dir():

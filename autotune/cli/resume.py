@@ -14,6 +14,7 @@ from autotune.cli.progress import render_summary
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
 from autotune.store import artifact
+from autotune.store import sweeps
 
 
 @click.command()
@@ -69,23 +70,21 @@ def resume(run, runs_dir, json_, quiet):
 
 def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
     """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume."""
-    from autotune.run import sweep as sweep_mod
-
     for path in (Path(ref), Path(runs_dir) / ref):
-        if (path / sweep_mod.SWEEP_FILE).is_file():
+        if (path / sweeps.SWEEP_FILE).is_file():
             return "sweep", path, None
     if ref == "latest":
-        sweeps, runs = sweep_mod.list_sweeps(runs_dir), artifact.list_runs(runs_dir)
-        if sweeps and (not runs or sweeps[0].name > runs[0].name):
-            return "sweep", sweeps[0], None  # a sweep newer than every run: interrupted before its first value
+        found, runs = sweeps.list_sweeps(runs_dir), artifact.list_runs(runs_dir)
+        if found and (not runs or found[0].name > runs[0].name):
+            return "sweep", found[0], None  # a sweep newer than every run: interrupted before its first value
     run_dir = artifact.resolve_run(ref, runs_dir)
     record = artifact.load_run(run_dir)
     links = record.get("links") or {}
     if record.get("state") != "finished" or ref == "latest":
         # A member of a sweep or lever search continues the whole of it, when that was interrupted.
         sweep_dir = Path(runs_dir) / str(links.get("sweep_id"))
-        if links.get("sweep_id") and (sweep_dir / sweep_mod.SWEEP_FILE).is_file():
-            if sweep_mod.load(sweep_dir).get("state") == "interrupted":
+        if links.get("sweep_id") and (sweep_dir / sweeps.SWEEP_FILE).is_file():
+            if sweeps.load(sweep_dir).get("state") == "interrupted":
                 return "sweep", sweep_dir, f"run {run_dir.name} is part of sweep {sweep_dir.name}: resuming the sweep"
         parent_dir = Path(runs_dir) / str(links.get("reach_of"))
         if links.get("reach_of") and (parent_dir / artifact.RUN_FILE).is_file():

@@ -17,6 +17,7 @@ from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import LengthType, ProgressPrinter, boot_options, runs_dir_option, sayer, serve_argv, warn
 from autotune.run import sweep as sweep_mod
 from autotune.store import artifact
+from autotune.store import sweeps
 from autotune.vllm import servecmd
 
 
@@ -112,8 +113,8 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
 def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
     """Run (or resume) a sweep with go(progress), print its result, exit with its code."""
     def what_was_kept() -> str:
-        finished = len(sweep_mod.load(sweep_dir)["points"])
-        return (f"the server was stopped; {sweep_dir / sweep_mod.SWEEP_FILE} keeps the {finished} finished "
+        finished = len(sweeps.load(sweep_dir)["points"])
+        return (f"the server was stopped; {sweep_dir / sweeps.SWEEP_FILE} keeps the {finished} finished "
                 f"value(s); `autotune resume {sweep_dir.name}` continues")
 
     progress = ProgressPrinter(quiet=quiet)
@@ -146,7 +147,7 @@ def render_sweep(sweep: dict, sweep_dir: Path) -> str:
                  f"predictions (2K = {sweep['boots_2k']}); saved {sweep['boots_saved']}")
     if sweep.get("plot"):
         lines.append(f"  plot: {sweep['plot']}")
-    lines.append(f"  record: {sweep_dir / sweep_mod.SWEEP_FILE}")
+    lines.append(f"  record: {sweep_dir / sweeps.SWEEP_FILE}")
     return "\n".join(lines)
 
 

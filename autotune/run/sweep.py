@@ -20,9 +20,7 @@ from autotune.analysis import compare as cmp
 from autotune.vllm import servecmd
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
-
-SWEEP_FILE = "sweep.json"
-SCHEMA_VERSION = 1
+from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
 
 Say = Callable[[str], None]
 
@@ -40,45 +38,10 @@ class SweepOptions:
     plot: str | None = None  # where to write the PNG; None: sweep.png in the sweep folder
 
 
-def list_sweeps(runs_dir: Path) -> list[Path]:
-    """Sweep folders under runs_dir, newest first."""
-    if not Path(runs_dir).is_dir():
-        return []
-    return sorted((p for p in Path(runs_dir).iterdir() if (p / SWEEP_FILE).is_file()),
-                  key=lambda p: p.name, reverse=True)
-
-
-def load(sweep_dir: Path) -> dict:
-    path = Path(sweep_dir) / SWEEP_FILE
-    sweep = artifact.read_json(path)
-    artifact.schema_version_of(sweep, str(path), SCHEMA_VERSION, "sweep")
-    return sweep
-
-
-def save(sweep_dir: Path, sweep: dict) -> None:
-    sweep = dict(sweep)
-    sweep["schema_version"] = SCHEMA_VERSION
-    artifact.write_json(Path(sweep_dir) / SWEEP_FILE, sweep)
-
-
-def _new_dir(runs_dir: Path, model: str | None) -> Path:
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    stamp = artifact.utc_now().strftime("%Y%m%dT%H%M%SZ")
-    base = f"{stamp}-sweep-{servecmd.model_slug(model)}"
-    for n in range(1000):
-        path = runs_dir / (base if n == 0 else f"{base}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise artifact.ArtifactError(f"cannot create a sweep folder under {runs_dir}")
-
-
 def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, dict]:
     """The sweep folder and its first sweep.json (state running, no points yet)."""
     model = servecmd.model_of(argv)
-    sweep_dir = _new_dir(Path(runs_dir), model)
+    sweep_dir = new_dir(Path(runs_dir), model)
     sweep = {
         "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
         "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": opts.target,
@@ -98,11 +61,6 @@ def options_of(sweep: dict) -> SweepOptions:
     known.update(gmu_values=list(sweep["gmu_values"]), target=sweep["target"],
                  strategy=sweep.get("strategy", known.get("strategy", "refusal")))
     return SweepOptions(**known)
-
-
-def mark_interrupted(sweep_dir: Path, sweep: dict, why: str) -> None:
-    sweep.update(state="interrupted", ended_at=artifact.iso(artifact.utc_now()), interrupted_by=why)
-    save(sweep_dir, sweep)
 
 
 def resume(sweep_dir: Path, runs_dir: Path, progress: tune_mod.Emit, say: Say, warn: Say):

@@ -17,6 +17,7 @@ from pathlib import Path
 import psutil
 
 from autotune.store import artifact
+from autotune.store import sweeps
 from autotune.run import launch
 
 MARKER = "server.json"
@@ -113,8 +114,6 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     A SIGKILL between two boots leaves no server behind (so no server.json), but the run,
     its sweep or its lever search would say `running` for ever and could not be resumed.
     """
-    from autotune.run import sweep as sweep_mod
-
     found = []
     for run_dir in artifact.list_runs(runs_dir):
         try:
@@ -125,13 +124,13 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
             _mark_interrupted(run_dir, record=record)
             found.append(Cleaned(run_dir, record["owner"].get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues it"))
-    for sweep_dir in sweep_mod.list_sweeps(runs_dir):
+    for sweep_dir in sweeps.list_sweeps(runs_dir):
         try:
-            sweep = sweep_mod.load(sweep_dir)
+            sweep = sweeps.load(sweep_dir)
         except artifact.ArtifactError:
             continue
         if abandoned(sweep):
-            sweep_mod.mark_interrupted(sweep_dir, sweep, "its autotune was killed")
+            sweeps.mark_interrupted(sweep_dir, sweep, "its autotune was killed")
             found.append(Cleaned(sweep_dir, sweep["owner"].get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues the sweep"))
     return found
