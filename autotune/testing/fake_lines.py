@@ -1,0 +1,239 @@
+"""The boot-log lines the replaying vLLM prints, per version family: every line is a line of
+a real log with its figures as ``{placeholders}``.
+
+Sources (../shared/vllm/): log-formats.md section 11 (A-K, the lines of each version range,
+verified against the sdists named there), the real logs named per family, and for 0.32/0.33
+the CPU-backend boots in cpu-0.32.0/. Placeholders: {A} {C} {W} the API server's, the engine
+core's and a worker's process prefix; {ts} the time; the rest are figures (fake_vllm.figures).
+"""
+
+from __future__ import annotations
+
+_DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+_TRY = "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+_UVICORN_READY = ["{A}INFO:     Started server process [{api}]", "{A}INFO:     Waiting for application startup.",
+                  "{A}INFO:     Application startup complete."]
+# cpu-0.32.0/ready-max-model-len-auto.log, lines 108-128 (the API server's share of a SIGINT).
+_SHUTDOWN_V1 = ["{A}INFO {ts} [launcher.py:254] [shutdown] API server: shutdown triggered",
+                "{A}INFO {ts} [core_client.py:770] [shutdown] MPClient: start timeout=0s",
+                "{C}INFO {ts} [core.py:1454] [shutdown] EngineCore: trigger received signal=SIGTERM",
+                "{A}INFO {ts} [core_client.py:777] [shutdown] MPClient: complete",
+                "{A}INFO:     Shutting down", "{A}INFO:     Waiting for application shutdown.",
+                "{A}INFO:     Application shutdown complete."]
+# real-logs/018 (the traceback's last frames and the error, as printed by vllm serve).
+_UUID = ['  File "/usr/local/lib/python3.12/dist-packages/vllm/platforms/cuda.py", line 53, in '
+         'device_id_to_physical_device_id', "    return int(physical_device_id)",
+         "           ^^^^^^^^^^^^^^^^^^^^^^^",
+         "ValueError: invalid literal for int() with base 10: '{uuid}'"]
+# real-logs/113 (pydantic-era wording, 0.10.2+).
+_ABOVE_DERIVED = ["pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+                  "  Value error, User-specified max_model_len ({L}) is greater than the derived max_model_len "
+                  "(max_position_embeddings={derived} or model_max_length=None in model's config.json). This may "
+                  "lead to incorrect model outputs or CUDA errors. To allow overriding this maximum, set the env var "
+                  "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 [type=value_error, input_value=ArgsKwargs(()), input_type=ArgsKwargs]"]
+# real-logs/020 (Triton on Ampere), with this family's prefixes.
+_FP8 = ["{W}ERROR {ts} [multiproc_executor.py:971] ValueError(\"type fp8e4nv not supported in this architecture. "
+        "The supported fp8 dtypes are ('fp8e4b15', 'fp8e5')\")"]
+# real-logs/122.
+_MAMBA = ["{C}RuntimeError: Worker failed with error 'max_num_seqs ({seqs}) exceeds available Mamba cache blocks "
+          "({blocks}). Each decode sequence requires one Mamba cache block, so CUDA graph capture cannot proceed. "
+          "Please lower max_num_seqs to at most {blocks} or increase gpu_memory_utilization.', please check the "
+          "stack trace above for the root cause"]
+_LOGO = ["{A}INFO {ts} [{logo_file}] ", "{A}INFO {ts} [{logo_file}]        █     █     █▄   ▄█",
+         "{A}INFO {ts} [{logo_file}]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+         "{A}INFO {ts} [{logo_file}]   █▄█▀ █     █     █     █  model   {model}",
+         "{A}INFO {ts} [{logo_file}]    ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀", "{A}INFO {ts} [{logo_file}] "]
+
+FAMILIES: dict[str, dict] = {}
+
+# V0, 0.6.4 (log-formats.md 11.A-B; real-logs/003, /105): bracketless prefix, "GB" weights,
+# the legacy refusal whose second number is the KV capacity, uvicorn's "running on" line.
+FAMILIES["v0"] = dict(
+    gib="%.2f", prefixes=("", "", "(VllmWorkerProcess pid={w}) "),
+    banner=["INFO {ts} api_server.py:528] vLLM API server version {version}",
+            "INFO {ts} api_server.py:529] args: {args}"],
+    max_len=[],
+    engine=["INFO {ts} llm_engine.py:237] Initializing an LLM engine (v{version}) with config: model='{model}', "
+            "speculative_config=None, tokenizer='{model}', max_seq_len={L}, download_dir=None"],
+    backend=["INFO {ts} selector.py:135] Using Flash Attention backend."],
+    weights=["{W}INFO {ts} model_runner.py:1071] Loading model weights took {weights4} GB"],
+    cg=[],
+    available=["INFO {ts} worker.py:232] Memory profiling results: total_gpu_memory={total}GiB "
+               "initial_memory_usage={initial}GiB peak_torch_memory={peak}GiB memory_usage_post_profile={post}GiB "
+               "non_torch_memory={non_torch}GiB kv_cache_size={avail}GiB gpu_memory_utilization={gmu2}",
+               "INFO {ts} gpu_executor.py:113] # GPU blocks: {blocks_kv}, # CPU blocks: 2048",
+               "INFO {ts} gpu_executor.py:117] Maximum concurrency for {L} tokens per request: {conc}x"],
+    cg_enabled=[],
+    refusal=["ERROR {ts} engine.py:366] The model's max seq len ({L}) is larger than the maximum number of tokens "
+             "that can be stored in KV cache ({tokens}). " + _TRY,
+             "Process SpawnProcess-1:",
+             "ValueError: The model's max seq len ({L}) is larger than the maximum number of tokens that can be "
+             "stored in KV cache ({tokens}). " + _TRY],
+    no_memory=["ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+               "initializing the engine."],
+    kv=[],
+    capture=["{W}INFO {ts} model_runner.py:1518] Graph capturing finished in {capture_s} secs, took 0.54 GiB"],
+    listening=[], ready=_UVICORN_READY + ["INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)"],
+    engine_failed=["ERROR {ts} engine.py:366] Engine process failed to start."],
+    failed_tail=["RuntimeError: Engine process failed to start. See stack trace for the root cause."],
+    shutdown=["INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
+              "INFO:     Application shutdown complete.", "INFO:     Finished server process [{api}]"],
+    above_derived=["ValueError: User-specified max_model_len ({L}) is greater than the derived max_model_len "
+                   "(max_position_embeddings={derived} or model_max_length=None in model's config.json). This may "
+                   "lead to incorrect model outputs or CUDA errors. To allow overriding this maximum, set the env "
+                   "var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"],
+)
+
+# V1 0.8.4-0.9.0.1 (log-formats.md 2.2(c) and 11.E): the estimate's number is lost to a bug,
+# "Based on the available memory,  Try"; no "Available KV cache memory" line yet (0.9.1).
+FAMILIES["v1_084"] = dict(
+    gib="%.2f", prefixes=("", "", "(VllmWorker rank={rank} pid={w}) "),
+    banner=["INFO {ts} [api_server.py:1043] vLLM API server version {version}",
+            "INFO {ts} [cli_args.py:297] non-default args: {args}"],
+    max_len=[],
+    engine=["INFO {ts} [core.py:455] Initializing a V1 LLM engine (v{version}) with config: model='{model}', "
+            "speculative_config=None, tokenizer='{model}', max_seq_len={L}, download_dir=None"],
+    backend=["INFO {ts} [cuda.py:217] Using Flash Attention backend on V1 engine."],
+    weights=["{W}INFO {ts} [gpu_model_runner.py:1291] Model loading took {weights4} GiB and {load_s} seconds"],
+    cg=[], available=[], cg_enabled=[],
+    refusal=["ERROR {ts} [core.py:500] EngineCore failed to start.",
+             "ERROR {ts} [core.py:500] ValueError: To serve at least one request with the models's max seq len "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "GiB). Based on the available memory,  " + _TRY],
+    no_memory=["ERROR {ts} [core.py:500] ValueError: No available memory for the cache blocks. Try increasing "
+               "`gpu_memory_utilization` when initializing the engine."],
+    kv=["INFO {ts} [kv_cache_utils.py:634] GPU KV cache size: {tokens_c} tokens",
+        "INFO {ts} [kv_cache_utils.py:637] Maximum concurrency for {L_c} tokens per request: {conc}x"],
+    capture=["{W}INFO {ts} [gpu_model_runner.py:1686] Graph capturing finished in {capture_s} secs, took 0.52 GiB"],
+    listening=["INFO {ts} [api_server.py:1081] Starting vLLM API server on http://0.0.0.0:{port}"],
+    ready=_UVICORN_READY,
+    engine_failed=["ERROR {ts} [core.py:500] EngineCore failed to start."],
+    failed_tail=["RuntimeError: Engine core initialization failed. See root cause above."],
+    shutdown=["INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
+              "INFO:     Application shutdown complete."],
+    above_derived=_ABOVE_DERIVED[1:],
+)
+
+# V1 0.10-0.13 (log-formats.md 11.F-G): the estimate, "Available KV cache memory: %.2f GiB",
+# "GiB memory and", the backend tuple, the docs link (0.13), EngineCore_DP0 prefixes.
+FAMILIES["v1_011"] = dict(
+    gib="%.2f", prefixes=("(APIServer pid={api}) ", "(EngineCore_DP0 pid={core}) ", "(Worker_TP{rank} pid={w}) "),
+    banner=["{A}INFO {ts} [api_server.py:1351] vLLM API server version {version}",
+            "{A}INFO {ts} [utils.py:253] non-default args: {args}"],
+    max_len=["{A}INFO {ts} [model.py:1510] Using max model len {L}"],
+    engine=["{C}INFO {ts} [core.py:93] Initializing a V1 LLM engine (v{version}) with config: model='{model}', "
+            "speculative_config=None, tokenizer='{model}', max_seq_len={L}, download_dir=None"],
+    backend=["{C}INFO {ts} [cuda.py:352] Using FLASH_ATTN attention backend out of potential backends: "
+             "('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION')"],
+    weights=["{W}INFO {ts} [gpu_model_runner.py:3660] Model loading took {weights4} GiB memory and {load_s} seconds"],
+    cg=[], cg_enabled=[],
+    available=["{W}INFO {ts} [gpu_worker.py:376] Available KV cache memory: {avail} GiB"],
+    refusal=["{C}ERROR {ts} [core.py:866] EngineCore failed to start.",
+             "{C}ERROR {ts} [core.py:866] ValueError: To serve at least one request with the models's max seq len "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "GiB). {estimate_msg}" + _TRY + " " + _DOCS],
+    estimate_msg="Based on the available memory, the estimated maximum model length is {est}. ",
+    no_memory=["{C}ERROR {ts} [core.py:866] ValueError: No available memory for the cache blocks. Try increasing "
+               "`gpu_memory_utilization` when initializing the engine. " + _DOCS],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:1291] GPU KV cache size: {tokens_c} tokens",
+        "{C}INFO {ts} [kv_cache_utils.py:1296] Maximum concurrency for {L_c} tokens per request: {conc}x"],
+    capture=["{W}INFO {ts} [gpu_model_runner.py:4587] Graph capturing finished in {capture_s} secs, took 0.52 GiB"],
+    listening=["{A}INFO {ts} [api_server.py:1971] Starting vLLM API server 0 on http://0.0.0.0:{port}"],
+    ready=_UVICORN_READY,
+    engine_failed=["{C}ERROR {ts} [core.py:866] EngineCore failed to start."],
+    failed_tail=["{A}RuntimeError: Engine core initialization failed. See root cause above. "
+                 "Failed core proc(s): {{'EngineCore_DP0': 1}}"],
+    shutdown=_SHUTDOWN_V1, above_derived=_ABOVE_DERIVED,
+)
+
+# 0.14-0.17 (log-formats.md 8 and 11.H; real-logs/017, /031): format_gib figures, the logo,
+# auto-fit (whose length this API server does not serve), the backend list.
+FAMILIES["v1_014"] = dict(
+    FAMILIES["v1_011"], gib="round", logo_file="utils.py:282",
+    banner=_LOGO + ["{A}INFO {ts} [utils.py:238] non-default args: {args}"],
+    max_len=["{A}INFO {ts} [model.py:1554] Using max model len {L}"],
+    backend=["{C}INFO {ts} [cuda.py:351] Using FLASH_ATTN attention backend out of potential backends: "
+             "['FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN', 'FLEX_ATTENTION']."],
+    weights=["{W}INFO {ts} [gpu_model_runner.py:3905] Model loading took {weights} GiB memory and {load_s} seconds"],
+    available=["{W}INFO {ts} [gpu_worker.py:425] Available KV cache memory: {avail} GiB"],
+    refusal=["{C}ERROR {ts} [core.py:946] EngineCore failed to start.",
+             "{C}ERROR {ts} [core.py:946] ValueError: To serve at least one request with the models's max seq len "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "GiB). {estimate_msg}" + _TRY + " " + _DOCS],
+    autofit_reduced=["{C}INFO {ts} [kv_cache_utils.py:1456] Auto-fit max_model_len: reduced from {derived} to {fit} "
+                     "to fit in available GPU memory ({avail} GiB available for KV cache)"],
+    autofit_full=["{C}INFO {ts} [kv_cache_utils.py:1447] Auto-fit max_model_len: full model context length "
+                  "{derived} fits in available GPU memory"],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:1314] GPU KV cache size: {tokens_c} tokens",
+        "{C}INFO {ts} [kv_cache_utils.py:1320] Maximum concurrency for {L_c} tokens per request: {conc}x"],
+    listening=["{A}INFO {ts} [api_server.py:501] Starting vLLM API server 0 on http://0.0.0.0:{port}"],
+    serves_fitted_length=False,
+)
+
+# 0.20-0.21 (log-formats.md 3.6 and 11.I; real-logs/126, /009): "(EngineCore pid=N)", CUDA-graph
+# memory profiling on by default, "Starting vLLM server on", auto-fit served (PR #39102).
+FAMILIES["v1_020"] = dict(
+    FAMILIES["v1_014"], prefixes=("(APIServer pid={api}) ", "(EngineCore pid={core}) ", "(Worker_TP{rank} pid={w}) "),
+    logo_file="utils.py:299",
+    banner=_LOGO + ["{A}INFO {ts} [utils.py:233] non-default args: {args}"],
+    max_len=["{A}INFO {ts} [model.py:1582] Using max model len {L}"],
+    weights=["{W}INFO {ts} [gpu_model_runner.py:4410] Model loading took {weights} GiB memory and {load_s} seconds"],
+    cg=["{W}INFO {ts} [gpu_model_runner.py:6064] Profiling CUDA graph memory: PIECEWISE=51 (largest=512), "
+        "FULL=35 (largest=256)",
+        "{W}INFO {ts} [gpu_model_runner.py:6143] Estimated CUDA graph memory: {cg} GiB total"],
+    available=["{W}INFO {ts} [gpu_worker.py:463] Available KV cache memory: {avail} GiB"],
+    cg_enabled=["{W}INFO {ts} [gpu_worker.py:477] CUDA graph memory profiling is enabled (default since v0.21.0). "
+                "The current --gpu-memory-utilization={gmu4} is equivalent to --gpu-memory-utilization={gmu_eq} "
+                "without CUDA graph memory profiling. To maintain the same effective KV cache size as before, "
+                "increase --gpu-memory-utilization to {gmu_up}. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."],
+    refusal=["{C}ERROR {ts} [core.py:1140] EngineCore failed to start.",
+             "{C}ValueError: To serve at least one request with the models's max seq len ({L}), ({need} GiB KV cache "
+             "is needed, which is larger than the available KV cache memory ({avail} GiB). {estimate_msg}"
+             + _TRY + " " + _DOCS],
+    no_memory=["{C}ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+               "when initializing the engine. " + _DOCS],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:1710] GPU KV cache size: {tokens_c} tokens",
+        "{C}INFO {ts} [kv_cache_utils.py:1712] Maximum concurrency for {L_c} tokens per request: {conc}x"],
+    capture=["{W}INFO {ts} [gpu_model_runner.py:5121] Graph capturing finished in {capture_s} secs, took {cg} GiB",
+             "{W}INFO {ts} [gpu_worker.py:622] CUDA graph pool memory: {cg} GiB (actual), {cg} GiB (estimated), "
+             "difference: 0.0 GiB (0.0%)."],
+    listening=["{A}INFO {ts} [api_server.py:617] Starting vLLM server on http://0.0.0.0:{port}"],
+    engine_failed=["{C}ERROR {ts} [core.py:1140] EngineCore failed to start."],
+    failed_tail=["{A}RuntimeError: Engine core initialization failed. See root cause above. "
+                 "Failed core proc(s): {{'EngineCore': 1}}"],
+    serves_fitted_length=True,
+)
+
+# After 0.21 (0.33.0: log-formats.md 2.2(g), 8, 11.J; cpu-0.32.0/*.log for the surrounding lines):
+# "model's", the merged KV line, auto-fit naming the device.
+FAMILIES["v1_033"] = dict(
+    FAMILIES["v1_020"], logo_file="api_utils.py:347",
+    banner=_LOGO + ["{A}INFO {ts} [api_utils.py:286] non-default args: {args}"],
+    max_len=["{A}INFO {ts} [model.py:2152] Using max model len {L}"],
+    engine=["{C}INFO {ts} [core.py:133] Initializing a V1 LLM engine (v{version}) with config: model='{model}', "
+            "speculative_config=None, tokenizer='{model}', skip_tokenizer_init=False, max_seq_len={L}"],
+    refusal=["{C}ERROR {ts} [core.py:1510] EngineCore failed to start.",
+             "{C}ERROR {ts} [core.py:1510] ValueError: To serve at least one request with the model's max seq len "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "GiB). {estimate_msg}Try increasing `gpu_memory_utilization` (which also controls CPU memory on the "
+             "CPU backend) or decreasing `max_model_len` when initializing the engine. " + _DOCS],
+    no_memory=["{C}ERROR {ts} [core.py:1510] ValueError: No available memory for the cache blocks. Try increasing "
+               "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
+               "reservation on the CPU backend, despite its name). " + _DOCS],
+    autofit_reduced=["{C}INFO {ts} [kv_cache_planning.py:1405] Auto-fit max_model_len: reduced from {derived} to "
+                     "{fit} to fit in available KV cache memory ({avail} GiB GPU)"],
+    autofit_full=["{C}INFO {ts} [kv_cache_planning.py:1398] Auto-fit max_model_len: full model context length "
+                  "{derived} fits in available KV cache memory ({avail} GiB GPU)"],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:1148] GPU KV cache size: {tokens_c} tokens, Maximum concurrency for "
+        "{L_c} tokens per request: {conc}x"],
+    listening=["{A}INFO {ts} [entry.py:140] Starting vLLM server on http://0.0.0.0:{port}"],
+    engine_failed=["{C}ERROR {ts} [core.py:1510] EngineCore failed to start."],
+)
+
+for _family in FAMILIES.values():
+    _family.setdefault("estimate_msg", "")
+    _family.setdefault("autofit_reduced", [])
+    _family.setdefault("autofit_full", [])
+    _family.setdefault("serves_fitted_length", False)
+    _family.setdefault("logo_file", "")
+    _family.update(uuid=_UUID, fp8=_FP8, mamba=_MAMBA)

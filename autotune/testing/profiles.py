@@ -1,0 +1,186 @@
+"""The machines and vLLM versions the replaying vLLM (fake_vllm.py) can be: pure data and the
+memory model that gives every figure it prints.
+
+The memory model is vLLM's own accounting (log-formats.md sections 2.3 and 3):
+
+    available KV = total x gmu - weights - fixed - activations(max-num-batched-tokens)
+                   - per-sequence warm-up x max-num-seqs - CUDA-graph estimate (0.20+)
+
+(a straight line in gmu: a = the device's memory, b = everything else), or the
+--kv-cache-memory-bytes value where the version has that flag. A request of L tokens
+needs ceil(L / block) x block x bytes per token, plus the per-sequence state of a hybrid
+model's linear-attention (Mamba) layers; vLLM's estimate is the longest block-granular L
+that fits (a binary search in vLLM, a division here). Each profile names the real logs its
+lines and figures come from (../shared/vllm/), and each figure is in GiB as vLLM prints it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    summary: str
+    version: str
+    family: str  # which line set (fake_lines.FAMILIES) this version prints
+    sources: tuple[str, ...]  # the real logs the lines and figures come from
+    gpu_name: str
+    gpu_memory_gib: float  # what vLLM (and NVML) see per GPU
+    compute_capability: str
+    gpu_count: int
+    model: str
+    derived_max_len: int  # the model's own maximum (config.json): `auto` and no flag start here
+    weights_gib: float  # all ranks together
+    kv_bytes_per_token: int  # all ranks together, 16-bit cache
+    fixed_gib: float = 0.6  # per rank: non-torch memory, the CUDA context's share
+    activation_gib_per_1k_tokens: float = 0.1  # per 1,024 of --max-num-batched-tokens (profiling forward)
+    per_seq_gib: float = 0.0006  # per --max-num-seqs (sampler warm-up)
+    default_batched_tokens: int = 2048
+    cudagraph_gib: float = 0.0  # subtracted from the KV budget where the version does (0.20+)
+    block_size: int = 16
+    mamba_state_mib: float = 0.0  # per sequence, hybrid models (0: plain attention)
+    state_pages_per_request: int = 0  # state pages the length check counts for one request
+    tp: int = 1  # the tensor-parallel size the profile is shown with
+    prefill_tokens_per_s: float = 5000.0
+    boot_s: float = 60.0  # model load, profiling, compile (real seconds; --time-scale shrinks them)
+    shutdown_s: float = 5.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def fp8_kv_supported(self) -> bool:
+        major, _, minor = self.compute_capability.partition(".")
+        return (int(major), int(minor or 0)) >= (8, 9)
+
+    def nvml_inventory(self) -> list[dict]:
+        """The GPUs as autotune's NVML reader (host.machine.gpu_facts) would list them on this machine."""
+        return [{"index": i, "uuid": f"GPU-{i:08x}-fake-{self.name[:8]}", "name": self.gpu_name,
+                 "pci_bus_id": f"00000000:{i + 1:02X}:00.0", "compute_capability": self.compute_capability,
+                 "memory_total_gib": self.gpu_memory_gib, "memory_used_gib": 0.3,
+                 "memory_free_gib": round(self.gpu_memory_gib - 0.3, 2), "driver": "570.00", "processes": []}
+                for i in range(self.gpu_count)]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The serve flags the memory model reads."""
+
+    gmu: float
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int | None = None
+    kv_cache_dtype: str = "auto"
+    kv_cache_memory_bytes: int | None = None
+    tp: int = 1
+
+
+def available_kv_bytes(p: Profile, s: Settings) -> int:
+    """Per rank: what vLLM's profiling leaves for the KV cache ("Available KV cache memory")."""
+    if s.kv_cache_memory_bytes is not None:
+        return s.kv_cache_memory_bytes
+    batched = s.max_num_batched_tokens or p.default_batched_tokens
+    used = (p.weights_gib / s.tp + p.fixed_gib + p.activation_gib_per_1k_tokens * batched / 1024
+            + p.per_seq_gib * s.max_num_seqs + p.cudagraph_gib)
+    return math.floor((p.gpu_memory_gib * s.gmu - used) * GIB)
+
+
+def bytes_per_token(p: Profile, s: Settings) -> float:
+    """Per rank; an fp8 cache holds twice the tokens per byte."""
+    return p.kv_bytes_per_token / s.tp / (2 if s.kv_cache_dtype.startswith("fp8") else 1)
+
+
+def state_bytes(p: Profile, s: Settings) -> int:
+    return math.ceil(p.mamba_state_mib * MIB / s.tp)
+
+
+def needed_bytes(p: Profile, s: Settings, length: int) -> int:
+    """What one request of `length` tokens needs (vLLM's check: one request, whatever max-num-seqs)."""
+    blocks = -(-length // p.block_size)
+    return math.ceil(blocks * p.block_size * bytes_per_token(p, s)) + p.state_pages_per_request * state_bytes(p, s)
+
+
+def estimate(p: Profile, s: Settings, available: int, cap: int) -> int:
+    """vLLM's estimated maximum model length: the longest block-granular length that fits, at most cap."""
+    room = available - p.state_pages_per_request * state_bytes(p, s)
+    if room <= 0:
+        return 0
+    blocks = math.floor(room / (p.block_size * bytes_per_token(p, s)))
+    return max(0, min(cap, blocks * p.block_size))
+
+
+def kv_cache_tokens(p: Profile, s: Settings, available: int) -> int:
+    """"GPU KV cache size: N tokens": the pool in whole blocks (state pages set aside)."""
+    return estimate(p, s, available, 1 << 40)
+
+
+def mamba_blocks(p: Profile, s: Settings, available: int) -> int | None:
+    """How many sequences' linear-attention state fit (None: no such layers)."""
+    if not p.mamba_state_mib:
+        return None
+    return max(0, available // state_bytes(p, s))
+
+
+# The scenario of log-formats.md section 11: Llama-3.1-8B-Instruct bf16 (128 KiB per token,
+# 14.99 GiB of weights, 131,072 derived) on one 24 GiB GPU.
+_LLAMA = dict(gpu_name="NVIDIA GeForce RTX 3090", gpu_memory_gib=23.58, compute_capability="8.6", gpu_count=1,
+              model="meta-llama/Llama-3.1-8B-Instruct", derived_max_len=131072, weights_gib=14.99,
+              kv_bytes_per_token=128 * 1024, fixed_gib=0.35, activation_gib_per_1k_tokens=0.08,
+              prefill_tokens_per_s=4000.0, boot_s=60.0)
+
+# The seed machine (issue 12): vLLM 0.20.2, one RTX 3090, Qwen3.6-27B AWQ (hybrid: linear-attention
+# layers with 147 MiB of state per sequence). Fitted to the seed's figures: 3.55 GiB available at
+# gmu 0.98 with --max-num-seqs 8 and the default 2,048 batched tokens (about 1 GiB besides the
+# 18.91 GiB of weights), 3.9 GiB with --max-num-seqs 1 --max-num-batched-tokens 512; 65,536 tokens
+# need 4.16 GiB and the estimate is 61,152 (two state pages counted for one request).
+_SEED = dict(gpu_name="NVIDIA GeForce RTX 3090", gpu_memory_gib=24.0, compute_capability="8.6",
+             model="Qwen/Qwen3.6-27B-AWQ", derived_max_len=262144, weights_gib=18.91,
+             kv_bytes_per_token=63452, fixed_gib=0.1589, activation_gib_per_1k_tokens=0.2105,
+             per_seq_gib=5 / 1024, cudagraph_gib=0.44, mamba_state_mib=147.0, state_pages_per_request=2,
+             prefill_tokens_per_s=1100.0, boot_s=90.0, shutdown_s=6.0)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    Profile("v0-0.6.4", "V0 engine, the legacy refusal (KV capacity in tokens, no estimate)", "0.6.4", "v0",
+            ("real-logs/003-v0-rtx3090-llama31-8b-refused-legacy-wording.log",
+             "real-logs/105-v0-tp8-vllmworkerprocess-llama31-8b-gpu-blocks-concurrency.log",
+             "log-formats.md 11.A-B"), **{**_LLAMA, "activation_gib_per_1k_tokens": 1.387}, shutdown_s=3.0),
+    Profile("v1-0.9.0-no-estimate", "V1, refusal without an estimate (0.8.4-0.9.0.1 bug): the ceiling comes "
+            "from the GiB figures", "0.9.0", "v1_084",
+            ("log-formats.md 2.2(c) and 11.E", "real-logs/036-v085dev-2x-rtx5090-qwq32b-bnb-pp2-rank0-prefix-refused.log"),
+            **_LLAMA),
+    Profile("v1-0.13.0", "V1 0.10-0.13: estimate, %.2f GiB figures, EngineCore_DP0 prefixes, docs link", "0.13.0",
+            "v1_011", ("log-formats.md 11.F-G", "real-logs/023-v011-8xa100-qwen3-vl-235b-cuda-oom-enginecore-dp0.log"),
+            **_LLAMA),
+    Profile("v1-0.17.0-auto-probe", "0.14-0.19: --max-model-len auto fits, but the API server keeps the derived "
+            "length (vLLM PR #39102)", "0.17.0", "v1_014",
+            ("log-formats.md 8 and 11.H", "real-logs/017-v014-h100-gpt-oss-120b-ansi-color-prefix.log",
+             "real-logs/031-v018-gguf-docker-compose-quoted-banner-nondefault-args.log"), **_LLAMA),
+    Profile("v1-0.21.0", "0.20-0.21: auto serves the fitted length, \"models's\", CUDA-graph profiling, gmu 0.92",
+            "0.21.0", "v1_020", ("log-formats.md 3.6 and 11.I",
+                                 "real-logs/126-k8s-rfc3339-nanosecond-prefix-cudagraph-profiling-default-on.log"),
+            **{**_LLAMA, "cudagraph_gib": 0.61}),
+    Profile("v1-0.33.0", "after 0.21: \"model's\", one merged KV line, auto-fit names the device", "0.33.0",
+            "v1_033", ("log-formats.md 2.2(g), 8 and 11.J", "cpu-0.32.0/ready-max-model-len-auto.log",
+                       "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61}),
+    Profile("seed-3090-qwen3.6-27b", "the seed machine: vLLM 0.20.2, one RTX 3090, Qwen3.6-27B AWQ, hybrid "
+            "(147 MiB of linear-attention state per sequence)", "0.20.2", "v1_020",
+            ("issue 12 (the seed's figures)", "log-formats.md 11.I",
+             "real-logs/009-2x3090-qwen36-27b-int4-autoround-bench-report.log",
+             "real-logs/122-b200-qwen35-397b-mamba-blocks-wrapped-in-worker-runtimeerror.log"),
+            gpu_count=1, **_SEED),
+    Profile("tp2-2x3090-qwen3.6-27b", "two RTX 3090, --tensor-parallel-size 2: per-rank worker lines", "0.20.2",
+            "v1_020", ("real-logs/009-2x3090-qwen36-27b-int4-autoround-bench-report.log",
+                       "real-logs/110-flashinfer04-could-not-find-nvcc-worker-tp1-error-prefix.log",
+                       "log-formats.md 1 (per-process prefixes)"),
+            gpu_count=2, tp=2, **{**_SEED, "fixed_gib": 0.75, "cudagraph_gib": 0.3}),
+)}
+
+
+def by_name(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise KeyError(f"no profile {name!r}; `--profile list` names them: {', '.join(PROFILES)}") from None
