@@ -84,8 +84,9 @@ def test_segments_left_by_a_killed_tree_are_removed_unless_in_use(tmp_path):
     (tmp_path / "psm_new_orphan").write_bytes(b"x")
     (tmp_path / "psm_new_in_use").write_bytes(b"x")
     (tmp_path / "other_file").write_bytes(b"x")
+    (tmp_path / "sem.mp-abc123").write_bytes(b"x")  # a multiprocessing semaphore of the killed tree
     removed = launch.remove_orphaned_segments(before, tmp_path, in_use=lambda name: name == "psm_new_in_use")
-    assert removed == ["psm_new_orphan"]
+    assert removed == ["psm_new_orphan", "sem.mp-abc123"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other_file", "psm_new_in_use", "psm_old"]
 
 
@@ -97,3 +98,39 @@ def test_a_mapped_segment_is_seen_as_in_use(tmp_path):
     with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):
         assert launch._mapped_by_any_process("psm_mapped_here")
     assert not launch._mapped_by_any_process("psm_mapped_here")
+
+
+def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_them(tmp_path):
+    import socket as socketlib
+
+    dirs = launch.leftover_dirs({"TMPDIR": str(tmp_path)})
+    assert tmp_path in dirs and launch.SHM_DIR in dirs
+    only_tmp = {tmp_path: dirs[tmp_path]}
+    (tmp_path / ("vllm_dist_" + "1" * 32)).write_text("old")
+    before = launch.snapshot_leftovers(only_tmp)
+    store = tmp_path / ("vllm_dist_" + "a" * 32)
+    store.write_text("x")
+    dead_socket = tmp_path / "3f2b1c4d-1111-4abc-8def-0123456789ab"
+    live_socket = tmp_path / "9e8d7c6b-2222-4abc-8def-0123456789ab"
+    other = tmp_path / "not-vllm.txt"
+    other.write_text("x")
+    with socketlib.socket(socketlib.AF_UNIX) as dead:
+        dead.bind(str(dead_socket))
+    with socketlib.socket(socketlib.AF_UNIX) as live:
+        live.bind(str(live_socket))
+        removed = launch.remove_orphaned_leftovers(before, only_tmp)
+        assert sorted(removed) == sorted([str(store), str(dead_socket)])
+        assert live_socket.exists() and other.exists() and (tmp_path / ("vllm_dist_" + "1" * 32)).exists()
+
+
+def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
+    # The child of a killed parent is reaped by init, seconds later on some machines; its memory is
+    # released as soon as it exits, and the stop does not wait for the reaping.
+    code = ("import subprocess,sys,time;"
+            "subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']);"
+            "print('spawned', flush=True); time.sleep(600)")
+    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "z.log")
+    _wait_lines(server, 1)
+    report = server.stop(launch.STAGES_FAST)
+    assert [s["signal"] for s in report.steps] == ["SIGKILL"]
+    assert report.leftover_pids == [] and report.duration_s < 1.0

@@ -16,8 +16,10 @@ from __future__ import annotations
 import errno
 import os
 import queue
+import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,17 +32,27 @@ MAX_LINE_BYTES = 1 << 20  # a line longer than 1 MiB is cut: the parser never ne
 
 # The default staged stop: (signal, seconds to wait for the tree to exit after it).
 STAGES_GRACEFUL = ((signal.SIGINT, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0))
-# A refused boot holds nothing worth saving, so it is signalled the moment the refusal is read,
-# with shorter waits. SIGINT still comes first: measured on vLLM 0.32 (CPU), SIGINT ends a refused
-# boot's whole tree in ~4 s, while SIGTERM leaves the API server and engine core running until
-# SIGKILL, and SIGKILL leaks vLLM's shared-memory segment (/dev/shm/psm_*, 160 MB here).
-STAGES_FAST = ((signal.SIGINT, 8.0), (signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0))
+# A refused boot (or one that failed, or whose fitted length was read) holds nothing worth a
+# graceful shutdown: its whole tree is killed the moment the outcome is read. Measured on vLLM 0.32
+# (CPU, tiny model, under flock): vLLM's own SIGINT shutdown took 4-8 s after the refusal line
+# (6.85 s here); SIGKILL leaves every process a zombie (memory released) within 0.05 s, and the
+# whole stop, the files a hard stop leaves removed, takes 0.14 s. What a hard stop leaves behind
+# is cleaned by remove_orphaned_leftovers.
+STAGES_FAST = ((signal.SIGKILL, 5.0),)
+WAIT_POLL_S = 0.02  # how often a stop looks whether the tree is gone
 
 
-# vLLM's multiprocessing shared memory (/dev/shm/psm_*, 160-250 MB each here): its owner
-# unlinks it on a graceful exit, but a SIGKILLed tree leaves it behind, in RAM, for good.
+# What vLLM leaves on disk when its tree is killed, named by pattern, per folder:
+# - its multiprocessing shared memory (/dev/shm/psm_*, 160-250 MB each here, in RAM): its owner
+#   unlinks it on a graceful exit, a SIGKILLed tree leaves it for good;
+# - Python multiprocessing's named semaphores (/dev/shm/sem.mp-*, one per killed boot here);
+# - torch.distributed's file store (<tmp>/vllm_dist_<32 hex>, vllm.utils.network_utils);
+# - ZeroMQ IPC sockets (<VLLM_RPC_BASE_PATH or tmp>/<uuid4>), which vLLM 0.32 leaves even after a
+#   graceful exit (7 per boot here).
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "psm_"
+_SHM_NAME = re.compile(re.escape(SHM_PREFIX) + r"|sem\.mp-")  # sem.mp-*: Python multiprocessing's semaphores
+_TMP_NAME = re.compile(r"(vllm_dist_[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12})\Z")
 
 
 def shm_segments(shm_dir: Path = SHM_DIR) -> set[str]:
@@ -50,8 +62,38 @@ def shm_segments(shm_dir: Path = SHM_DIR) -> set[str]:
         return set()
 
 
+def leftover_dirs(env: dict[str, str] | None) -> dict[Path, re.Pattern]:
+    """The folders a server started with `env` leaves files in when killed, each with the names it uses."""
+    env = env or {}
+    tmp = env.get("VLLM_RPC_BASE_PATH") or env.get("TMPDIR") or tempfile.gettempdir()
+    dirs = {SHM_DIR: _SHM_NAME, Path(tmp): _TMP_NAME}
+    if env.get("TMPDIR") and env.get("VLLM_RPC_BASE_PATH"):
+        dirs[Path(env["TMPDIR"])] = _TMP_NAME  # the file store follows TMPDIR, the sockets the RPC path
+    return dirs
+
+
+def snapshot_leftovers(dirs: dict[Path, re.Pattern]) -> dict[Path, set[str]]:
+    """The names, per folder, that match that folder's pattern now (taken before a boot)."""
+    found: dict[Path, set[str]] = {}
+    for folder, pattern in dirs.items():
+        try:
+            found[folder] = {p.name for p in folder.iterdir() if pattern.match(p.name)}
+        except OSError:
+            found[folder] = set()
+    return found
+
+
+def _bound_unix_sockets() -> set[str]:
+    """Paths of the Unix sockets some process has bound (/proc/net/unix), e.g. a live ZeroMQ endpoint."""
+    try:
+        lines = Path("/proc/net/unix").read_text(errors="replace").splitlines()[1:]
+    except OSError:
+        return set()
+    return {fields[7] for fields in (line.split() for line in lines) if len(fields) >= 8}
+
+
 def _mapped_by_any_process(name: str) -> bool:
-    """Is /dev/shm/<name> mapped or open in any process we can see?"""
+    """Is a file named <name> mapped or open in any process we can see?"""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -69,15 +111,34 @@ def _mapped_by_any_process(name: str) -> bool:
 def remove_orphaned_segments(before: set[str], shm_dir: Path = SHM_DIR,
                              in_use=_mapped_by_any_process) -> list[str]:
     """Remove the segments that appeared since `before` and that no process uses any more."""
+    return remove_orphaned_leftovers({shm_dir: before}, {shm_dir: _SHM_NAME}, in_use)
+
+
+def remove_orphaned_leftovers(before: dict[Path, set[str]], dirs: dict[Path, re.Pattern],
+                              in_use=None) -> list[str]:
+    """Remove what appeared since `before` (names of vLLM's patterns) that no process uses any more.
+
+    In use: mapped or open by a process, or a Unix socket some process has bound; a concurrent
+    server's files are therefore kept, only what a dead tree left goes.
+    """
+    bound = _bound_unix_sockets() if in_use is None else set()
+
+    def used(folder: Path, name: str) -> bool:
+        if in_use is not None:
+            return in_use(name)
+        return str(folder / name) in bound or _mapped_by_any_process(name)
+
     removed = []
-    for name in sorted(shm_segments(shm_dir) - before):
-        if in_use(name):
-            continue
-        try:
-            (shm_dir / name).unlink()
-            removed.append(name)
-        except OSError:
-            pass
+    now = snapshot_leftovers(dirs)
+    for folder in dirs:
+        for name in sorted(now.get(folder, set()) - before.get(folder, set())):
+            if used(folder, name):
+                continue
+            try:
+                (folder / name).unlink()
+                removed.append(name if dirs[folder] is _SHM_NAME else str(folder / name))
+            except OSError:
+                pass
     return removed
 
 
@@ -90,7 +151,7 @@ class StopReport:
     steps: list[dict] = field(default_factory=list)  # {signal, pids, at_s}
     leftover_pids: list[int] = field(default_factory=list)
     duration_s: float = 0.0
-    removed_shm: list[str] = field(default_factory=list)  # segments a SIGKILLed tree left in /dev/shm
+    removed_shm: list[str] = field(default_factory=list)  # what a SIGKILLed tree left: /dev/shm segments by name, other files by path
 
 
 class ServerProcess:
@@ -101,7 +162,8 @@ class ServerProcess:
         self.log_path = Path(log_path)
         self.started_at = time.time()
         self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._shm_before = shm_segments()
+        self._leftover_dirs = leftover_dirs(env)
+        self._leftovers_before = snapshot_leftovers(self._leftover_dirs)
         self.last_output_at = time.monotonic()
         self._log = open(self.log_path, "wb")
         try:
@@ -185,7 +247,7 @@ class ServerProcess:
             pass
         self._reader.join(timeout=2)
         if any(step["signal"] == "SIGKILL" for step in report.steps) and not report.leftover_pids:
-            report.removed_shm = remove_orphaned_segments(self._shm_before)
+            report.removed_shm = remove_orphaned_leftovers(self._leftovers_before, self._leftover_dirs)
         return report
 
 
@@ -248,13 +310,28 @@ def stop_tree(pid: int, create_time: float | None, stages=STAGES_GRACEFUL,
                     proc.send_signal(signal.SIGCONT)
             except psutil.Error:
                 pass
-        _, alive = psutil.wait_procs(procs, timeout=wait_s)
+        alive = _wait_gone(procs, wait_s)
         # Orphans of the session can appear after the parent dies; the next stage catches them.
         if not alive and not process_tree(pid, create_time):
             break
     report.leftover_pids = sorted(p.pid for p in process_tree(pid, create_time))
     report.duration_s = round(time.monotonic() - started, 3)
     return report
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until every process has exited; return those still running at the timeout.
+
+    A zombie counts as gone: its memory is released when it exits, and only its parent (or init,
+    for the children of a killed parent; seconds later here) reaps it. psutil.wait_procs waits for
+    the reaping too, which added 1.6 s to a killed vLLM tree.
+    """
+    deadline = time.monotonic() + timeout_s
+    alive = [p for p in procs if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(WAIT_POLL_S)
+        alive = [p for p in alive if _alive(p)]
+    return alive
 
 
 def free_port(host: str = "127.0.0.1") -> int:
