@@ -80,10 +80,16 @@ def env_and_argv(line: str) -> tuple[dict[str, str], list[str]]:
 def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
     text = emit.render_command(record)
     lines = text.splitlines()
-    assert len(lines) == 2 and lines[0].startswith("# verified by autotune ") and not lines[1].startswith("#")
+    secrets = emit.secret_names(record)
+    assert len(lines) == 2 + bool(secrets) and lines[0].startswith("# verified by autotune ")
+    assert not lines[-1].startswith("#")
     assert f"with vLLM {record['vllm_version']} on 2026-11-29" in lines[0]
-    env, argv = env_and_argv(lines[1])
-    assert argv == record["result"]["final_argv"]
+    if secrets:
+        assert lines[1].startswith(f"# set {', '.join(secrets)} in the environment first")
+    env, argv = env_and_argv(lines[-1])
+    # every secret of the command is a reference to a variable; the rest is as verified
+    assert argv == [{"key-one": "${VLLM_API_KEY}", "key-two": "${VLLM_API_KEY_2}"}.get(a, a)
+                    for a in record["result"]["final_argv"]]
     # environment first, as recorded; the secret (recorded as ***) refers to the user's own variable
     assert env == {k: (f"${k}" if is_secret(k) else v) for k, v in record["environment"].items()}
     assert list(env) == list(record["environment"])
@@ -128,7 +134,7 @@ def settings(args):
 cases = json.load(sys.stdin)
 out = {"help": parser().format_help(), "results": []}
 for case in cases:
-    out["results"].append({"from_config": settings(parser().parse_args(["--config", case["config"]])),
+    out["results"].append({"from_config": settings(parser().parse_args(["--config", case["config"], *case["extra"]])),
                            "from_argv": settings(parser().parse_args(case["argv"]))})
 print(json.dumps(out))
 """
@@ -144,8 +150,12 @@ def vllm_reads(tmp_path_factory):
         rec = RECORDS_UNDER_TEST[name]()
         path = folder / f"{name}.yaml"
         path.write_text(emit.render_yaml(rec))
-        cmd = emit.parse_vllm_command(rec["result"]["final_argv"])
-        cases.append({"config": str(path), "argv": rec["result"]["final_argv"][len(cmd.launcher):]})
+        argv = emit.final_argv(rec)
+        cmd = emit.parse_vllm_command(argv)
+        # vllm-config.yaml's usage line adds the options that hold a secret reference
+        usage = next(line for line in path.read_text().splitlines() if line.startswith("# usage: "))
+        extra = shlex.split(usage.split("--config vllm-config.yaml", 1)[1].split("   (or:")[0])
+        cases.append({"config": str(path), "extra": extra, "argv": argv[len(cmd.launcher):]})
     proc = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(cases), capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -210,7 +220,8 @@ def test_docker_compose_for_a_pinned_gpu():
     command = [word.replace("$$", "$") for word in service["command"]]
     assert command[:2] == ["--model", "Qwen/Qwen3.6-27B-AWQ"]
     assert emit.parse_vllm_command(["vllm", "serve", *command]).options == \
-        emit.parse_vllm_command(rec["result"]["final_argv"]).options
+        emit.parse_vllm_command(emit.final_argv(rec)).options
+    assert "key-one" not in text and command[command.index("--api-key") + 1] == "${VLLM_API_KEY}"
     # inside the container the reserved GPU is device 0: no CUDA_VISIBLE_DEVICES there
     env = service["environment"]
     assert "CUDA_VISIBLE_DEVICES" not in env and "CUDA_DEVICE_ORDER" not in env
@@ -249,9 +260,9 @@ def unit_values(text: str, key: str) -> list[str]:
 
 def test_the_unit_runs_command_sh_s_command_with_the_same_environment(record):
     text = emit.render_systemd(record)
-    _, _, line = emit.render_command(record).partition("\n")
+    line = emit.render_command(record).splitlines()[-1]
     env, argv = env_and_argv(line.strip())
-    command_part = shlex.join(argv)
+    command_part = " ".join(emit.shell_word(a) for a in argv)  # shlex's quoting; a ${secret} double-quoted
     if "/" in argv[0] and not argv[0].startswith("/"):
         # systemd runs only absolute paths: the relative python of `make demo` is made absolute
         # when the run recorded its folder, else a note says to set WorkingDirectory=

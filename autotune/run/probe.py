@@ -17,24 +17,25 @@ on a GPU the NVML used memory of the pinned GPUs, on the CPU backend the residen
 (RSS) summed over the server's whole process tree. vLLM preallocates the KV pool, so a
 near-ceiling request should not grow it: growth above a small threshold is flagged.
 
-Every call is bounded in time and talks only to 127.0.0.1:<port>. `probe` never raises for
-what the server does (HTTP errors, a dropped connection, a timeout): it returns ok False
-and the reason.
+Every call is bounded in time and goes through client.py to the server autotune started,
+through the front door its serve command sets up (key, TLS, root path, unix socket). `probe`
+never raises for what the server does (HTTP errors, a dropped connection, a timeout): it
+returns ok False and the reason.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
-import socket
 import threading
 import time
-import urllib.error
 import uuid
 from dataclasses import dataclass
 from typing import Callable
 
+import httpx
+
+from autotune.run import client as client_mod
 from autotune.run import launch
 from autotune.run import verify
 
@@ -229,23 +230,25 @@ def _excerpt(body: bytes | str) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    cause = client_mod.root_cause(exc)
+    if isinstance(exc, httpx.TimeoutException) or isinstance(cause, TimeoutError):
         return "timed out"
-    if isinstance(exc, urllib.error.URLError):
-        return _describe(exc.reason) if isinstance(exc.reason, BaseException) else str(exc.reason)
-    if isinstance(exc, ConnectionRefusedError):
+    if client_mod.refused(exc):
         return "connection refused (is the server running?)"
-    if isinstance(exc, (ConnectionResetError, http.client.RemoteDisconnected, BrokenPipeError)):
-        return f"the server dropped the connection ({type(exc).__name__})"
-    return f"{type(exc).__name__}: {exc}"
+    if isinstance(cause, (ConnectionResetError, BrokenPipeError)) or isinstance(exc, httpx.RemoteProtocolError):
+        return f"the server dropped the connection ({type(cause).__name__})"
+    return client_mod.describe_error(exc)
 
 
-def _post_json(port: int, path: str, payload: dict, timeout: float) -> dict:
+_HTTP_ERRORS = (httpx.HTTPError, OSError, client_mod.TlsMismatch)
+
+
+def _post_json(server: verify.Server, path: str, payload: dict, timeout: float) -> dict:
     what = f"POST {path}"
     try:
-        status, body = verify._request(verify.base_url(port) + path, timeout, payload)
-    except (OSError, http.client.HTTPException, verify.ProbeError) as exc:
-        raise ProbeFailure(f"{what}: {_describe(exc) if isinstance(exc, OSError) else exc}") from exc
+        status, body = verify.client_of(server).request("POST", path, timeout, payload)
+    except _HTTP_ERRORS as exc:
+        raise ProbeFailure(f"{what}: {_describe(exc)}") from exc
     if status != 200:
         raise ProbeFailure(f"{what}: HTTP {status}: {_excerpt(body)}")
     try:
@@ -254,19 +257,19 @@ def _post_json(port: int, path: str, payload: dict, timeout: float) -> dict:
         raise ProbeFailure(f"{what}: not JSON: {_excerpt(body)}") from exc
 
 
-def _model_id(port: int, timeout: float) -> str:
+def _model_id(server: verify.Server, timeout: float) -> str:
     try:
-        models = verify.served_models(port, timeout=timeout)
-    except (OSError, http.client.HTTPException, verify.ProbeError) as exc:
+        models = verify.served_models(server, timeout=timeout)
+    except (OSError, verify.ProbeError) as exc:
         raise ProbeFailure(f"GET /v1/models: {_describe(exc) if isinstance(exc, OSError) else exc}") from exc
     if not models:
         raise ProbeFailure("GET /v1/models lists no model")
     return models[0].id
 
 
-def tokenizer_of(port: int, model: str, timeout: float = SMALL_TIMEOUT_S) -> Callable[[str], int]:
+def tokenizer_of(server: verify.Server, model: str, timeout: float = SMALL_TIMEOUT_S) -> Callable[[str], int]:
     def count(text: str) -> int:
-        data = _post_json(port, "/tokenize", {"model": model, "prompt": text}, timeout)
+        data = _post_json(server, "/tokenize", {"model": model, "prompt": text}, timeout)
         try:
             return int(data["count"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -295,55 +298,46 @@ class StreamResult:
         return None if self.done_at is None else self.done_at - self.sent_at
 
 
-def stream_completion(port: int, payload: dict, timeout: float) -> StreamResult:
+def stream_completion(server: verify.Server, payload: dict, timeout: float) -> StreamResult:
     """POST /v1/completions with stream=true; time the first chunk and the end. Never raises.
 
-    `timeout` bounds the whole request: each socket read waits at most what is left of it.
+    `timeout` bounds the whole request (client.ServerClient.stream closes it when it runs out).
     """
-    host = verify.LOOPBACK  # the probe only ever talks to the server autotune started here
     sent = time.monotonic()
     deadline = sent + timeout
     result = StreamResult(ok=False, reason="", sent_at=sent)
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
     try:
-        body = json.dumps({**payload, "stream": True, "stream_options": {"include_usage": True}}).encode()
-        conn.request("POST", "/v1/completions", body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        result.status = resp.status
-        if resp.status != 200:
-            result.reason = f"POST /v1/completions: HTTP {resp.status}: {_excerpt(resp.read(4096))}"
-            return result
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise socket.timeout()
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
-            line = resp.readline()
-            if not line:
-                break
-            line = line.strip()
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                result.done_at = time.monotonic()
-                break
-            chunk = json.loads(data)
-            if "error" in chunk:
-                result.reason = f"POST /v1/completions: error in stream: {_excerpt(json.dumps(chunk['error']))}"
+        with verify.client_of(server).stream("/v1/completions", body, timeout) as resp:
+            result.status = resp.status_code
+            if resp.status_code != 200:
+                result.reason = f"POST /v1/completions: HTTP {resp.status_code}: {_excerpt(resp.read()[:4096])}"
                 return result
-            if chunk.get("choices"):
-                if result.first_token_at is None:
-                    result.first_token_at = time.monotonic()
-                finish = chunk["choices"][0].get("finish_reason")
-                result.finish_reason = finish or result.finish_reason
-            usage = chunk.get("usage")
-            if usage:
-                result.prompt_tokens = usage.get("prompt_tokens")
-                result.completion_tokens = usage.get("completion_tokens")
+            for line in resp.iter_lines():
+                line = line.strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    result.done_at = time.monotonic()
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    result.reason = f"POST /v1/completions: error in stream: {_excerpt(json.dumps(chunk['error']))}"
+                    return result
+                if chunk.get("choices"):
+                    if result.first_token_at is None:
+                        result.first_token_at = time.monotonic()
+                    finish = chunk["choices"][0].get("finish_reason")
+                    result.finish_reason = finish or result.finish_reason
+                usage = chunk.get("usage")
+                if usage:
+                    result.prompt_tokens = usage.get("prompt_tokens")
+                    result.completion_tokens = usage.get("completion_tokens")
         if result.done_at is None:
             result.reason = "POST /v1/completions: the stream ended without [DONE]"
+            if time.monotonic() >= deadline:
+                result.reason = _cut_short("timed out", result, sent)
             return result
         if result.first_token_at is None:
             result.reason = "POST /v1/completions: no token came back"
@@ -351,13 +345,16 @@ def stream_completion(port: int, payload: dict, timeout: float) -> StreamResult:
         result.ok = True
         result.reason = "ok"
         return result
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        stage = "before the first token" if result.first_token_at is None else "while decoding"
-        left = f" after {time.monotonic() - sent:.1f} s"
-        result.reason = f"POST /v1/completions: {_describe(exc)} {stage}{left}"
+    except (*_HTTP_ERRORS, ValueError) as exc:
+        # The deadline's timer closes the stream: that reads as an error, but it is the timeout.
+        what = "timed out" if time.monotonic() >= deadline else _describe(exc)
+        result.reason = _cut_short(what, result, sent)
         return result
-    finally:
-        conn.close()
+
+
+def _cut_short(what: str, result: StreamResult, sent: float) -> str:
+    stage = "before the first token" if result.first_token_at is None else "while decoding"
+    return f"POST /v1/completions: {what} {stage} after {time.monotonic() - sent:.1f} s"
 
 
 # ---------------------------------------------------------------------------
@@ -518,26 +515,26 @@ def _completion_payload(model: str, prompt: str, max_tokens: int, ignore_eos: bo
 class _Session:
     """One probe's state: the model, the tokenizer, whether ignore_eos is accepted."""
 
-    def __init__(self, port: int, timeout: float):
-        self.port = port
+    def __init__(self, server: verify.Server, timeout: float):
+        self.server = server
         self.timeout = timeout
         self.ignore_eos = True
 
     def complete(self, model: str, prompt: str, max_tokens: int) -> StreamResult:
-        res = stream_completion(self.port, _completion_payload(model, prompt, max_tokens, self.ignore_eos),
+        res = stream_completion(self.server, _completion_payload(model, prompt, max_tokens, self.ignore_eos),
                                 self.timeout)
         if not res.ok and res.status == 400 and self.ignore_eos and "ignore_eos" in res.reason:
             # A server without vLLM's extra parameters: the same request without it.
             self.ignore_eos = False
-            res = stream_completion(self.port, _completion_payload(model, prompt, max_tokens, False), self.timeout)
+            res = stream_completion(self.server, _completion_payload(model, prompt, max_tokens, False), self.timeout)
         return res
 
 
-def probe(port: int, max_model_len: int, mode: str, server_pid: int, gpu_indices: list[int] | None = None,
+def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int, gpu_indices: list[int] | None = None,
           margin_tokens: int | None = None, *, max_tokens: int = MAX_TOKENS,
           request_timeout_s: float = REQUEST_TIMEOUT_S, small_timeout_s: float = SMALL_TIMEOUT_S,
           emit: Callable[..., None] | None = None) -> dict:
-    """Probe the server on 127.0.0.1:port at max_model_len; return the record (never raises for
+    """Probe the server (a client.FrontDoor, or a plain loopback port) at max_model_len; return the record (never raises for
     what the server does). mode: "quick" or "full" (see the module docstring).
 
     emit, if given, is called as emit("probe_request", role=..., prompt_tokens=...) before each
@@ -573,7 +570,7 @@ def probe(port: int, max_model_len: int, mode: str, server_pid: int, gpu_indices
     try:
         with PeakSampler(reader) as sampler:
             try:
-                _run_requests(record, port, budget, margin, max_tokens, mode, request_timeout_s, small_timeout_s, t0,
+                _run_requests(record, server, budget, margin, max_tokens, mode, request_timeout_s, small_timeout_s, t0,
                               emit or (lambda event, **data: None))
             finally:
                 peak = sampler.peak
@@ -587,16 +584,16 @@ def probe(port: int, max_model_len: int, mode: str, server_pid: int, gpu_indices
     return record
 
 
-def _run_requests(record: dict, port: int, budget: int, margin: int, max_tokens: int, mode: str,
+def _run_requests(record: dict, server: verify.Server, budget: int, margin: int, max_tokens: int, mode: str,
                   request_timeout_s: float, small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
-    session = _Session(port, request_timeout_s)
+    session = _Session(server, request_timeout_s)
     # A salt unique to this probe starts every prompt: vLLM's prefix cache would otherwise
     # answer a repeated prompt (an earlier probe's, or the first long one) without prefill.
     nonce = uuid.uuid4().hex[:8]
     try:
-        model = _model_id(port, small_timeout_s)
+        model = _model_id(server, small_timeout_s)
         record["model"] = model
-        count = tokenizer_of(port, model, small_timeout_s)
+        count = tokenizer_of(server, model, small_timeout_s)
         first = size_prompt(budget, margin, count, salt=f"autotune probe {nonce} 1")
     except ProbeFailure as exc:
         record["reason"] = str(exc)

@@ -16,6 +16,13 @@ A verified run leaves four files that start the same server the run verified:
 Each file says which autotune and vLLM versions verified it and when: the numbers are
 true for that vLLM, that driver and that machine, and age with them.
 
+No file holds a secret. A key, token or password of the command (`--api-key`, `--hf-token`,
+a token in a URL; see redact.py) is written as a reference to an environment variable that
+each file's consumer expands: `"${VLLM_API_KEY}"` in the shell line, `${VLLM_API_KEY}` in
+compose (from the environment or .env) and in the systemd unit (from its EnvironmentFile);
+vllm-config.yaml cannot expand one, so its usage line passes such options on the command
+line. Each file says which variables to set.
+
 Everything here except ``write_all`` is pure: a run record (run.json as a dict) in, text out.
 """
 
@@ -30,6 +37,7 @@ from autotune import __version__
 from autotune.store import artifact
 from autotune.vllm import servecmd
 from autotune.vllm.servecmd import VllmCommand
+from autotune.store import redact
 from autotune.store.redact import is_secret
 
 COMMAND = "command.sh"
@@ -62,12 +70,19 @@ class NotEmittable(Exception):
 # ---------------------------------------------------------------------------
 
 def final_argv(record: dict) -> list[str]:
+    """The verified command, each secret in it as a `${NAME}` reference (even in a record
+    written before autotune scrubbed its records)."""
     result = record.get("result") or {}
     argv = result.get("final_argv")
     if not argv:
         raise NotEmittable(f"run {record.get('run_id')} has no verified command "
                            f"(verdict: {result.get('verdict') or record.get('state', 'unknown')})")
-    return list(argv)
+    return redact.record_scrubber(record).obj([str(a) for a in argv])
+
+
+def secret_references(argv: list[str]) -> list[str]:
+    """The variables the command's `${NAME}` references need, in order."""
+    return list(dict.fromkeys(name for a in argv for name in redact.placeholders_in(a)))
 
 
 def parse_vllm_command(argv: list[str]) -> VllmCommand:
@@ -107,7 +122,23 @@ def shell_env(record: dict) -> dict[str, str]:
 
 
 def secret_names(record: dict) -> list[str]:
-    return [k for k in (record.get("environment") or {}) if is_secret(k)]
+    """Every variable the files expect the user to set: secrets of the environment, then the
+    references in the command."""
+    names = [k for k in (record.get("environment") or {}) if is_secret(k)]
+    try:
+        names += secret_references(final_argv(record))
+    except NotEmittable:
+        pass
+    return list(dict.fromkeys(names))
+
+
+def set_first_line(record: dict) -> list[str]:
+    """The comment that says which variables to set, when there are any."""
+    names = secret_names(record)
+    if not names:
+        return []
+    return [f"# set {', '.join(names)} in the environment first: autotune writes no secret down, "
+            "only a reference to it"]
 
 
 def cwd_of(record: dict) -> str | None:
@@ -137,13 +168,27 @@ def port_of(cmd: VllmCommand) -> int:
 # command.sh
 # ---------------------------------------------------------------------------
 
+def shell_word(arg: str) -> str:
+    """One word of command.sh: as shlex quotes it, except that a word holding a `${NAME}`
+    reference is double-quoted so the shell expands the reference (and nothing else)."""
+    if not redact.placeholders_in(arg):
+        return shlex.quote(arg)
+    parts = re.split(r"(\$\{[A-Z_][A-Z0-9_]*\})", arg)
+    escaped = "".join(part if redact.placeholders_in(part) else re.sub(r'(["\\$`])', r"\\\1", part)
+                      for part in parts)
+    return f'"{escaped}"'
+
+
 def command_line(record: dict) -> str:
     """The verified command as ONE shell line, environment first."""
-    return servecmd.one_line(final_argv(record), shell_env(record))
+    env = shell_env(record)
+    head = [f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in env.items()]
+    return " ".join(head + [shell_word(a) for a in final_argv(record)])
 
 
 def render_command(record: dict) -> str:
-    return f"# {provenance_line(record)}\n{command_line(record)}\n"
+    lines = [f"# {provenance_line(record)}", *set_first_line(record), command_line(record)]
+    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------
@@ -176,23 +221,33 @@ def render_yaml(record: dict) -> str:
         # vLLM reads one config file; its contents are not in the record, so they cannot be merged here.
         raise NotEmittable(f"the command already reads a config file (--config {cmd.option('config')}): "
                            "add --max-model-len to that file instead")
-    usage = shlex.join(cmd.launcher + ["--config", YAML])
+    # vLLM does not expand a variable in a config file: options with a secret go on the command line.
+    on_command_line = [(name, value) for name, value in cmd.options if _has_reference(value)]
+    options = [(name, value) for name, value in cmd.options if not _has_reference(value)]
+    secret_words = [w for name, value in on_command_line
+                    for w in ([f"--{name}"] + (value if isinstance(value, list) else [str(value)]))]
+    usage = " ".join([shlex.join(cmd.launcher + ["--config", YAML]), *map(shell_word, secret_words)])
     if cmd.launcher[-1:] != ["serve"]:
-        usage += f"   (or: vllm serve --config {YAML})"
-    lines = [f"# {provenance_line(record)}", f"# usage: {usage}"]
+        usage += f"   (or: vllm serve --config {YAML} ...)"
+    lines = [f"# {provenance_line(record)}", *set_first_line(record), f"# usage: {usage}"]
     env = shell_env(record)
     if env:
         lines.append("# environment it was verified with (a config file cannot set it): "
                      + " ".join(f"{k}={v}" for k, v in env.items()))
     if cmd.model is not None:
         lines.append(f"model: {yaml_scalar(cmd.model)}")
-    for name, value in cmd.options:
+    for name, value in options:
         if isinstance(value, list):
             lines.append(f"{name}:")
             lines.extend(f"  - {yaml_scalar(item)}" for item in value)
         else:
             lines.append(f"{name}: {yaml_scalar(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _has_reference(value: object) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return any(isinstance(v, str) and redact.placeholders_in(v) for v in values)
 
 
 # ---------------------------------------------------------------------------
@@ -225,8 +280,11 @@ def _gpu_names(record: dict, ids: list[str]) -> list[str]:
 
 
 def _compose_value(text: str) -> str:
-    # Compose interpolates $VAR in values: a literal $ is written $$.
-    return json.dumps(text.replace("$", "$$"), ensure_ascii=False)
+    # Compose interpolates $VAR in values: a literal $ is written $$, a secret's ${NAME} stays
+    # (compose fills it from the environment or .env).
+    parts = re.split(r"(\$\{[A-Z_][A-Z0-9_]*\})", text)
+    return json.dumps("".join(p if redact.placeholders_in(p) else p.replace("$", "$$") for p in parts),
+                      ensure_ascii=False)
 
 
 def render_compose(record: dict) -> str:
@@ -270,7 +328,7 @@ def render_compose(record: dict) -> str:
     if str(cmd.option("host") or "") in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"--host {cmd.option('host')} listens inside the container only: "
                      "drop it (vLLM's default listens on all addresses) for the published port to work")
-    out = [f"# {provenance_line(record)}",
+    out = [f"# {provenance_line(record)}", *set_first_line(record),
            "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)"]
     ids = pinned_gpus(record)
     gpus = (record.get("machine") or {}).get("gpus") or []
@@ -318,10 +376,14 @@ def systemd_word(arg: str) -> str:
     """One ExecStart word. Words are quoted exactly as in command.sh (shlex: bare, or in single
     quotes, which systemd also reads literally), so the two lines match; a word holding %, $,
     a backslash or a single quote gets systemd's own double-quoted form instead (% is a
-    specifier and $ an environment reference there, written %% and $$)."""
+    specifier and $ an environment reference there, written %% and $$). A secret's ${NAME}
+    stays a reference: systemd fills it from the unit's EnvironmentFile."""
     if not _SYSTEMD_SPECIAL.search(arg):
         return shlex.quote(arg)
-    escaped = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    parts = re.split(r"(\$\{[A-Z_][A-Z0-9_]*\})", arg)
+    escaped = "".join(p if redact.placeholders_in(p) else
+                      p.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+                      for p in parts)
     return f'"{escaped}"'
 
 
@@ -352,7 +414,7 @@ def render_systemd(record: dict) -> str:
     secrets = secret_names(record)
     if secrets:
         out.append(f"# put {', '.join(f'{s}=...' for s in secrets)} in /etc/default/vllm (mode 600): "
-                   "the unit reads it and no secret is written here")
+                   "the unit reads it (ExecStart's ${...} come from it) and no secret is written here")
     out += ["[Unit]",
             f"Description=vLLM serving {model} at --max-model-len "
             f"{fmt_int((record.get('result') or {}).get('ceiling'))} (verified by autotune)",
