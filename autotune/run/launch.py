@@ -28,6 +28,8 @@ from typing import Callable, Iterator, Sequence
 
 import psutil
 
+from autotune.store import redact
+
 MAX_LINE_BYTES = 1 << 20  # a line longer than 1 MiB is cut: the parser never needs more
 
 # The default staged stop: (signal, seconds to wait for the tree to exit after it).
@@ -197,7 +199,7 @@ class ServerProcess:
                 line = stream.readline(MAX_LINE_BYTES)
                 if not line:
                     break
-                self._log.write(line)
+                self._log.write(redact.scrub(line))  # the log on disk never holds a secret (redact.py)
                 self._log.flush()
                 self._lines.put(line)
         except (OSError, ValueError):
