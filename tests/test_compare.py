@@ -355,11 +355,12 @@ def prediction(ceiling, pool, error=None, device="cpu 23.54 GiB RAM"):
 @pytest.mark.parametrize("pred, target, start_at", [
     (None, 500_000, None),
     (prediction(600_000, 600_128), 500_000, None),  # the target is predicted to fit
-    (prediction(9_872, 10_000), 500_000, None),  # 1% of 10,000 tokens is under the 128-token slack
-    # precise prediction: the middle of the window [95,000 / 1.01, 94,872] = [94,059, 94,872]
-    (prediction(94_872, 95_000, error=10), 500_000, 94_466),
-    # vague prediction: aim above the predicted ceiling (a refusal costs less than a boot too low)
-    (prediction(94_872, 95_000, error=2_000), 500_000, 97_878),  # d = 406 - 2000² ln2 / 813
+    # a small pool is booted too: the window is 1% of the ceiling, the slack is read from the pool
+    (prediction(9_872, 10_000), 500_000, 9_832),  # 2 x the 0.2% prior (20 tokens) under
+    # precise prediction: 2 errors under it (the window [94,872 / 1.01, 94,872] is 939 wide)
+    (prediction(94_872, 95_000, error=10), 500_000, 94_852),
+    # vague prediction: the middle of the window, never above the prediction
+    (prediction(94_872, 95_000, error=2_000), 500_000, 94_402),
 ])
 def test_sweep_start_at(pred, target, start_at):
     got, why = cmp.sweep_start_at(pred, target, 0.01)
@@ -369,10 +370,19 @@ def test_sweep_start_at(pred, target, start_at):
 def test_sweep_start_at_uses_a_prior_when_the_runs_cannot_show_the_error():
     got, why = cmp.sweep_start_at(prediction(94_872, 95_000), 500_000, 0.01)
     assert "prediction error of 190 tokens" in why  # 0.2% of the pool on the CPU backend
-    assert 94_059 <= got <= 94_872  # inside the window: accepted at once
+    assert got == 94_872 - 380
     got, why = cmp.sweep_start_at(prediction(94_872, 95_000, device="NVIDIA H100 80GB HBM3 79.19 GiB"), 500_000, 0.01)
     assert "prediction error of 950 tokens" in why  # 1% on a GPU, whose profiling varies more
-    assert got > 94_872  # above the predicted ceiling: a miss is a refusal, not a third boot
+    assert 94_872 / 1.01 <= got < 94_872  # never above a prediction: a boot just above it is refused
+
+
+def test_a_sweep_aim_carries_the_slack_the_pool_is_read_with():
+    aim = cmp.sweep_aim(prediction(25_590, 26_358), 1_048_576, 0.01)
+    assert aim.slack_tokens == 768 and aim.start_at < 25_590
+    explicit = cmp.Prediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
+                              ceiling_is_upper_bound=False, basis="t", warnings=[], device="cpu", slack_tokens=768)
+    assert cmp.sweep_aim(explicit, 1_048_576, 0.01).slack_tokens == 768
+    assert cmp.sweep_aim(None, 1_048_576, 0.01) == cmp.SweepAim(None, "no prediction: booting the target")
 
 
 def tuned(outcomes, start_at, ceiling, target=500_000):
@@ -401,7 +411,7 @@ def test_a_boot_cut_short_by_an_interruption_is_used_but_not_held_against_the_pr
     ([(94_500, "verified", None)], 94_500, 94_500, 1, 1, "saved the boot at the target"),
     ([(95_000, "refused", 94_848), (94_848, "verified", None)], 95_000, 94_848, 2, 0, "was too high"),
     ([(90_000, "verified", None), (95_000, "refused", 94_848), (94_848, "verified", None)], 90_000, 94_848, 3, -1,
-     "more than 1% under its KV pool"),
+     "more than 1% under the ceiling its KV pool shows"),
     ([(4096, "verified", None)], None, 4096, 1, 0, "no prediction yet"),  # the target fits: 1 boot either way
 ])
 def test_sweep_point_outcome(outcomes, start_at, ceiling, boots, saved, note):

@@ -114,3 +114,33 @@ def test_a_failed_probe_stops_or_backs_off_ten_percent():
     assert next_step(T, [auto_failed], back_off=True, plan="auto").max_model_len == int(16256 * 0.9)
     ok_after = next_step(T, [failed, AttemptSummary(18000, VERIFIED, basis="back_off")], back_off=True)
     assert (ok_after.verdict, ok_after.ceiling) == ("verified", 18000)
+
+
+def test_with_the_groups_slack_a_predicted_boot_reads_the_ceiling_from_its_own_pool():
+    # The sweep: predicted 25,590, vLLM's ceiling 25,600 (pool 26,368, slack 768): accepted.
+    close = AttemptSummary(25_590, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
+    step = next_step(1_048_576, [close], slack=768)
+    assert (step.verdict, step.ceiling) == ("verified", 25_590) and "26,368" not in step.reason
+    assert "within 1% of the 25600 its KV pool shows" in step.reason
+    # Further below: the next boot is the pool less the slack, not just under the pool (refused).
+    low = AttemptSummary(24_000, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
+    step = next_step(1_048_576, [low], slack=768)
+    assert step == Launch(25_600, step.reason, "room") and "less vLLM's 768-token slack" in step.reason
+    there = AttemptSummary(25_600, VERIFIED, basis="room", kv_cache_tokens=26_368)
+    assert next_step(1_048_576, [low, there], slack=768).ceiling == 25_600
+    # capped at the target, bounded by --max-boots
+    assert next_step(25_000, [AttemptSummary(20_000, VERIFIED, basis="start_at", kv_cache_tokens=26_368)],
+                     slack=768).max_model_len == 25_000
+    assert next_step(1_048_576, [low], max_boots=1, slack=768).verdict == "verified"
+    # a boot at vLLM's own estimate is its ceiling whatever the pool says
+    est = AttemptSummary(25_600, VERIFIED, basis="ceiling", kv_cache_tokens=30_000)
+    assert next_step(1_048_576, [est], slack=768).ceiling == 25_600
+
+
+def test_a_sweep_lets_vllm_fit_where_it_serves_the_fit_and_boots_predictions_elsewhere():
+    from autotune.run.strategy import sweep_plan
+
+    assert sweep_plan("auto", "auto")[0] == "auto"
+    assert sweep_plan("auto", "auto_probe")[0] == "refusal"
+    assert sweep_plan("auto", None)[0] == "refusal"
+    assert sweep_plan("refusal", "auto")[0] == "refusal"

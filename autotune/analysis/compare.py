@@ -675,6 +675,7 @@ class Prediction:
     warnings: list[str]
     error_tokens: float | None = None  # the token line's residual spread (3 runs or more)
     device: str = ""  # the group's device label ("cpu ..." or a GPU)
+    slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
 
 
 def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
@@ -737,63 +738,73 @@ def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
                             "the ceiling is at most the KV token count")
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
-                      error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device)
+                      error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
+                      slack_tokens=None if upper else group.ceiling_slack_tokens)
 
 
 # ---- sweep planning -----------------------------------------------------------------------------
 
-# How a boot at a predicted length L ends (strategy.next_step): when L is above vLLM's own
-# estimate C, vLLM refuses it and its estimate verifies next (2 boots, as without a
-# prediction); when L verifies, it is accepted as the ceiling only if the boot's KV pool K has
-# no more than ROOM_TOLERANCE of room beyond it, L >= K / (1 + ROOM_TOLERANCE); below that the
-# loop boots again at K, which vLLM refuses, then at its estimate (3 boots). So one boot is
-# saved only inside the window [K / 1.01, C], about 1% of the pool wide less vLLM's slack.
+# How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
+# keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its
+# estimate verifies next (2 boots, as without a prediction); when L verifies, the boot's own pool K
+# says where the ceiling is, K - s, and L is accepted when within ROOM_TOLERANCE of it; further
+# below, the next boot is at K - s (2 boots). One boot is saved inside the window
+# [C / (1 + ROOM_TOLERANCE), C], whatever the size of the pool; both misses cost one boot more.
 #
-# With the prediction's error e ~ N(0, sigma) and the boot aimed d tokens under the predicted
-# ceiling, the expected boots are 3 - 2*Phi((W - d)/sigma) + Phi(-d/sigma) for a window W wide;
-# the best d solves phi(d/sigma) = 2*phi((W - d)/sigma):  d = W/2 - sigma^2 ln 2 / W.
-# A precise prediction aims at the middle of the window; a vague one aims above the predicted
-# ceiling, because a refusal (2 boots) is cheaper than a boot too low (3).
+# So the aim is never above the prediction (a good prediction is vLLM's ceiling, and a boot just
+# above it is a refusal): it sits d tokens under the predicted ceiling, where d = min(W/2, 2 sigma)
+# for a window W wide and a prediction error sigma: a precise prediction is booted almost as is
+# (refused with ~2% chance), a vague one at the middle of the window.
 #
 # The error of a prediction is the token line's residual spread where 3 or more runs show it;
 # from fewer runs it is not known, and a prior is used, as a fraction of the pool. On vLLM's CPU
-# backend our sweeps' predictions from one or two points were off by 26-85 tokens in pools of
-# 94,000-178,000 (under 0.05%); the prior is several times that. On GPUs the profiling of activation
-# memory varies between boots (vllm#54383 reports up to ~5%), so the prior is wider and the
-# aim moves above the predicted ceiling, where a miss is a refusal and not a third boot.
+# backend our sweeps' predictions from one or two points were off by 10-400 tokens in pools of
+# 25,000-178,000 (up to 0.4%, when the memory the node reports moved); the prior is 0.2%. On GPUs
+# the profiling of activation memory varies between boots (vllm#54383 reports up to ~5%): 1%.
 SWEEP_PRIOR_ERROR_FRACTION = {"cpu": 0.002, "gpu": 0.01}
+AIM_SIGMAS = 2.0  # how far under the predicted ceiling a boot aims, in prediction errors (at most W/2)
+
+
+@dataclass(frozen=True)
+class SweepAim:
+    start_at: int | None  # the first boot's length; None: the target
+    reason: str
+    slack_tokens: int | None = None  # for the tune: the ceiling a verified boot's pool shows is pool - slack
 
 
 def _phi_cdf(z: float) -> float:
     return 0.5 * (1 + math.erf(z / math.sqrt(2)))
 
 
-def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: float) -> tuple[int | None, str]:
-    """The length a sweep point boots first (None: the target), and why."""
+def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float) -> SweepAim:
+    """The length a sweep point boots first (None: the target), why, and the slack to read its pool with."""
     if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
-        return None, "no prediction: booting the target"
+        return SweepAim(None, "no prediction: booting the target")
     if prediction.ceiling_is_upper_bound:
-        return None, "no measured run was limited by KV, so the ceiling is not predicted: booting the target"
+        return SweepAim(None, "no measured run was limited by KV, so the ceiling is not predicted: booting the target")
     if prediction.ceiling >= target:
-        return None, f"the target {target:,} is predicted to fit: booting it"
-    pool = prediction.kv_cache_tokens
-    window = pool * room_tolerance / (1 + room_tolerance) - (pool - prediction.ceiling)
-    if window <= 0:
-        return None, (f"a {pool:,}-token pool leaves no window where a predicted boot is accepted at once "
-                      f"(1% of it is not more than vLLM's {pool - prediction.ceiling:,}-token slack): "
-                      f"booting the target")
+        return SweepAim(None, f"the target {target:,} is predicted to fit: booting it")
+    slack = prediction.slack_tokens if prediction.slack_tokens is not None else \
+        prediction.kv_cache_tokens - prediction.ceiling
+    window = prediction.ceiling * room_tolerance / (1 + room_tolerance)
     prior = SWEEP_PRIOR_ERROR_FRACTION["cpu" if prediction.device.startswith("cpu") else "gpu"]
-    sigma = prediction.error_tokens or prior * pool
-    below = window / 2 - sigma ** 2 * math.log(2) / window
-    aim = int(round(prediction.ceiling - below))
-    if aim <= 0 or aim >= target:
-        return None, f"the aim {aim:,} is not below the target: booting the target"
-    p_one = _phi_cdf((window - below) / sigma) - _phi_cdf(-below / sigma)
-    p_refused = _phi_cdf(-below / sigma)
-    where = f"{abs(below):,.0f} tokens {'under' if below >= 0 else 'over'} the predicted ceiling {prediction.ceiling:,}"
-    return aim, (f"{where}: a boot in the {window:,.0f}-token window under vLLM's estimate is accepted at once "
-                 f"(~{p_one:.0%} with a prediction error of {sigma:,.0f} tokens); above it vLLM refuses "
-                 f"(2 boots, ~{p_refused:.0%}), below it costs a third boot")
+    sigma = prediction.error_tokens or prior * prediction.kv_cache_tokens
+    below = min(window / 2, AIM_SIGMAS * sigma)
+    aim = int(prediction.ceiling - below)
+    if aim <= 0:
+        return SweepAim(None, f"the aim {aim:,} is not a length: booting the target")
+    p_one = _phi_cdf((window - below) / sigma) - _phi_cdf(-below / sigma) if sigma > 0 else 1.0
+    p_refused = _phi_cdf(-below / sigma) if sigma > 0 else 0.0
+    return SweepAim(aim, (f"{below:,.0f} tokens under the predicted ceiling {prediction.ceiling:,}: a boot within "
+                          f"{room_tolerance:.0%} under vLLM's ceiling is accepted at once (~{p_one:.0%} with a "
+                          f"prediction error of {sigma:,.0f} tokens); above it vLLM refuses (~{p_refused:.0%}), "
+                          f"further below its pool less the {slack:,}-token slack is booted next"), slack)
+
+
+def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: float) -> tuple[int | None, str]:
+    """The length a sweep point boots first (None: the target), and why (see sweep_aim)."""
+    aim = sweep_aim(prediction, target, room_tolerance)
+    return aim.start_at, aim.reason
 
 
 def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
@@ -826,7 +837,7 @@ def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
                 + "; no boot saved")
     elif first.get("outcome") == "verified":
         note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat more than 1% "
-                f"under its KV pool: booted again higher; no boot saved")
+                f"under the ceiling its KV pool shows: booted again higher; no boot saved")
     else:
         note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.get('outcome')}"
     outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,

@@ -15,7 +15,10 @@ Three plans, chosen from the installed vLLM version (vllminfo.auto_fit_mode):
 A first boot may also start at a predicted length instead of the target (a sweep's
 prediction). A verified boot below the target proves a ceiling only if it came from
 vLLM's own number; a predicted one is accepted only when the boot's KV capacity shows
-no room beyond it (within ROOM_TOLERANCE), otherwise the next boot goes higher.
+no room beyond it (within ROOM_TOLERANCE), otherwise the next boot goes higher. Where the
+slack vLLM keeps between its pool and its ceiling is known (a sweep's group showed it), the
+room is read against pool - slack and the next boot is exactly there; without it, just under
+the pool (which vLLM then refuses with its own estimate: one boot more).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ _HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the G
 
 
 def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, plan: str = "refusal",
-              start_at: int | None = None, back_off: bool = False) -> Launch | Stop:
+              start_at: int | None = None, back_off: bool = False, slack: int | None = None) -> Launch | Stop:
     if not attempts:
         if plan in ("auto", "auto_probe"):
             return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
@@ -94,16 +97,10 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         length = int(last.max_model_len)
         if length >= target:
             return Stop("verified", target, "the target itself boots")
-        if last.basis in ("start_at", "room") and last.kv_cache_tokens is not None \
-                and last.kv_cache_tokens > length * (1 + ROOM_TOLERANCE):
-            if n >= max_boots:
-                return Stop("verified", length, f"{length} boots; the KV capacity ({last.kv_cache_tokens}) shows "
-                                                f"room for more, but --max-boots is reached")
-            # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
-            # the pool itself would always be refused (one more boot to reach the estimate).
-            aim = int(last.kv_cache_tokens / (1 + ROOM_TOLERANCE / 2))
-            return Launch(min(target, aim),
-                          f"boot {boot} at {length} showed KV room for {last.kv_cache_tokens} tokens", "room")
+        if last.basis in ("start_at", "room") and last.kv_cache_tokens is not None:
+            room = _room_step(target, last, length, boot, n, max_boots, slack)
+            if room is not None:
+                return room
         return Stop("verified", length,
                     f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})")
     if last.outcome == AUTOFIT_READ:
@@ -146,3 +143,46 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
                       "ceiling")
     return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")
+
+
+def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int, max_boots: int,
+               slack: int | None) -> Launch | Stop | None:
+    """A predicted (or room) boot verified: does its KV pool show room beyond it? None: no room."""
+    pool = int(last.kv_cache_tokens)
+    if slack is not None:
+        fits = pool - slack  # the ceiling this boot's own pool shows, with the slack the group showed
+        if length * (1 + ROOM_TOLERANCE) >= fits:
+            return Stop("verified", length,
+                        f"{length} boots and is within {ROOM_TOLERANCE:.0%} of the {fits} its KV pool shows "
+                        f"({pool} tokens less vLLM's {slack}-token slack; {length - target:+d} against the target)")
+        if n >= max_boots:
+            return Stop("verified", length, f"{length} boots; its KV pool ({pool}) shows room for {fits}, "
+                                            f"but --max-boots is reached")
+        return Launch(min(target, fits), f"boot {boot} at {length} showed a pool of {pool} tokens: less vLLM's "
+                                         f"{slack}-token slack, {fits} fits", "room")
+    if pool <= length * (1 + ROOM_TOLERANCE):
+        return None
+    if n >= max_boots:
+        return Stop("verified", length, f"{length} boots; the KV capacity ({pool}) shows "
+                                        f"room for more, but --max-boots is reached")
+    # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
+    # the pool itself would always be refused (one more boot to reach the estimate).
+    aim = int(pool / (1 + ROOM_TOLERANCE / 2))
+    return Launch(min(target, aim), f"boot {boot} at {length} showed KV room for {pool} tokens", "room")
+
+
+def sweep_plan(requested: str, auto_fit: str | None) -> tuple[str, str]:
+    """The strategy a sweep tunes its values with, and why (auto_fit: versions.auto_fit_mode).
+
+    vLLM that serves an auto-fitted length does each value in one boot, which no prediction
+    beats. One that only reports it (auto_probe) takes two boots a value, while a prediction from
+    the values before boots a value in one: there, and without auto-fit, the refusal path.
+    """
+    if requested == "refusal":
+        return "refusal", "--strategy refusal: each value boots the prediction from the values before it"
+    if auto_fit == "auto":
+        return "auto", "this vLLM fits each value's length itself (--max-model-len auto): one boot per value"
+    if auto_fit == "auto_probe":
+        return "refusal", ("this vLLM reports a fitted length but does not serve it (two boots per value): "
+                           "the refusal path, booting predictions, takes fewer")
+    return "refusal", "this vLLM cannot fit a length itself: the refusal path, booting predictions"
