@@ -83,7 +83,7 @@ def test_a_401_is_the_front_door_never_the_length(argv, env, says):
         ok, reason, evidence = verify.check_serving(door_of(argv, env, server.port), 4096)
     assert not ok and says in reason and "does not serve" not in reason
     assert evidence["front_door"]["kind"] == "api_key"
-    assert "--api-key` in the serve command, then VLLM_API_KEY" in reason
+    assert "--api-key` in the serve command and its --config file, then VLLM_API_KEY" in reason
     assert "sk-wrong-key-999" not in reason and KEY not in reason + evidence["front_door"]["fix"]
 
 
@@ -134,3 +134,15 @@ def test_the_probe_goes_through_the_same_front_door(cert):
     assert rec["ok"], rec["reason"]
     assert rec["model"] == "front-door-model" and 2048 - 4 - rec["margin_tokens"] <= rec["prompt_tokens"] <= 2044
     assert KEY not in str(rec)
+
+
+def test_the_front_door_may_be_set_in_the_config_file(tmp_path):
+    (tmp_path / "serve.yaml").write_text("api-key: sk-in-config-123\nssl_keyfile: k.pem\nssl-certfile: c.pem\n"
+                                         "root-path: /api\n")
+    argv = ["vllm", "serve", "m", "--config", "serve.yaml"]
+    door = client.front_door(argv, {}, 8000, config=client.config_options(argv, str(tmp_path)))
+    assert (door.api_key, door.key_source, door.base_url) == ("sk-in-config-123", "api-key in the --config file",
+                                                             "https://127.0.0.1:8000/api")
+    # the command line wins over the file, as in vLLM
+    door = client.front_door([*argv, "--api-key", "sk-cli"], {}, 8000, config=client.config_options(argv, str(tmp_path)))
+    assert door.key_source == "--api-key"

@@ -39,7 +39,7 @@ def test_scrubbed_records_hold_references_and_resolve_back():
 
 
 def test_a_recorded_command_without_its_secret_in_the_environment_says_what_to_set():
-    with pytest.raises(redact.MissingSecret, match="set VLLM_API_KEY"):
+    with pytest.raises(redact.MissingSecret, match="takes VLLM_API_KEY from the environment"):
         redact.resolve_argv(["vllm", "serve", "m", "--api-key", "${VLLM_API_KEY}"], {})
     # a ${NAME} the user typed that is not a secret's stays as typed
     assert redact.resolve_argv(["echo", "${HOME}"], {"HOME": "/root"}) == ["echo", "${HOME}"]
@@ -64,3 +64,12 @@ def test_old_records_are_masked_from_their_own_commands():
                          "log_tail": ["api_key: sk-old-record-1"]}]}
     shown = redact.record_scrubber(old).obj(old)
     assert "sk-old-record-1" not in json.dumps(shown)
+
+
+def test_secrets_in_assignments_and_in_vllms_non_default_args_line():
+    assert redact.find_secrets(["env", "VLLM_API_KEY=sk-assigned-001", "vllm", "serve", "m"]) == \
+        {"sk-assigned-001": "VLLM_API_KEY"}
+    line = (b"(APIServer pid=7) INFO 11-30 12:00:00 [utils.py:1] non-default args: {'model_tag': 'm', "
+            b"'api_key': ['sk-from-a-wrapper-77'], 'port': 8000}\n")
+    assert redact.scrub_log_line(line) == line.replace(b"sk-from-a-wrapper-77", b"${VLLM_API_KEY}")
+    assert redact.scrub("later: sk-from-a-wrapper-77") == "later: ${VLLM_API_KEY}"  # learned for good

@@ -1,7 +1,7 @@
 """The one HTTP client for the server autotune started: health checks, /v1/models, the probe.
 
-A production serve command changes the server's front door: `--api-key` (or VLLM_API_KEY
-in its environment) guards /v1/* with a Bearer key, `--ssl-keyfile/--ssl-certfile` make it
+A production serve command changes the server's front door (on its command line or in its
+`--config` YAML): `--api-key` (or VLLM_API_KEY in its environment) guards /v1/* with a Bearer key, `--ssl-keyfile/--ssl-certfile` make it
 speak https, `--root-path` is the prefix a proxy strips, `--uds` puts it on a unix socket
 instead of a port, `--host` picks the address it listens on. `front_door` reads all of that
 from the serve command and its environment (pure); `ServerClient` talks to it with httpx.
@@ -81,9 +81,32 @@ class FrontDoor:
         return out
 
 
-def _option(argv: Sequence[str], flag: str) -> str | None:
+def config_options(argv: Sequence[str], cwd: str | None = None) -> dict[str, object]:
+    """The options in the serve command's `--config FILE` (vLLM's YAML of long option names),
+    or {} when there is none or it cannot be read (then only the command line counts)."""
+    path = servecmd.flag_value(argv, "--config")
+    if not path:
+        return {}
+    try:
+        import yaml
+
+        data = yaml.safe_load((Path(cwd or ".") / path).read_text())
+    except (ImportError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k).replace("_", "-"): v for k, v in data.items()}
+
+
+def _lookup(argv: Sequence[str], config: Mapping[str, object], flag: str) -> str | None:
+    """An option's value: the command line's, else the config file's (vLLM: the command line wins)."""
     value = servecmd.flag_value(argv, flag)
-    return value if value else None
+    if value:
+        return value
+    value = config.get(flag[2:])
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return str(value) if value not in (None, "", False) else None
 
 
 def connect_host(listen_host: str | None, local_addresses: Sequence[str] = ()) -> str:
@@ -108,26 +131,39 @@ def connect_host(listen_host: str | None, local_addresses: Sequence[str] = ()) -
 
 
 def front_door(argv: Sequence[str], env: Mapping[str, str], port: int | None,
-               local_addresses: Sequence[str] = ()) -> FrontDoor:
+               local_addresses: Sequence[str] = (), config: Mapping[str, object] | None = None) -> FrontDoor:
     """The front door of the server `argv` starts with environment `env` on `port` (pure).
 
-    The key: `--api-key` wins over VLLM_API_KEY, as in vLLM. TLS: vLLM serves https only
-    when both --ssl-keyfile and --ssl-certfile are given.
+    config: the options of the command's --config file (config_options), read after the
+    command line's own. The key: `--api-key` wins over VLLM_API_KEY, as in vLLM. TLS: vLLM
+    serves https only when both --ssl-keyfile and --ssl-certfile are given.
     """
-    key_flag = _option(argv, "--api-key")
-    api_key, source = (key_flag, "--api-key") if key_flag else (env.get(API_KEY_ENV) or None, API_KEY_ENV)
-    certfile = _option(argv, "--ssl-certfile")
-    tls = bool(certfile and _option(argv, "--ssl-keyfile"))
-    root = (_option(argv, "--root-path") or "").rstrip("/")
+    config = config or {}
+
+    def option(flag: str) -> str | None:
+        return _lookup(argv, config, flag)
+
+    key_flag = option("--api-key")
+    in_config = key_flag is not None and not servecmd.flag_value(argv, "--api-key")
+    key_source = "api-key in the --config file" if in_config else "--api-key"
+    api_key, source = (key_flag, key_source) if key_flag else (env.get(API_KEY_ENV) or None, API_KEY_ENV)
+    certfile = option("--ssl-certfile")
+    tls = bool(certfile and option("--ssl-keyfile"))
+    root = (option("--root-path") or "").rstrip("/")
     if root and not root.startswith("/"):
         root = "/" + root
-    listen_host = _option(argv, "--host")
-    uds = _option(argv, "--uds")
+    listen_host = option("--host")
+    uds = option("--uds")
     return FrontDoor(port=port, scheme="https" if tls else "http",
                      host=LOOPBACK if uds else connect_host(listen_host, local_addresses),
                      root_path=root, uds=uds, api_key=api_key, key_source=source if api_key else None,
-                     ca_certs=_option(argv, "--ssl-ca-certs") if tls else None, certfile=certfile if tls else None,
+                     ca_certs=option("--ssl-ca-certs") if tls else None, certfile=certfile if tls else None,
                      listen_host=listen_host)
+
+
+def front_door_of(argv: Sequence[str], env: Mapping[str, str], port: int | None, cwd: str | None = None) -> FrontDoor:
+    """front_door for a command about to boot here: its --config file read, this machine's addresses known."""
+    return front_door(argv, env, port, local_addresses(), config_options(argv, cwd))
 
 
 def local_addresses() -> list[str]:

@@ -199,7 +199,7 @@ class ServerProcess:
                 line = stream.readline(MAX_LINE_BYTES)
                 if not line:
                     break
-                self._log.write(redact.scrub(line))  # the log on disk never holds a secret (redact.py)
+                self._log.write(redact.scrub_log_line(line))  # the log on disk never holds a secret (redact.py)
                 self._log.flush()
                 self._lines.put(line)
         except (OSError, ValueError):

@@ -96,13 +96,13 @@ def base_url(server: FrontDoor | int) -> str:
 
 def key_diagnosis(door: FrontDoor, status: int, path: str) -> FrontDoorRefused:
     """What a 401/403 means, given where autotune looked for a key."""
-    looked = (f"`--api-key` in the serve command, then {client_mod.API_KEY_ENV} in the environment "
-              "autotune gives vLLM")
+    looked = (f"`--api-key` in the serve command and its --config file, then {client_mod.API_KEY_ENV} in the "
+              "environment autotune gives vLLM")
     if door.key_source:
         cause = (f"GET {path} answered {status}: the server refused the API key autotune sent "
                  f"(taken from {door.key_source}; it looked in {looked})")
         fix = ("the server checks a different key than the one in the serve command: if the key is set "
-               "somewhere autotune does not read (a --config file, `docker run -e`, an `env` prefix), "
+               "somewhere autotune does not read (a wrapper script, a secrets file, `docker run -e`), "
                "give it as --api-key or VLLM_API_KEY instead")
     else:
         cause = (f"GET {path} answered {status}: the server wants an API key and autotune found none "
@@ -121,7 +121,8 @@ def tls_diagnosis(door: FrontDoor, path: str, exc: BaseException) -> FrontDoorRe
     else:
         cause = (f"GET {path}: the server on {door.where} speaks https, but the serve command autotune read "
                  f"has no --ssl-keyfile/--ssl-certfile ({detail})")
-        fix = "give the TLS options on the serve command itself (not only in a --config file) so autotune speaks https"
+        fix = ("give --ssl-keyfile/--ssl-certfile on the serve command or in its --config file (not in a wrapper "
+               "script autotune cannot read) so autotune speaks https")
     return FrontDoorRefused(cause, "tls", fix)
 
 

@@ -32,6 +32,7 @@ _SECRET_OPTION = re.compile(r"(?:^|-)(?:token|secret|password|passwd|api-key|acc
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^/:@\s]*):(?P<secret>[^/@\s]+)@", re.I)
 _URL_PARAM = re.compile(r"[?&](?P<name>[a-z_-]*(?:token|key|secret|password|sig|signature))=(?P<secret>[^&#\s]+)",
                         re.I)
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 _PLACEHOLDER = re.compile(r"\$\{([A-Z_][A-Z0-9_]*)\}")
 # Shorter values are replaced only where they are a whole argv word or environment value:
 # replacing every "abc" in a log would wreck it and protect little.
@@ -103,11 +104,31 @@ def find_secrets(argv: Sequence[str], env: Mapping[str, str] | None = None) -> d
             for n, value in enumerate(values):
                 if value and not placeholders_in(value):
                     found[value] = env_name if n == 0 else f"{env_name}_{n + 1}"
+        elif _ASSIGNMENT.fullmatch(token) and is_secret(token.partition("=")[0]):
+            # `env VLLM_API_KEY=... vllm serve`, `docker run -e HF_TOKEN=...`
+            name, _, value = token.partition("=")
+            if value and not placeholders_in(value):
+                found[value] = name
         else:
-            stem = (option.lstrip("-").upper().replace("-", "_") if eq else "URL") or "URL"
-            found.update(_url_secrets(inline if eq else token, stem if eq else "URL"))
+            found.update(_url_secrets(inline if eq else token, "URL"))
         i += 1
     return found
+
+
+# vLLM's "non-default args: {...}" line, the one place it prints its options' values.
+_LOGGED_SECRET = re.compile(r"'(?P<name>[a-z_]*(?:api_key|token|secret|password))': "
+                            r"(?P<value>\[[^\]]*\]|'[^']*')")
+
+
+def learn_from_log(text: str) -> None:
+    """Remember the secrets vLLM prints in its non-default args (a key autotune could not
+    find in the command, such as one a wrapper script adds), so they are scrubbed too."""
+    if "non-default args" not in text:
+        return
+    for match in _LOGGED_SECRET.finditer(text):
+        env_name = secret_option_env(match.group("name").replace("_", "-")) or match.group("name").upper()
+        values = re.findall(r"'([^']*)'", match.group("value"))
+        _SEEN.add({v: (env_name if n == 0 else f"{env_name}_{n + 1}") for n, v in enumerate(values) if v})
 
 
 class Scrubber:
@@ -163,11 +184,24 @@ def remember(argv: Sequence[str], env: Mapping[str, str] | None = None) -> dict[
     return found
 
 
+def remember_secret(value: str | None, name: str) -> None:
+    """Note one secret found elsewhere (a key in the command's --config file)."""
+    if value and not placeholders_in(value):
+        _SEEN.add({value: name})
+
+
 def scrub(value):
     """value (text, bytes or a record) with every remembered secret replaced by `${NAME}`."""
     if isinstance(value, bytes):
         return _SEEN.bytes(value)
     return _SEEN.obj(value)
+
+
+def scrub_log_line(line: bytes) -> bytes:
+    """A line of vLLM's output as it may be written: secrets it reveals learned, all scrubbed."""
+    if b"non-default args" in line:
+        learn_from_log(line.decode("utf-8", "replace"))
+    return _SEEN.bytes(line)
 
 
 def scrubbing(emit):
