@@ -29,6 +29,7 @@ class ExitCode(IntEnum):
     NO_CEILING = 6  # refused and no ceiling could be read or computed; or nothing fits; or --max-boots spent
     REGRESSION = 7  # reproduce: less KV, fewer tokens or a lower ceiling than recorded, beyond tolerance
     PREFLIGHT = 8  # tune: a preflight check refused the boot before it started (nothing booted)
+    FRONT_DOOR = 9  # tune: the server booted but turned autotune away: an API key it wants, TLS that does not match
     INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
 
 
@@ -41,6 +42,7 @@ VERDICT_EXIT = {
     "refused_no_ceiling": ExitCode.NO_CEILING,
     "nothing_fits": ExitCode.NO_CEILING,
     "max_boots": ExitCode.NO_CEILING,
+    "front_door": ExitCode.FRONT_DOOR,
 }
 
 # Exceptions that mean bad input: the message is printed as "Error: ..." and the exit code is 1.

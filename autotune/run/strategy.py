@@ -29,6 +29,7 @@ from dataclasses import dataclass
 VERIFIED = "verified"  # healthy and /v1/models reports the asked length
 NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
 PROBE_FAILED = "probe_failed"  # healthy and serving the length, but a near-ceiling request failed
+FRONT_DOOR = "front_door"  # healthy, but its front door turned autotune away (a key it wants, TLS): verify.py
 REFUSED = "refused"  # vLLM's KV-cache refusal
 AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
 ERROR = "error"  # another fatal failure (see error_kind)
@@ -123,6 +124,9 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
                                           f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
     if last.outcome == NOT_VERIFIED:
         return Stop("not_verified", None, "the server booted but does not serve the length asked for")
+    if last.outcome == FRONT_DOOR:
+        return Stop("front_door", None, f"the server booted at {last.max_model_len}, but its front door turned "
+                                        "autotune away (see the diagnosis)")
     if last.outcome == HUNG:
         return Stop("hung", None, f"the boot at {last.max_model_len} stopped producing output")
     if last.outcome == INTERRUPTED:
