@@ -122,13 +122,16 @@ _LOGGED_SECRET = re.compile(r"'(?P<name>[a-z_]*(?:api_key|token|secret|password)
 
 def learn_from_log(text: str) -> None:
     """Remember the secrets vLLM prints in its non-default args (a key autotune could not
-    find in the command, such as one a wrapper script adds), so they are scrubbed too."""
+    find in the command, such as one a wrapper script adds), so they are scrubbed too.
+    (vLLM 0.32 masks --api-key there itself; older versions and other secret options do not.)"""
     if "non-default args" not in text:
         return
     for match in _LOGGED_SECRET.finditer(text):
         env_name = secret_option_env(match.group("name").replace("_", "-")) or match.group("name").upper()
         values = re.findall(r"'([^']*)'", match.group("value"))
-        _SEEN.add({v: (env_name if n == 0 else f"{env_name}_{n + 1}") for n, v in enumerate(values) if v})
+        # vLLM 0.32 prints the key masked ('***'): a mask is not a secret
+        _SEEN.add({v: (env_name if n == 0 else f"{env_name}_{n + 1}") for n, v in enumerate(values)
+                   if v and set(v) != {"*"}})
 
 
 class Scrubber:
