@@ -15,7 +15,9 @@ import click
 from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
 from autotune.run.signals import Interrupted
+from autotune.run.client import FrontDoorError
 from autotune.store.artifact import ArtifactError
+from autotune.store.redact import MissingSecret
 
 
 class ExitCode(IntEnum):
@@ -46,7 +48,7 @@ VERDICT_EXIT = {
 }
 
 # Exceptions that mean bad input: the message is printed as "Error: ..." and the exit code is 1.
-INPUT_ERRORS = (ArtifactError, GpuSelectorError)
+INPUT_ERRORS = (ArtifactError, GpuSelectorError, FrontDoorError, MissingSecret)
 
 PREFLIGHT_REFUSED = "Not booting: a preflight check says this cannot work (--force boots anyway)."
 
