@@ -8,6 +8,7 @@ import click
 
 from autotune.store import artifact
 from autotune.store import sweeps
+from autotune.store.record import RunRecord
 
 
 def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
@@ -40,9 +41,11 @@ def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[dict]:
         raise click.ClickException(str(exc))
 
 
-def load_one(ref: str, runs_dir: Path) -> dict:
-    """The record of the run a RUN argument names (a folder, an id, `latest`); bad input exits 1."""
+def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
+    """The folder and record of the run a RUN argument names (a folder, an id, `latest`);
+    bad input exits 1."""
     try:
-        return artifact.load_run(artifact.resolve_run(ref, runs_dir))
+        folder = artifact.resolve_run(ref, runs_dir)
+        return folder, artifact.load(folder)
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))

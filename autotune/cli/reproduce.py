@@ -55,7 +55,7 @@ def reproduce_cmd(run, runs_dir, stall_timeout, json_, quiet):
     from autotune.run import tune as tune_mod
     from autotune.store.redact import MASK
 
-    old = load_one(run, runs_dir)
+    old = load_one(run, runs_dir)[1].to_dict()  # compare.py reads the JSON form
     result = old.get("result") or {}
     final_argv = result.get("final_argv")
     if not result.get("verified") or not final_argv or not result.get("ceiling"):

@@ -39,8 +39,8 @@ def show(run, runs_dir, json_, emit_kind):
     """
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
-    record = load_one(run, runs_dir)
-    folder = record.pop("_dir", None)
+    folder, run_record = load_one(run, runs_dir)
+    record = run_record.to_dict()  # the JSON form: printed, and rendered into the paste-ready files
     if json_:
         click.echo(json.dumps(record, indent=2, ensure_ascii=False))
         return

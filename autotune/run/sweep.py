@@ -16,10 +16,14 @@ from typing import Callable
 from autotune import __version__
 from autotune.store import artifact
 from autotune.store import cleanup
+from autotune.store.record import RunRecord
 from autotune.analysis import compare as cmp
 from autotune.vllm import servecmd
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
+from autotune.run.errors import PreflightFailed
+from autotune.run.options import Emit
+from autotune.run.signals import Interrupted, interruptible
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
 
 Say = Callable[[str], None]
@@ -63,7 +67,7 @@ def options_of(sweep: dict) -> SweepOptions:
     return SweepOptions(**known)
 
 
-def resume(sweep_dir: Path, runs_dir: Path, progress: tune_mod.Emit, say: Say, warn: Say):
+def resume(sweep_dir: Path, runs_dir: Path, progress: Emit, say: Say, warn: Say):
     """Continue an interrupted sweep; see run()."""
     tune_mod.clean_leftovers(Path(runs_dir), progress)  # a SIGKILLed sweep becomes interrupted here
     sweep = load(sweep_dir)
@@ -77,10 +81,10 @@ def resume(sweep_dir: Path, runs_dir: Path, progress: tune_mod.Emit, say: Say, w
     return run(Path(sweep_dir), sweep, Path(runs_dir), progress, say, warn)
 
 
-def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, say: Say, warn: Say):
+def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, warn: Say):
     """Tune every value not finished yet; return (sweep, member run records, compare report).
 
-    Raises tune.Interrupted after marking the sweep interrupted (the member run is marked
+    Raises Interrupted after marking the sweep interrupted (the member run is marked
     by tune itself); a value that fails or is refused by preflight does not stop the others.
     """
     opts = options_of(sweep)
@@ -92,7 +96,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, s
     records = _finished_records(sweep, runs_dir, warn)
     members = _members(runs_dir, sweep["sweep_id"])
     try:
-        with tune_mod.interruptible():
+        with interruptible():
             for i, gmu in enumerate(values, 1):
                 if i <= len(sweep["points"]):
                     continue  # finished before an interruption: kept as it is
@@ -110,7 +114,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, s
                             start_at=start_at, kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
                             force=opts.force, allow_risky_gmu=opts.allow_risky_gmu,
                             links={"sweep_id": sweep["sweep_id"], "sweep_index": i}), progress)
-                except tune_mod.PreflightFailed as exc:
+                except PreflightFailed as exc:
                     warn(f"sweep {i}/{n}: gmu {gmu:g}: not booted: a preflight check says it cannot work "
                          "(--force boots anyway)")
                     for problem in exc.problems:
@@ -135,7 +139,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: tune_mod.Emit, s
                 say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"
                     + (f" at {result['ceiling']:,}" if result.get("ceiling") else "")
                     + f" in {outcome['boots']} boot(s): {outcome['note']}")
-    except tune_mod.Interrupted as exc:
+    except Interrupted as exc:
         mark_interrupted(sweep_dir, sweep, f"autotune got {exc}")
         raise
 
@@ -160,8 +164,8 @@ def _say_plan(say: Say, i: int, n: int, gmu: float, prediction, start_at, aim: s
     say(f"sweep {i}/{n}: " + (f"booting {start_at:,} first: {aim}" if start_at else aim))
 
 
-def _continue_member(member: tuple[Path, dict], i: int, n: int, gmu: float, start_at, aim: str,
-                     progress: tune_mod.Emit, say: Say):
+def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float, start_at, aim: str,
+                     progress: Emit, say: Say):
     """The value whose run was interrupted: resume that run (or take it, if it finished just
     before the sweep could record it). Its own start_at stands: it was booted with it."""
     run_dir, record = member
@@ -169,16 +173,16 @@ def _continue_member(member: tuple[Path, dict], i: int, n: int, gmu: float, star
     aim = aim if start_at is None else f"{aim} (as booted before the interruption)"
     if record.get("state") == "finished":
         say(f"sweep {i}/{n}: gmu {gmu:g}: run {run_dir.name} had finished; taken as it is")
-        return record, start_at, aim
+        return record.to_dict(), start_at, aim
     say(f"sweep {i}/{n}: gmu {gmu:g}: resuming run {run_dir.name}")
     return tune_mod.resume(run_dir, progress), start_at, aim
 
 
-def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, dict]]:
+def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, RunRecord]]:
     """Each value's newest member run that is interrupted or finished (by sweep_index)."""
     found: dict[int, tuple[Path, dict]] = {}
     for run_dir, record in artifact.linked_runs(runs_dir, "sweep_id", sweep_id):
-        index = record["links"].get("sweep_index")
+        index = record.link("sweep_index")
         if isinstance(index, int) and index not in found and record.get("state") in ("interrupted", "finished"):
             found[index] = (run_dir, record)
     return found
@@ -195,7 +199,6 @@ def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
         except artifact.ArtifactError as exc:
             warn(f"Warning: the run of gmu {point['gmu']:g} cannot be read ({exc}); it is left out of the fit")
             continue
-        record.pop("_dir", None)
         records.append(record)
     return records
 

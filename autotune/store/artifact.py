@@ -14,9 +14,11 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from autotune import __version__
+from autotune.store import redact
+from autotune.store.record import RunRecord
 from autotune.vllm.servecmd import model_slug
 
 SCHEMA_VERSION = 1
@@ -60,6 +62,7 @@ def create_run_dir(runs_dir: Path, model: str | None) -> Path:
 
 def write_atomic(path: Path, text: str) -> None:
     path = Path(path)
+    text = redact.scrub(text)  # a secret autotune has seen is never written (redact.py)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -108,11 +111,12 @@ def schema_version_of(record: object, source: str, newest: int, what: str) -> in
     return version
 
 
-def save_run(run_dir: Path, record: dict) -> None:
-    record = dict(record)
-    record["schema_version"] = SCHEMA_VERSION
-    record.setdefault("autotune_version", __version__)
-    write_json(Path(run_dir) / RUN_FILE, record)
+def save_run(run_dir: Path, record: RunRecord | Mapping) -> None:
+    """Write run.json (atomically), stamped with the schema version and autotune's version."""
+    data = record.to_dict() if isinstance(record, RunRecord) else dict(record)
+    data["schema_version"] = SCHEMA_VERSION
+    data.setdefault("autotune_version", __version__)
+    write_json(Path(run_dir) / RUN_FILE, data)
 
 
 def migrate(record: dict, source: str = "run.json") -> dict:
@@ -127,14 +131,18 @@ def migrate(record: dict, source: str = "run.json") -> dict:
     return record
 
 
-def load_run(run_dir: Path) -> dict:
+def load(run_dir: Path) -> RunRecord:
+    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it."""
     path = Path(run_dir) / RUN_FILE
     record = read_json(path, missing=f"no such file (is {run_dir} a run folder?)")
     if not isinstance(record, dict):
         raise ArtifactError(f"{path}: not a JSON object")
-    record = migrate(record, str(path))
-    record["_dir"] = str(Path(run_dir))
-    return record
+    return RunRecord.from_dict(migrate(record, str(path)))
+
+
+def load_run(run_dir: Path) -> dict:
+    """run.json as plain JSON (for code that takes the JSON form: compare, emit, --json)."""
+    return load(run_dir).to_dict()
 
 
 def list_runs(runs_dir: Path) -> list[Path]:
@@ -145,18 +153,16 @@ def list_runs(runs_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name, reverse=True)
 
 
-def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, dict]]:
+def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:
     """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
     steps), newest first. Unreadable run files are skipped: they belong to nothing."""
     found = []
     for run_dir in list_runs(runs_dir):
         try:
-            record = load_run(run_dir)
+            record = load(run_dir)
         except ArtifactError:
             continue
-        links = record.get("links")
-        if isinstance(links, dict) and links.get(key) == value:
-            record.pop("_dir", None)
+        if record.link(key) == value:
             found.append((run_dir, record))
     return found
 

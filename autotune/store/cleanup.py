@@ -18,6 +18,7 @@ import psutil
 
 from autotune.store import artifact
 from autotune.store import sweeps
+from autotune.store.record import Attempt, RunRecord
 from autotune.run import launch
 
 MARKER = "server.json"
@@ -53,10 +54,9 @@ def _owner_alive(marker: dict) -> bool:
     return owner_alive(marker.get("autotune_pid"), marker.get("autotune_create_time"))
 
 
-def abandoned(record: dict) -> bool:
-    """A record that says `running` although the autotune running it is gone (it was SIGKILLed)."""
-    owner = record.get("owner")
-    if record.get("state") != "running" or not isinstance(owner, dict):
+def abandoned(state: str | None, owner) -> bool:
+    """A run or sweep that says `running` although the autotune running it is gone (SIGKILLed)."""
+    if state != "running" or not isinstance(owner, dict):
         return False  # records from before owners were kept are left as they are
     return not owner_alive(owner.get("pid"), owner.get("create_time"))
 
@@ -117,19 +117,19 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     found = []
     for run_dir in artifact.list_runs(runs_dir):
         try:
-            record = artifact.load_run(run_dir)
+            record = artifact.load(run_dir)
         except artifact.ArtifactError:
             continue
-        if abandoned(record):
+        if abandoned(record.get("state"), record.get("owner")):
             _mark_interrupted(run_dir, record=record)
-            found.append(Cleaned(run_dir, record["owner"].get("pid", -1), "marked_interrupted",
+            found.append(Cleaned(run_dir, record.owner.get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues it"))
     for sweep_dir in sweeps.list_sweeps(runs_dir):
         try:
             sweep = sweeps.load(sweep_dir)
         except artifact.ArtifactError:
             continue
-        if abandoned(sweep):
+        if abandoned(sweep.get("state"), sweep.get("owner")):
             sweeps.mark_interrupted(sweep_dir, sweep, "its autotune was killed")
             found.append(Cleaned(sweep_dir, sweep["owner"].get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues the sweep"))
@@ -137,7 +137,7 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
 
 
 def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleaned | None = None,
-                      record: dict | None = None) -> None:
+                      record: RunRecord | None = None) -> None:
     """A run whose autotune died mid-boot ends as interrupted, with what it had learned.
 
     The boot the kill cut short (from its server marker) is recorded as an interrupted
@@ -148,24 +148,19 @@ def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleane
     """
     if record is None:
         try:
-            record = artifact.load_run(run_dir)
+            record = artifact.load(run_dir)
         except artifact.ArtifactError:
             return
     if record.get("state") != "running":
         return
-    record.pop("_dir", None)
-    record["state"] = "interrupted"
-    attempts = record.setdefault("attempts", [])
+    if not isinstance(record.attempts, list):
+        record.attempts = []
+    attempts = record.attempts
+    now = artifact.iso(artifact.utc_now())
     if marker and isinstance(marker.get("index"), int) and marker["index"] > len(attempts):
-        attempts.append({"index": marker["index"], "outcome": "interrupted", "log": marker.get("log"),
-                         "argv": marker.get("argv"), "pid": marker.get("pid"),
-                         "cleanup": {"action": cleaned.action if cleaned else None,
-                                     "detail": cleaned.detail if cleaned else "",
-                                     "at": artifact.iso(artifact.utc_now())}})
-    if record.get("phase") == "reach" and isinstance(record.get("result"), dict):
-        record.setdefault("reach", {})["interrupted"] = {"at": artifact.iso(artifact.utc_now()),
-                                                         "by": "autotune was killed during the lever search"}
-    else:
-        record["result"] = {"verdict": "interrupted", "ceiling": None, "verified": False,
-                            "reason": "autotune was killed during this run; its server was cleaned up later"}
+        attempts.append(Attempt.interrupted(marker["index"], marker.get("log"), marker.get("argv"), marker.get("pid"),
+                                            cleanup={"action": cleaned.action if cleaned else None,
+                                                     "detail": cleaned.detail if cleaned else "", "at": now}))
+    record.mark_interrupted(now, reason="autotune was killed during this run; its server was cleaned up later",
+                            lever_search="autotune was killed during the lever search")
     artifact.save_run(run_dir, record)

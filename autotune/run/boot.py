@@ -1,0 +1,343 @@
+"""One boot of vLLM: launch it, watch its log and its port, stop it, record the attempt.
+
+Boot.run() launches the server and watches it until one thing happens; each has a short
+method: a refusal (_refusal: stop at once, everything after it is teardown), auto-fit's
+number read (_autofit), the process exiting (_exit), a fatal error in the log (_fatal),
+the server answering (_health, then _serving: verify, probe), silence for --stall-timeout
+(_hang), or a server that says it listens but never answers (_not_ready). What the log
+says is read by vllm/logparse.py; what to boot next is decided by run/strategy.py.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from autotune.host import memwait
+from autotune.run import launch
+from autotune.run import marker
+from autotune.run import strategy
+from autotune.run import verify
+from autotune.run.options import Emit, TuneOptions
+from autotune.run.signals import GATE
+from autotune.store import artifact
+from autotune.store.record import Attempt, given
+from autotune.vllm import catalog
+from autotune.vllm.logparse import BootLogParser, ceiling_from
+
+# How long a fatally failed boot gets to print the rest of its traceback and exit.
+ERROR_GRACE_S = 10.0
+POLL_S = 0.25
+
+# The log facts the progress output shows as soon as they appear.
+LIVE_FACTS = ("vllm_version", "attention_backend", "weights_gib", "available_kv_gib", "kv_cache_tokens",
+              "estimated_max_model_len", "autofit_max_model_len")
+
+
+class Boot:
+    """One launch, watched to its outcome. `current["server"]` holds the server while it runs,
+    so that the loop can stop it when autotune is interrupted."""
+
+    def __init__(self, index: int, argv: list[str], env: dict[str, str], run_dir: Path, port: int,
+                 step: strategy.Launch, plan: str, opts: TuneOptions, emit: Emit, current: dict):
+        self.index, self.argv, self.env, self.run_dir, self.port = index, argv, env, run_dir, port
+        self.plan, self.opts, self.emit, self.current = plan, opts, emit, current
+        self.max_model_len = step.max_model_len
+        self.auto = step.max_model_len == strategy.AUTO
+        self.log_name = f"attempt-{index}.log"
+        self.t_start = time.monotonic()
+        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=argv, log=self.log_name,
+                               started_at=artifact.iso(artifact.utc_now()))
+        self.parser = BootLogParser()
+        self.server: launch.ServerProcess | None = None
+        self.outcome: str | None = None
+        self.line_no = 0
+        self.fatal_seen_at: float | None = None
+        self.listening_at: float | None = None
+        self.verification: dict | None = None
+        self.time_to_outcome: float | None = None
+        self.keep: launch.ServerProcess | None = None
+        self.refusal_seen_at: float | None = None
+        self.kill_delay: float | None = None
+        self.first_signal_at: float | None = None
+        self.gpu_baseline: dict | None = None
+
+    # ---- the boot, start to end -----------------------------------------------------------------
+
+    def run(self) -> tuple[Attempt, launch.ServerProcess | None]:
+        """Boot once; return the attempt and the server when it is kept running (--keep-serving)."""
+        self.gpu_baseline = memwait.gpu_used_gib(visible_indices(self.env))
+        if not self._launch():
+            return self.attempt, None
+        self.attempt.pid = self.server.pid
+        while self.outcome is None:
+            self._read_lines()
+            for check in (self._refusal, self._autofit, self._note_fatal, self._exit, self._fatal, self._health,
+                          self._hang, self._not_ready):
+                check()
+                if self.outcome is not None:
+                    break
+        if self.keep is None:
+            self._release()
+        self._record()
+        return self.attempt, self.keep
+
+    def _launch(self) -> bool:
+        with GATE.deferred():  # a signal now is raised only once the server is on record
+            try:
+                self.server = launch.ServerProcess(self.argv, self.env, self.run_dir / self.log_name)
+            except launch.LaunchError as exc:
+                a = self.attempt
+                a.outcome, a.error_kind, a.exit_status = strategy.ERROR, "command_not_found", None
+                a.diagnosis = {"cause": str(exc),
+                               "fix": "check the serve command after `--`: the program must exist on PATH"}
+                a.facts, a.provenance = {}, {}
+                a.duration_s = round(time.monotonic() - self.t_start, 2)
+                return False
+            self.current["server"] = self.server
+            marker.write(self.run_dir, self.server, self.index)
+        return True
+
+    def _read_lines(self) -> None:
+        for raw in self.server.lines(timeout=POLL_S):
+            self._feed(raw)
+            if self.parser.refused:
+                break
+
+    def _feed(self, raw: bytes) -> None:
+        self.line_no += 1
+        self.emit("log_line", index=self.index, line_no=self.line_no,
+                  text=raw.decode("utf-8", "replace").rstrip("\r\n"))
+        for fact in self.parser.feed(raw):
+            if fact.key in LIVE_FACTS:
+                self.emit("fact", index=self.index, key=fact.key, value=fact.value, line_no=fact.line_no)
+            if fact.key == "listen_url" and self.listening_at is None:
+                self.listening_at = time.monotonic()
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.t_start
+
+    def _stop(self, stages) -> None:
+        self.attempt.stop = stop_server(self.server, stages, self.emit)
+
+    # ---- what can happen while it boots ---------------------------------------------------------
+
+    def _refusal(self) -> None:
+        """vLLM refused the length: stop at once (everything it prints after is teardown)."""
+        if not self.parser.refused:
+            return
+        self.time_to_outcome = self._elapsed()
+        self.refusal_seen_at = time.monotonic()
+        self.emit("refused", index=self.index, result=self.parser.result())
+        stop_started = time.monotonic()
+        self._stop(launch.STAGES_FAST)
+        self.kill_delay = round(time.monotonic() - self.refusal_seen_at, 3)
+        if self.attempt.stop["steps"]:
+            self.first_signal_at = stop_started + self.attempt.stop["steps"][0]["at_s"]
+        self.outcome = strategy.REFUSED
+
+    def _autofit(self) -> None:
+        """vLLM 0.14-0.19 would not serve the length it fitted: read the number, stop at once."""
+        if not (self.auto and self.plan == "auto_probe" and "autofit_max_model_len" in self.parser.facts):
+            return
+        self.time_to_outcome = self._elapsed()
+        self.emit("autofit_read", index=self.index, value=self.parser.facts["autofit_max_model_len"].value)
+        self._stop(launch.STAGES_FAST)
+        self.outcome = strategy.AUTOFIT_READ
+
+    def _note_fatal(self) -> None:
+        if self.parser.fatal and self.fatal_seen_at is None:
+            self.fatal_seen_at = time.monotonic()
+            self.time_to_outcome = self.fatal_seen_at - self.t_start
+
+    def _exit(self) -> None:
+        if self.server.poll() is None:
+            return
+        drain(self.server, self._feed)
+        self.time_to_outcome = self.time_to_outcome or self._elapsed()
+        self.outcome = strategy.REFUSED if self.parser.refused else (
+            strategy.ERROR if self.parser.outcome == "error" else strategy.EXITED)
+        self._stop(launch.STAGES_FAST)  # leftovers of a dead parent
+
+    def _fatal(self) -> None:
+        """A fatal error in the log, and the process still there after the grace period."""
+        if self.fatal_seen_at is not None and time.monotonic() - self.fatal_seen_at > ERROR_GRACE_S:
+            self.outcome = strategy.ERROR
+            self._stop(launch.STAGES_FAST)
+
+    def _health(self) -> None:
+        if self.fatal_seen_at is not None:
+            return
+        if self.listening_at is None:
+            # Our server has not said it listens: whatever holds the port now (another process, a
+            # socket that never accepts) is not a broken answer of ours, only "not up yet".
+            healthy = verify.health_ok(self.port)
+        else:
+            try:
+                healthy = verify.with_retries(lambda: verify.health(self.port), "/health", self._on_retry)
+            except verify.Transient as exc:
+                self.time_to_outcome = self._elapsed()
+                self._not_verified(f"{exc}, still after {verify.HTTP_RETRIES} retries")
+                return
+        if healthy:
+            self._serving()
+
+    def _serving(self) -> None:
+        """It answers /health: check /v1/models serves the length, then probe it with real requests."""
+        self.time_to_outcome = self._elapsed()
+        expected = self.max_model_len
+        if self.auto:
+            # vLLM >= 0.20 serves the fitted length; the log says which.
+            facts = self.parser.facts
+            fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
+            expected = fitted.value if fitted else None
+        ok, reason, evidence = verify.check_serving(self.port, expected, self._on_retry)
+        self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence}
+        self.emit("healthy", index=self.index, verified=ok, reason=reason)
+        self.outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED
+        if ok and self.opts.probe != "none":
+            self._probe(expected)
+        if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
+            self.keep = self.server
+        else:
+            self._stop(launch.STAGES_GRACEFUL)
+
+    def _probe(self, expected: int) -> None:
+        # Booting is not yet proof: fill the context with a real request (probe.py).
+        from autotune.run import probe as probe_mod
+
+        length = min(expected, self.opts.target) if self.opts.target else expected
+        # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
+        indices = visible_indices(self.env)
+        if indices is None and self.gpu_baseline:
+            indices = sorted(self.gpu_baseline)
+        self.attempt.probe = probe_mod.probe(self.port, length, self.opts.probe, self.server.pid, indices,
+                                             emit=self.emit)
+        if not self.attempt.probe.get("ok"):
+            self.outcome = strategy.PROBE_FAILED
+
+    def _hang(self) -> None:
+        if self.server.idle_s() > self.opts.stall_timeout_s:
+            self.time_to_outcome = self._elapsed()
+            self.emit("hung", index=self.index, idle_s=round(self.server.idle_s(), 1))
+            self._stop(launch.STAGES_GRACEFUL)
+            self.outcome = strategy.HUNG
+
+    def _not_ready(self) -> None:
+        if self.listening_at is not None and time.monotonic() - self.listening_at > self.opts.ready_timeout_s:
+            self.time_to_outcome = self._elapsed()
+            self._not_verified(f"the server said it listens but /health did not answer 200 in "
+                               f"{self.opts.ready_timeout_s:.0f} s")
+
+    def _not_verified(self, reason: str) -> None:
+        # Up (or saying so) but not answering as a server should: stop it; the boot is not verified.
+        self._stop(launch.STAGES_GRACEFUL)
+        self.verification = {"healthy": False, "verified": False, "reason": reason}
+        self.outcome = strategy.NOT_VERIFIED
+
+    def _on_retry(self, retry: dict) -> None:
+        # A transient HTTP failure while the server starts (verify.with_retries): kept in run.json.
+        retry["boot_s"] = round(self._elapsed(), 2)
+        if self.attempt.http_retries is None or not isinstance(self.attempt.http_retries, list):
+            self.attempt.http_retries = []
+        self.attempt.http_retries.append(retry)
+        self.emit("warning", text=f"boot {self.index}: {retry['error']}; asking again in {retry['wait_s']:g} s "
+                                  f"(retry {retry['try']} of {verify.HTTP_RETRIES})")
+
+    # ---- after the stop -------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        """The server is stopped: read the rest of its log, drop the marker, wait for its memory."""
+        self.current["server"] = None
+        drain(self.server, self._feed)
+        marker.remove(self.run_dir)
+        if self.gpu_baseline:
+            # The next boot needs the memory this one held: wait until the driver shows it free.
+            t_wait = time.monotonic()
+            ok, after = memwait.wait_for_release(self.gpu_baseline)
+            self.attempt.memory_release = {"released": ok, "waited_s": round(time.monotonic() - t_wait, 2),
+                                           "before_boot_gib": self.gpu_baseline, "after_stop_gib": after}
+
+    def _record(self) -> None:
+        """The attempt's outcome, figures, ceiling and diagnosis."""
+        a, outcome = self.attempt, self.outcome
+        result = self.parser.result()
+        ceiling, source = (None, "none")
+        if outcome == strategy.REFUSED or self.auto:
+            ceiling, source = ceiling_from(result)
+        if outcome == strategy.PROBE_FAILED:
+            self.verification["verified"] = False
+            self.verification["reason"] += f"; but the probe failed: {a.probe.get('reason')}"
+        failed = outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED)
+        a.outcome, a.exit_status = outcome, self.server.proc.returncode
+        a.time_to_outcome_s = round(self.time_to_outcome, 2) if self.time_to_outcome is not None else None
+        a.duration_s = round(self._elapsed(), 2)
+        a.ended_at = artifact.iso(artifact.utc_now())
+        a.facts, a.provenance = result, self.parser.provenance()
+        a.ceiling, a.ceiling_source = ceiling, source
+        a.error_kind = result.get("error_kind") if failed else None
+        if self.kill_delay is not None:
+            # From reading the refusal line to the first signal, and to the whole tree gone.
+            a.refusal_to_signal_s = (round(self.first_signal_at - self.refusal_seen_at, 3)
+                                     if self.first_signal_at else None)
+            a.refusal_to_stopped_s = self.kill_delay
+        if self.verification is not None:
+            a.verification = self.verification
+        self._diagnose(result)
+
+    def _diagnose(self, result: dict) -> None:
+        a = self.attempt
+        if a.error_kind:
+            found = catalog.diagnosis(result)
+            if found is not None:
+                a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
+        if a.outcome == strategy.EXITED and not given(a.diagnosis):
+            a.diagnosis = {"cause": f"the server exited (status {self.server.proc.returncode}) before it was "
+                                    "ready, and its log shows no known failure",
+                           "fix": f"read the end of {self.log_name} in the run folder"}
+        if a.outcome in (strategy.ERROR, strategy.EXITED):
+            a.log_tail = tail(self.run_dir / self.log_name)
+            traceback = catalog.traceback_tail(tail(self.run_dir / self.log_name, 400))
+            if traceback:
+                a.traceback_tail = traceback
+
+
+def visible_indices(env: dict[str, str]) -> list[int] | None:
+    """The GPU indices vLLM will use when CUDA_VISIBLE_DEVICES pins them by index; else None (all)."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        return None
+
+
+def drain(server: launch.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not server.output_closed and time.monotonic() < deadline:
+        for raw in server.lines(timeout=0.1):
+            feed(raw)
+
+
+def stop_server(server: launch.ServerProcess, stages, emit: Emit) -> dict:
+    """Stop the server's process tree; how it went, as run.json keeps it ("stop")."""
+    report = server.stop(stages, on_step=lambda step: emit("stop_step", pid=server.pid, **step))
+    out = {"steps": report.steps, "leftover_pids": report.leftover_pids, "duration_s": report.duration_s}
+    if report.removed_shm:
+        out["removed_shm"] = report.removed_shm
+    return out
+
+
+def tail(path: Path, n: int = 15) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - 300 * n - 4096))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return []
+    return [line.rstrip("\r")[:300] for line in lines[-n:]]

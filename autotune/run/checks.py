@@ -1,0 +1,92 @@
+"""The checks around each boot: preflight and GPU pinning before the first, flag hygiene and
+the mechanical recovery after a failed one. The rules live in run/preflight.py,
+host/gpus.py and run/recovery.py; this is the glue that records what they said."""
+
+from __future__ import annotations
+
+from autotune.run import strategy
+from autotune.run.errors import PreflightFailed
+from autotune.run.options import Emit, TuneOptions
+from autotune.store.record import Attempt, RunRecord
+from autotune.vllm import servecmd
+
+
+def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
+    """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight").
+    Raises PreflightFailed (nothing booted) unless --force; a bad --gpu raises GpuSelectorError."""
+    from autotune.host import gpus
+    from autotune.host.machine import gpu_facts
+    from autotune.run import preflight as rules
+
+    inventory, _ = gpu_facts()
+    plan = gpus.plan_gpus(opts.gpu, env, inventory)
+    for warning in plan.warnings:
+        emit("warning", text=warning)
+    pinned_env = {**env, **plan.env_changes}
+    revision = servecmd.flag_value(argv, "--revision")
+    config = rules.read_model_config(model, pinned_env, revision)
+    tokenizer = rules.read_tokenizer_config(model, pinned_env, revision)
+    if opts.target_max:
+        derived = rules.derived_max_model_len(config, tokenizer)
+        # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
+        # derived maximum and the recovery retries there.
+        opts.target = derived or (1 << 24)
+    problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
+                           opts.allow_risky_gmu, tokenizer_config=tokenizer)
+    if problems and not opts.force:
+        raise PreflightFailed(problems)
+    for problem in problems:
+        emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
+    return plan, {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+
+
+def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
+    """Flag hygiene: a flag the user gave that vLLM's non-default args do not show was lost."""
+    from autotune.run import preflight as rules
+
+    shown = attempt.fact("non_default_args")
+    if not isinstance(shown, dict):
+        return
+    missing = rules.missing_flags(argv, shown)
+    if missing:
+        attempt.missing_flags = missing
+        emit("warning", text=rules.describe_missing_flags(missing))
+
+
+def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOptions, emit: Emit):
+    """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
+    from autotune.host.machine import wait_for_free_memory
+    from autotune.run import recovery as rules
+
+    if attempt.outcome not in (strategy.ERROR, strategy.EXITED) or not attempt.error_kind:
+        return None
+    earlier = [a for a in record.attempts[:-1] if a.outcome != strategy.INTERRUPTED]
+    options = rules.RecoveryOptions(
+        target_max=opts.target_max, stopped_own_server=bool(earlier),
+        recovered=tuple(a.recovery["kind"] for a in record.attempts if isinstance(a.recovery, dict)))
+    fix = rules.recovery_for(attempt.to_dict(), argv, options)
+    if fix is None:
+        why = rules.explain_no_recovery(attempt.to_dict(), argv, options)
+        if why:
+            attempt.no_recovery = why
+        return None
+    attempt.recovery = {"kind": fix.kind, "reason": fix.reason}
+    emit("recovery", index=attempt.index, reason=fix.reason)
+    if fix.wait_for_memory and fix.need_free_gib:
+        indices = record.get("gpus", {}).get("indices") or []
+        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib)
+        attempt.recovery["memory_freed"] = ok
+    return fix
+
+
+def counts(attempt: Attempt) -> bool:
+    """Does this attempt count for the strategy? Not when interrupted, nor when a recovery redid it."""
+    return attempt.outcome != strategy.INTERRUPTED and not isinstance(attempt.recovery, dict)
+
+
+def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
+    """What the strategy needs from a recorded attempt (also for a resumed run)."""
+    return strategy.AttemptSummary(attempt.max_model_len, attempt.outcome, attempt.get("ceiling"),
+                                   attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
+                                   attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
+                                   attempt.get("index"))

@@ -1,0 +1,110 @@
+"""The boot loop of one run: ask the strategy for the next launch, boot it, record it, repeat.
+
+Where is the next launch decided? strategy.next_step (run/strategy.py), from the attempts
+so far. One boot is run/boot.py; the checks after it run/checks.py; the result when the
+strategy says stop run/result.py. run.json is saved after every attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from autotune.run import checks
+from autotune.run import launch
+from autotune.run import marker
+from autotune.run import result as results
+from autotune.run import strategy
+from autotune.run.boot import Boot, stop_server
+from autotune.run.options import Emit, TuneOptions
+from autotune.run.signals import GATE, Interrupted
+from autotune.store import artifact
+from autotune.store.record import Attempt, RunRecord
+from autotune.vllm import servecmd
+
+
+class Loop:
+    """The boots of one run (a new one, or the rest of a resumed one)."""
+
+    def __init__(self, record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str],
+                 argv: list[str], port: int, port_chosen: bool, plan: str, emit: Emit):
+        self.record, self.run_dir, self.opts, self.env, self.emit = record, run_dir, opts, env, emit
+        self.argv, self.port, self.plan = argv, port, plan
+        self.summaries = [checks.summary_of(a) for a in record.attempts if checks.counts(a)]
+        self.target = record.target
+        self.user_port = None if port_chosen else port
+        self.kept: launch.ServerProcess | None = None
+        self.t0 = time.monotonic()
+        self.previous_duration = record.get("duration_s") or 0.0
+        self.current: dict = {"server": None}  # the server while one runs (Boot keeps it here)
+
+    def run(self) -> RunRecord:
+        opts = self.opts
+        try:
+            while True:
+                step = strategy.next_step(self.target, self.summaries, opts.max_boots, self.plan, opts.start_at,
+                                          opts.back_off)
+                if isinstance(step, strategy.Stop):
+                    break
+                self._boot(step)
+        except Interrupted as exc:
+            with GATE.deferred(drop=True):  # a second Ctrl-C must not abandon the stop half-way
+                self._interrupted(exc)
+            raise
+        results.assemble(self.record, step, self.target, self.argv, self.user_port, self.run_dir, self.kept,
+                         self.port)
+        self.record.state = "finished"
+        self._finish()
+        return self.record
+
+    def _boot(self, step: strategy.Launch) -> None:
+        record, emit = self.record, self.emit
+        index = len(record.attempts) + 1
+        attempt_argv = servecmd.with_max_model_len(self.argv, step.max_model_len)
+        emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=step.reason)
+        attempt, server = Boot(index, attempt_argv, self.env, self.run_dir, self.port, step, self.plan, self.opts,
+                               emit, self.current).run()
+        attempt.reason = step.reason
+        attempt.basis = step.basis
+        record.attempts.append(attempt)
+        record.vllm_version = record.vllm_version or attempt.fact("vllm_version")
+        checks.check_flags(attempt, attempt_argv, emit)
+        fix = checks.recovery(attempt, attempt_argv, record, self.opts, emit)
+        if fix is not None:
+            self._apply(fix)  # this attempt does not count for the strategy
+        else:
+            self.summaries.append(checks.summary_of(attempt))
+        artifact.save_run(self.run_dir, record)
+        emit("attempt_ended", index=index, attempt=attempt.to_dict())
+        if server is not None:
+            self.kept = server
+
+    def _apply(self, fix) -> None:
+        """A mechanical fix (recovery.py): the next boot relaunches with it."""
+        if fix.new_argv:
+            self.argv = servecmd.with_flag(fix.new_argv, servecmd.PORT, self.port)
+        if fix.new_port:
+            self.port = launch.free_port()
+            self.argv = servecmd.with_flag(self.argv, servecmd.PORT, self.port)
+        if fix.max_model_len:
+            self.target = self.record.target = fix.max_model_len
+
+    def _interrupted(self, exc: Interrupted) -> None:
+        """Stop the server that runs (recorded as an interrupted attempt); the run ends interrupted."""
+        record = self.record
+        server = self.current.get("server")
+        if server is not None:
+            self.emit("stopping", reason=f"autotune got {exc}")
+            stop = stop_server(server, launch.STAGES_GRACEFUL, self.emit)
+            marker.remove(self.run_dir)
+            record.attempts.append(Attempt.interrupted(len(record.attempts) + 1, server.log_path.name, server.argv,
+                                                       server.pid, stop=stop))
+        reason, lever_search = results.interrupted_reason(exc, record.run_id)
+        record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, lever_search)
+        self._finish()
+
+    def _finish(self) -> None:
+        self.record.ended_at = artifact.iso(artifact.utc_now())
+        self.record.duration_s = round(self.previous_duration + time.monotonic() - self.t0, 2)
+        artifact.save_run(self.run_dir, self.record)
+        self.emit("run_ended", record=self.record.to_dict(), run_dir=str(self.run_dir))

@@ -1,0 +1,32 @@
+"""The server marker: runs/<run-id>/server.json while a server runs.
+
+It names the server (pid, start time, argv) and the autotune that started it, so a later
+autotune can stop a server a SIGKILLed one left behind, only if the pid still belongs to it
+(store/cleanup.py reads it), and record the boot the kill cut short (index, log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+
+from autotune.run import launch
+from autotune.store import artifact
+from autotune.store.cleanup import MARKER
+
+
+def write(run_dir: Path, server: launch.ServerProcess, index: int) -> None:
+    artifact.write_atomic(run_dir / MARKER, json.dumps(
+        {"pid": server.pid, "create_time": server.create_time, "argv": server.argv, "index": index,
+         "log": server.log_path.name,
+         "autotune_pid": os.getpid(), "autotune_create_time": psutil.Process().create_time()}, indent=2) + "\n")
+
+
+def remove(run_dir: Path) -> None:
+    try:
+        (run_dir / MARKER).unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,197 @@
+"""The lever search of --reach: when the verified ceiling is short of the target, try the
+levers (run/levers.py decides which and how far) with as few boots as the measurements allow.
+
+Each lever boot is a tune of its own (a run folder linked to this one by links.reach_of), so
+its evidence is kept the same way; this run's result moves to the lever run that reached the
+target. Resumable by replay: the plan is a pure function of the measurements, so a resumed
+search walks the same steps; a step whose lever run finished before the interruption is taken
+from that run, an interrupted one is resumed, and only the rest boot.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from autotune.run import levers
+from autotune.run import strategy
+from autotune.run.options import Emit, TuneOptions
+from autotune.run.signals import GATE, Interrupted
+from autotune.store import artifact
+from autotune.store.emit import write_all as write_paste_ready
+from autotune.store.record import ABSENT, Reach, ReachStep, Result, RunRecord
+from autotune.vllm import versions as vllminfo
+
+# How the search starts a lever run, and resumes an interrupted one (run/tune.py gives them).
+StartRun = Callable[[TuneOptions, Emit], RunRecord]
+ResumeRun = Callable[[Path, Emit, "dict[str, str] | None"], RunRecord]
+
+
+def run_phase(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit,
+              start: StartRun, resume: ResumeRun) -> None:
+    """The lever search, with the run `running` in phase `reach` until it ends, so that an
+    interruption leaves it `interrupted` and resumable (the verified result stays)."""
+    record.state = "running"
+    record.phase = "reach"
+    artifact.save_run(run_dir, record)
+    try:
+        LeverSearch(record, run_dir, opts, env, emit, start, resume).run()
+    except Interrupted as exc:
+        with GATE.deferred(drop=True):
+            reason = f"autotune got {exc}; `autotune resume {record.run_id}` continues the lever search"
+            record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, reason)
+            artifact.save_run(run_dir, record)
+        raise
+    record.state = "finished"
+    record.drop("phase")
+    artifact.save_run(run_dir, record)
+
+
+class LeverSearch:
+    def __init__(self, record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit,
+                 start: StartRun, resume: ResumeRun):
+        self.record, self.run_dir, self.opts, self.env, self.emit = record, run_dir, opts, env, emit
+        self.start, self.resume = start, resume
+        earlier = record.reach if isinstance(record.reach, Reach) else Reach()
+        if isinstance(earlier.before_levers, Result):
+            record.result = Result.from_dict(earlier.before_levers.to_dict())  # as the search first saw it
+        self.result: Result = record.result
+        # The lever runs an interrupted search already started, by command (the newest wins).
+        self.runs_before = {tuple(r.command.argv): (d, r)
+                            for d, r in reversed(artifact.linked_runs(opts.runs_dir, "reach_of", record.run_id))}
+        self.reach = Reach(steps=[], reached=False, before_levers=Result.from_dict(self.result.to_dict()))
+        record.reach = self.reach
+
+    def run(self) -> None:
+        record, reach, opts = self.record, self.reach, self.opts
+        base, limits, gmu = self._baseline()
+        if base is None:
+            reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
+            artifact.save_run(self.run_dir, record)
+            return
+        plan = levers.plan(opts.target, list(record.command.argv), base, limits)
+        reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
+        reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
+        self.emit("reach_plan", explanation=plan.explanation)
+        argv = self._walk(plan, base, limits)
+        if not reach.reached:
+            self._fp8(argv, limits, gmu)
+        if not reach.reached:
+            reach.explanation.append(f"stopped at {self.result.ceiling:,}")
+        reach.boots = sum(step.boots for step in reach.steps)
+        reach.duration_s = round(sum(step.get("duration_s") or 0 for step in reach.steps), 2)
+        record.duration_s = round((record.get("duration_s") or 0) + reach.duration_s, 2)
+        artifact.save_run(self.run_dir, record)
+        self.emit("reach_done", reach=reach.to_dict())
+
+    def _baseline(self):
+        """(levers.Baseline or None when the log showed no available KV, limits, gmu in force)."""
+        record = self.record
+        last = [a for a in record.attempts if a.outcome == strategy.VERIFIED][-1]
+        facts = last.facts if isinstance(last.facts, dict) else {}
+        version_default = vllminfo.default_gmu(record.get("vllm_version")) or vllminfo.LOWEST_DEFAULT_GMU
+        if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
+            # The CPU backend prints what it reserved: that ratio is the gmu in force.
+            version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
+        gmu = levers.effective_gmu(list(record.command.argv), self.env, version_default)
+        gpus = record.get("machine", {}).get("gpus") or []
+        total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
+        pinned = record.get("gpus", {}).get("indices") or [g["index"] for g in gpus]
+        limits = levers.Limits(max_gmu=self.opts.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
+                               fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
+        available = self.result.get("available_kv_gib")
+        if available is None:
+            return None, limits, gmu
+        return (levers.Baseline(ceiling=self.result.ceiling, available_kv_gib=available, gmu=gmu,
+                                device_total_gib=total), limits, gmu)
+
+    def _walk(self, plan, base, limits) -> list[str]:
+        """The gmu the plan computed, or the levers it measures one by one; the argv reached."""
+        target, reach = self.opts.target, self.reach
+        argv = list(self.record.command.argv)
+        if plan.gmu_needed is not None:
+            child = self._try(levers.apply(argv, "gmu", plan.gmu_needed), "gmu", plan.gmu_needed)
+            if child.result.get("target_reached"):
+                self._adopt(child, f"gpu-memory-utilization {plan.gmu_needed} reaches {target:,} tokens")
+            else:
+                reach.explanation.append(f"gpu-memory-utilization {plan.gmu_needed} was predicted to reach the "
+                                         f"target but gave {child.result.get('ceiling')}")
+            return argv
+        gained = 0.0
+        for lever in plan.measure:
+            argv = levers.apply(argv, lever)
+            child = self._try(argv, lever)
+            r = child.result
+            if r.get("target_reached"):
+                self._adopt(child, f"{lever.replace('_', '-')} reaches {target:,} tokens")
+                break
+            if r.get("available_kv_gib") is not None:
+                gained = r.available_kv_gib - base.available_kv_gib
+                reach.explanation.append(f"{lever.replace('_', '-')} changed available KV by {gained:+.2f} GiB "
+                                         f"(measured)")
+            needed = levers.after_measurement(target, base, gained, limits)
+            if needed is not None:
+                child = self._try(levers.apply(argv, "gmu", needed), "gmu", needed)
+                if child.result.get("target_reached"):
+                    self._adopt(child, f"{', '.join(plan.measure[:plan.measure.index(lever) + 1])} and "
+                                       f"gpu-memory-utilization {needed} reach {target:,} tokens")
+                break
+        return argv
+
+    def _fp8(self, argv: list[str], limits, gmu) -> None:
+        """The last lever: an fp8 KV cache, only where the GPU supports it and the user allowed it."""
+        allowed, why = levers.fp8_kv_decision(list(self.record.command.argv), limits)
+        self.reach.explanation.append(why)
+        if allowed:
+            best = levers.apply(argv, "gmu", self.opts.max_gmu) if gmu is not None else argv
+            child = self._try(levers.apply(best, "kv_fp8"), "kv_fp8", "fp8")
+            if child.result.get("target_reached"):
+                self._adopt(child, f"an fp8 KV cache reaches {self.opts.target:,} tokens")
+
+    def _try(self, argv: list[str], lever: str, value=None) -> RunRecord:
+        """One lever run: taken as it was, resumed, or started; recorded as a step."""
+        opts = self.opts
+        before = self.runs_before.get(tuple(argv))
+        earlier_state = before[1].state if before else None
+        if earlier_state == "finished":
+            self.emit("reach_step", lever=lever, value=value, earlier="finished", run_id=before[1].run_id)
+            child = before[1]
+        elif earlier_state == "interrupted":
+            self.emit("reach_step", lever=lever, value=value, earlier="interrupted", run_id=before[1].run_id)
+            child = self.resume(before[0], self.emit, opts.env)
+        else:
+            self.emit("reach_step", lever=lever, value=value)
+            child = self.start(TuneOptions(
+                target=opts.target, serve_argv=argv, runs_dir=opts.runs_dir, stall_timeout_s=opts.stall_timeout_s,
+                max_boots=opts.max_boots, env=opts.env, extra_env=opts.extra_env, kind="reach-step",
+                strategy=opts.strategy, probe=opts.probe, back_off=opts.back_off,
+                links={"reach_of": self.record.run_id}), self.emit)
+        r = child.result
+        step = ReachStep(lever=lever, value=value, run_id=child.run_id, boots=len(child.attempts),
+                         verdict=r.verdict, ceiling=r.get("ceiling"), available_kv_gib=r.get("available_kv_gib"),
+                         duration_s=child.get("duration_s"))
+        if earlier_state:
+            step.before_interruption = earlier_state  # finished: taken as it was; interrupted: resumed
+        self.reach.steps.append(step)
+        artifact.save_run(self.run_dir, self.record)
+        return child
+
+    def _adopt(self, child: RunRecord, how: str) -> None:
+        """The lever run that reached the target becomes this run's result."""
+        r, result, reach = child.result, self.result, self.reach
+        reach.reached = True
+        reach.reached_by = child.run_id
+        reach.explanation.append(how)
+        result.ceiling, result.target_reached, result.reached_with_levers = r.ceiling, True, child.run_id
+        result.final_argv, result.reason = r.final_argv, f"{how} (run {child.run_id})"
+        for key in ("available_kv_gib", "kv_cache_tokens", "max_concurrency"):
+            if getattr(r, key) is not ABSENT:
+                setattr(result, key, getattr(r, key))
+                setattr(result, f"{key}_source", {**r.get(f"{key}_source", {}), "run": child.run_id})
+        verified = [a for a in child.attempts if a.outcome == strategy.VERIFIED]
+        if verified and (verified[-1].get("verification") or {}).get("reason"):
+            result.checked = {"run": child.run_id, "reason": verified[-1].verification["reason"]}
+        result.drop("probe")  # a probe at the lower length says nothing of this one
+        if r.get("probe"):
+            result.probe = r.probe
+        result.files = write_paste_ready(self.run_dir, self.record.to_dict())

@@ -1,0 +1,67 @@
+"""A run's result (run.json "result"), assembled once the strategy says stop.
+
+The verdict and the ceiling come from the strategy's Stop; the figures (available KV,
+KV tokens, ...) from the last boot that ran to an outcome, each with where it was read;
+a verified ceiling gets its command (final_argv) and the paste-ready files (store/emit.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.run import strategy
+from autotune.run import verify
+from autotune.run.launch import ServerProcess
+from autotune.store.emit import write_all as write_paste_ready
+from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord
+from autotune.vllm import servecmd
+
+
+def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str], user_port: int | None,
+             run_dir: Path, kept: ServerProcess | None, port: int) -> Result:
+    """The result of a run whose boots are over; sets record.result (the paste-ready files are
+    rendered from the record)."""
+    verified = stop.verdict == "verified"
+    done = record.boots_done()
+    result = Result(verdict=stop.verdict, ceiling=stop.ceiling, verified=verified, reason=stop.reason,
+                    target=target, target_reached=verified and stop.ceiling is not None and stop.ceiling >= target,
+                    boots=len(record.attempts))
+    if done:
+        _from_last_boot(result, done[-1], verified)
+    if verified:
+        final_argv = servecmd.with_max_model_len(argv, stop.ceiling)
+        # The command to keep uses the user's own port (a recovery may have moved it) or none.
+        final_argv = (servecmd.with_flag(final_argv, servecmd.PORT, user_port) if user_port is not None
+                      else servecmd.without_flag(final_argv, servecmd.PORT))
+        result.final_argv = final_argv
+        record.result = result
+        result.files = write_paste_ready(run_dir, record.to_dict())
+    if kept is not None:
+        result.serving = {"pid": kept.pid, "port": port, "url": verify.base_url(port)}
+    record.result = result
+    return result
+
+
+def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:
+    """The figures, the failure and the probe of the last boot that ran to an outcome."""
+    facts = last.facts if isinstance(last.facts, dict) else {}
+    provenance = last.provenance if isinstance(last.provenance, dict) else {}
+    for key in RESULT_FIGURES:
+        if key in facts:
+            setattr(result, key, facts[key])
+            setattr(result, f"{key}_source", {"attempt": last.index, **provenance.get(key, {})})
+    if last.error_kind:
+        result.error_kind = last.error_kind
+        result.diagnosis = last.get("diagnosis")
+    if last.get("probe"):
+        result.probe = last.probe
+    if last.error_kind and not verified and last.get("no_recovery"):
+        result.reason += f"; {last.no_recovery}"
+
+
+def interrupted_reason(exc: BaseException, run_id: str) -> tuple[str, str]:
+    """What an interrupted run's result says, and what its interrupted lever search says."""
+    return (f"autotune got {exc} and stopped the server; `autotune resume {run_id}` continues",
+            f"autotune got {exc}; `autotune resume {run_id}` continues the lever search")
+
+
