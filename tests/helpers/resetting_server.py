@@ -60,6 +60,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-print(f"INFO Starting vLLM server on http://127.0.0.1:{args.port}", flush=True)
+# The line vLLM 0.32 prints once it listens (entry.py), with its usual prefix.
+print(f"(APIServer pid=1) INFO 11-30 12:00:00 [entry.py:140] Starting vLLM server on http://127.0.0.1:{args.port}",
+      flush=True)
 sys.stdout.flush()
 server.serve_forever()
