@@ -226,6 +226,14 @@ def record_scrubber(record: dict) -> Scrubber:
     return Scrubber(found)
 
 
+def prepare(argv: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    """The command a tune boots: a recorded one's `${NAME}` references resolved from env
+    (MissingSecret otherwise), its secrets and env's remembered for scrubbing."""
+    resolved = resolve_argv(argv, env)
+    remember(resolved, env)
+    return resolved
+
+
 def _secret_name(name: str) -> bool:
     """A name find_secrets gives: a secret's variable, perhaps numbered (VLLM_API_KEY_2), or URL_*."""
     stem = re.sub(r"_\d+$", "", name)
