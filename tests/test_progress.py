@@ -308,15 +308,15 @@ def test_on_a_narrow_terminal_the_live_line_drops_the_eta_first_and_never_wraps(
     render("attempt_started", index=2, max_model_len=130944, reason="the ceiling")
     for key, value in (("available_kv_gib", 1.0), ("kv_cache_tokens", 131072)):
         render("fact", index=2, key=key, value=value, line_no=52)
-    wide = progress._ANSI_RE.sub("", render.status_text())
+    wide = progress.ANSI_RE.sub("", render.status_text())
     assert "s left" in wide and "in all" in wide and "KV cache 131,072 tokens" in wide
-    narrower = progress._ANSI_RE.sub("", render.status_text(limit=len(wide) - 5))
+    narrower = progress.ANSI_RE.sub("", render.status_text(limit=len(wide) - 5))
     assert "s left" not in narrower and "in all" in narrower and "KV cache 131,072 tokens" in narrower
     for width in (40, 60, 90):
         render._width = width
         render._draw()
         frame = out.getvalue().split("\r\x1b[2K")[-1]
-        assert len(progress._ANSI_RE.sub("", frame)) <= width - 1
+        assert len(progress.ANSI_RE.sub("", frame)) <= width - 1
     render.close()
 
 

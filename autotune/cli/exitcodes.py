@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Callable
+from typing import Callable, Mapping
 
 import click
 
@@ -17,6 +17,7 @@ from autotune.run.errors import PreflightFailed
 from autotune.run.signals import Interrupted
 from autotune.run.client import FrontDoorError
 from autotune.store.artifact import ArtifactError
+from autotune.store.record import RunRecord
 from autotune.store.redact import MissingSecret
 
 
@@ -57,12 +58,12 @@ def interrupted_code(signum: int) -> int:
     return 128 + signum
 
 
-def exit_code_of(record: dict) -> int:
+def exit_code_of(record: RunRecord | Mapping) -> int:
     """The exit code of tune and resume for a finished run record."""
-    result = record["result"]
+    result = (record if isinstance(record, RunRecord) else RunRecord.from_dict(record)).result
     if result.get("error_kind") == "command_not_found":
         return ExitCode.INPUT
-    return VERDICT_EXIT.get(result["verdict"], ExitCode.FAILED)
+    return VERDICT_EXIT.get(result.verdict, ExitCode.FAILED)
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """What the commands share: options, parameter types, the number format, the progress printer.
 
-Every command module imports these public names; none imports another command module.
+Every command module imports these public names from here; no private name crosses a module.
 """
 
 from __future__ import annotations
@@ -94,6 +94,3 @@ def warn(text: str) -> None:
     click.echo(text, err=True)
 
 
-def public(record: dict) -> dict:
-    """A record as printed by --json: without in-memory keys (a leading underscore)."""
-    return {k: v for k, v in record.items() if not k.startswith("_")}

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from autotune.cli.exitcodes import INPUT_ERRORS, exit_code_of, exits
-from autotune.cli.options import ProgressPrinter, echo_err, public, runs_dir_option, sayer, warn
+from autotune.cli.options import ProgressPrinter, echo_err, runs_dir_option, sayer, warn
 from autotune.cli.progress import render_summary
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
@@ -64,7 +64,7 @@ def resume(run, runs_dir, json_, quiet):
             record = tune_mod.resume(path, progress)
         finally:
             progress.close()
-    click.echo(json.dumps(public(record), indent=2) if json_ else render_summary(record, run_dir=path))
+    click.echo(json.dumps(record, indent=2) if json_ else render_summary(record, run_dir=path))
     sys.exit(exit_code_of(record))
 
 
@@ -78,8 +78,8 @@ def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
         if found and (not runs or found[0].name > runs[0].name):
             return "sweep", found[0], None  # a sweep newer than every run: interrupted before its first value
     run_dir = artifact.resolve_run(ref, runs_dir)
-    record = artifact.load_run(run_dir)
-    links = record.get("links") or {}
+    record = artifact.load(run_dir)
+    links = record.get("links", {})
     if record.get("state") != "finished" or ref == "latest":
         # A member of a sweep or lever search continues the whole of it, when that was interrupted.
         sweep_dir = Path(runs_dir) / str(links.get("sweep_id"))
@@ -88,7 +88,7 @@ def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
                 return "sweep", sweep_dir, f"run {run_dir.name} is part of sweep {sweep_dir.name}: resuming the sweep"
         parent_dir = Path(runs_dir) / str(links.get("reach_of"))
         if links.get("reach_of") and (parent_dir / artifact.RUN_FILE).is_file():
-            if artifact.load_run(parent_dir).get("state") == "interrupted":
+            if artifact.load(parent_dir).get("state") == "interrupted":
                 return "run", parent_dir, (f"run {run_dir.name} is a lever run of {parent_dir.name}: resuming its "
                                            "lever search")
     return "run", run_dir, None

@@ -14,6 +14,7 @@ from autotune.cli.progress import render_summary
 from autotune.cli.records import load_one
 from autotune.store import artifact
 from autotune.store import emit
+from autotune.store.record import Result, RunRecord
 
 
 @click.command("show")
@@ -59,9 +60,9 @@ RUN_COLUMNS = (("RUN", "run_id", False), ("STARTED (UTC)", "started", False), ("
                ("BOOTS", "boots", True), ("VLLM", "vllm_version", False))
 
 
-def run_row(record: dict) -> dict:
+def run_row(record: RunRecord) -> dict:
     """One line of `autotune runs` from a run record (pure)."""
-    result = record.get("result") or {}
+    result = record.result if isinstance(record.result, Result) else Result()
     started = record.get("started_at") or ""
     return {
         "run_id": record.get("run_id"),
@@ -79,7 +80,7 @@ def run_row(record: dict) -> dict:
     }
 
 
-def _verdict(record: dict, result: dict) -> str:
+def _verdict(record: RunRecord, result: Result) -> str:
     verdict = result.get("verdict") or record.get("state") or "?"
     if record.get("state") == "interrupted" and verdict != "interrupted":
         return f"{verdict}; levers interrupted" if record.get("phase") == "reach" else f"{verdict}; interrupted"
@@ -141,7 +142,7 @@ def runs(runs_dir, json_, limit):
     rows = []
     for folder in folders:
         try:
-            record = artifact.load_run(folder)
+            record = artifact.load(folder)
         except artifact.ArtifactError as exc:
             rows.append({"run_id": folder.name, "path": str(folder), "error": str(exc)})
             continue

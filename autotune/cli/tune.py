@@ -8,7 +8,7 @@ import sys
 import click
 
 from autotune.cli.exitcodes import exit_code_of, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, public, runs_dir_option,
+from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, runs_dir_option,
                                   serve_argv)
 from autotune.cli.progress import render_summary
 
@@ -89,7 +89,7 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
         finally:
             progress.close()  # clears the live status line whatever happened
     if json_:
-        click.echo(json.dumps(public(record), indent=2))
+        click.echo(json.dumps(record, indent=2))
     else:
         click.echo(render_summary(record, run_dir=runs_dir / record["run_id"]))
     sys.exit(exit_code_of(record))

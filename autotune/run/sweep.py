@@ -16,7 +16,7 @@ from typing import Callable
 from autotune import __version__
 from autotune.store import artifact
 from autotune.store import cleanup
-from autotune.store.record import RunRecord
+from autotune.store.record import RunRecord, SweepPoint
 from autotune.analysis import compare as cmp
 from autotune.vllm import servecmd
 from autotune.run import strategy as strategy_mod
@@ -119,21 +119,20 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                          "(--force boots anyway)")
                     for problem in exc.problems:
                         warn(problem.render())
-                    sweep["points"].append({"gmu": gmu, "run_id": None, "verdict": "preflight_refused",
-                                            "ceiling": None, "start_at": start_at, "start_at_reason": aim,
-                                            "prediction": None, "boots": 0, "boots_without_prediction": 0,
-                                            "saved": 0,
-                                            "note": "; ".join(getattr(p, "why", str(p)) for p in exc.problems)})
+                    sweep["points"].append(SweepPoint(
+                        gmu=gmu, run_id=None, verdict="preflight_refused", ceiling=None, start_at=start_at,
+                        start_at_reason=aim, prediction=None, boots=0, boots_without_prediction=0, saved=0,
+                        note="; ".join(getattr(p, "why", str(p)) for p in exc.problems)).to_dict())
                     _count_boots(sweep)
                     save(sweep_dir, sweep)
                     continue
                 records.append(record)
                 outcome = cmp.sweep_point_outcome(record, start_at)
                 result = record.get("result") or {}
-                sweep["points"].append({
-                    "gmu": gmu, "run_id": record["run_id"], "verdict": result.get("verdict"),
-                    "ceiling": result.get("ceiling"), "start_at": start_at, "start_at_reason": aim,
-                    "prediction": asdict(prediction) if prediction else None, **outcome})
+                point = SweepPoint(gmu=gmu, run_id=record["run_id"], verdict=result.get("verdict"),
+                                   ceiling=result.get("ceiling"), start_at=start_at, start_at_reason=aim,
+                                   prediction=asdict(prediction) if prediction else None)
+                sweep["points"].append({**point.to_dict(), **outcome})  # outcome: compare.sweep_point_outcome
                 _count_boots(sweep)
                 save(sweep_dir, sweep)
                 say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"

@@ -78,9 +78,9 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_json(path: Path, record: dict) -> None:
-    """A record file (run.json, sweep.json), written atomically."""
-    write_atomic(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+def write_json(path: Path, data: dict) -> None:
+    """A record file (run.json, sweep.json) from its JSON form, written atomically."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def read_json(path: Path, missing: str | None = None) -> object:
@@ -119,16 +119,17 @@ def save_run(run_dir: Path, record: RunRecord | Mapping) -> None:
     write_json(Path(run_dir) / RUN_FILE, data)
 
 
-def migrate(record: dict, source: str = "run.json") -> dict:
-    version = schema_version_of(record, source, SCHEMA_VERSION, "run")
+def migrate(data: dict, source: str = "run.json") -> dict:
+    """run.json's JSON form brought to SCHEMA_VERSION, one MIGRATIONS step at a time (before typing)."""
+    version = schema_version_of(data, source, SCHEMA_VERSION, "run")
     while version < SCHEMA_VERSION:
         step = MIGRATIONS.get(version)
         if step is None:
             raise ArtifactError(f"{source}: no migration from schema_version {version}")
-        record = step(record)
+        data = step(data)
         version += 1
-        record["schema_version"] = version
-    return record
+        data["schema_version"] = version
+    return data
 
 
 def load(run_dir: Path) -> RunRecord:

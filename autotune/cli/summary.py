@@ -1,0 +1,201 @@
+"""The summary card: printed at the end of a run and by `autotune show` (pure)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typing import Mapping
+
+from autotune.cli.formats import fmt_duration
+from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
+from autotune.vllm import servecmd
+
+
+def _typed(record: RunRecord | Mapping) -> RunRecord:
+    return record if isinstance(record, RunRecord) else RunRecord.from_dict(record)
+
+
+def _result_of(run: RunRecord) -> Result:
+    return run.result if isinstance(run.result, Result) else Result()
+
+
+def _attempts_of(run: RunRecord) -> list[Attempt]:
+    return [a for a in (run.attempts or []) if isinstance(a, Attempt)]
+
+def _where(source: dict | None) -> str:
+    if not source or not source.get("line"):
+        return ""
+    run = f"run {source['run']} " if source.get("run") else ""  # read in a lever run (--reach)
+    return f"{run}attempt-{source.get('attempt')}.log line {source['line']}"
+
+
+def _boot_list(attempts: list[Attempt]) -> str:
+    parts = []
+    for a in attempts:
+        length = a.get("max_model_len")
+        shown = f"{length:,} " if isinstance(length, int) else f"{length} " if length else ""
+        fitted = a.fact("autofit_max_model_len")
+        if not isinstance(length, int) and isinstance(fitted, int):
+            shown += f"(fitted {fitted:,}) "
+        took = f" ({fmt_duration(a.duration_s)})" if isinstance(a.get("duration_s"), (int, float)) else ""
+        parts.append(f"{shown}{a.get('outcome', '?')}{took}")
+    return ", ".join(parts)
+
+
+def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
+    """Warnings about a finished run, each with a cause and a remedy (pure)."""
+    record = _typed(record)
+    result = _result_of(record)
+    attempts = _attempts_of(record)
+    warnings: list[dict] = []
+    for item in record.get("warnings") or []:  # recorded by other steps (preflight, probes)
+        if isinstance(item, dict):
+            warnings.append({"message": item.get("message") or item.get("kind", "warning"),
+                             "cause": item.get("cause"), "remedy": item.get("fix") or item.get("remedy")})
+        else:
+            warnings.append({"message": str(item), "cause": None, "remedy": None})
+    leftovers = sorted({pid for a in attempts for pid in ((a.get("stop") or {}).get("leftover_pids") or [])})
+    if leftovers:
+        warnings.append({
+            "message": f"processes still alive after a boot was stopped: pids {', '.join(map(str, leftovers))}",
+            "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
+            "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
+                      "they may still hold device memory"})
+    refusals = [a for a in attempts if a.get("outcome") == "refused"]
+    if len(refusals) > 1 and result.get("verdict") == "verified":
+        warnings.append({
+            "message": f"vLLM refused {len(refusals)} lengths before one booted",
+            "cause": "its estimate is tight: re-profiling at a new length moved the available memory a little",
+            "remedy": "nothing to do; keep some headroom if other processes share the device"})
+    if result.get("verdict") == "verified" and isinstance(result.get("ceiling"), int) and \
+            isinstance(record.get("target"), int) and result.ceiling < record.target:
+        warnings.append({
+            "message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
+            "cause": "the KV cache left after weights and activations holds fewer tokens than the target needs",
+            "remedy": _levers(record)})
+    return warnings
+
+
+def _levers(record: RunRecord) -> str:
+    """What could still raise the ceiling, given the options this run already used."""
+    argv = _result_of(record).get("final_argv") or (record.command.get("argv") if record.get("command") else None) or []
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    levers = []
+    seqs = servecmd.flag_value(argv, "--max-num-seqs")
+    if seqs != "1":
+        levers.append(f"lower --max-num-seqs (now {seqs or 'the default'}) toward 1")
+    kv_bytes = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
+    if kv_bytes is not None:
+        levers.append(f"raise --kv-cache-memory-bytes (now {kv_bytes}; it fixes the KV pool and "
+                      "--gpu-memory-utilization is then ignored)")
+    else:
+        gmu = servecmd.flag_value(argv, "--gpu-memory-utilization")
+        where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
+        levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
+    if gpus and servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto"):
+        levers.append("use --kv-cache-dtype fp8 where the GPU supports it (compute capability 8.9+)")
+    return "; ".join(levers)
+
+
+def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
+    lines = []
+    final = attempts[-1] if attempts else Attempt()
+    verification = final.get("verification") or {}
+    checked = result.get("checked") if isinstance(result.get("checked"), dict) else None
+    if checked:  # the ceiling was reached in a lever run (--reach): its check is the one that counts
+        lines.append(f"  checked:  {checked.get('reason')} (run {checked.get('run')})")
+    elif verification.get("reason"):
+        lines.append(f"  checked:  {verification['reason']}")
+    probe = result.get("probe") or final.get("probe") or verification.get("probe")
+    if isinstance(probe, dict):
+        mode = f"{probe['mode']} " if probe.get("mode") else ""
+        head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"
+        figures = []
+        if isinstance(probe.get("prompt_tokens"), int):
+            figures.append(f"{probe['prompt_tokens']:,} prompt tokens")
+        if isinstance(probe.get("ttft_s"), (int, float)):
+            figures.append(f"time to first token {fmt_duration(probe['ttft_s'])}")
+        if isinstance(probe.get("prefill_tokens_per_s"), (int, float)):
+            figures.append(f"prefill {probe['prefill_tokens_per_s']:,.0f} tokens/s")
+        if isinstance(probe.get("growth_gib"), (int, float)):
+            flagged = " (more than expected: vLLM preallocates the KV pool)" if probe.get("growth_flagged") else ""
+            figures.append(f"memory growth {probe['growth_gib']} GiB{flagged}")
+        lines.append(head + (": " + ", ".join(figures) if figures else ""))
+        hol = probe.get("head_of_line") or {}
+        if isinstance(hol.get("short_wait_s"), (int, float)):
+            lines.append(f"            a short request sent during the long prefill waited {fmt_duration(hol['short_wait_s'])}")
+        if not probe.get("ok") and probe.get("reason"):
+            lines.append(f"            {probe['reason']}")
+    return lines
+
+
+def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
+    """The card printed at the end of a run (stdout) and by `autotune show`.
+
+    ceiling vs target, the KV figures with the log line each was read from, boots and time,
+    what verification showed, warnings with cause and remedy, and the files written.
+    run_dir: where the run lives, for the file paths (without it, the run id is shown).
+    """
+    record = _typed(record)
+    r = _result_of(record)
+    attempts = _attempts_of(record)
+    target = record.get("target")
+    verdict = r.get("verdict")
+    lines: list[str] = []
+    ceiling = r.get("ceiling")
+    if verdict == "verified" and isinstance(ceiling, int):
+        if isinstance(target, int) and ceiling >= target:
+            lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
+        elif isinstance(target, int):
+            lines.append(f"Verified ceiling: --max-model-len {ceiling:,} ({ceiling / target:.0%} of the target "
+                         f"{target:,}; {target - ceiling:,} tokens short).")
+        else:
+            lines.append(f"Verified ceiling: --max-model-len {ceiling:,}.")
+    elif verdict is None:
+        lines.append(f"No result yet: the run is {record.get('state', 'unknown')}.")
+    else:
+        kind = f" ({r.error_kind})" if r.get("error_kind") else ""
+        lines.append(f"No verified ceiling: {verdict}{kind}. {r.get('reason', '')}".rstrip())
+    if r.available_kv_gib is not ABSENT:
+        where = _where(r.get("available_kv_gib_source"))
+        lines.append(f"  KV cache: {r.available_kv_gib} GiB available" + (f"  ({where})" if where else ""))
+    if r.kv_cache_tokens is not ABSENT:
+        where = _where(r.get("kv_cache_tokens_source"))
+        pad = "  KV cache: " if r.available_kv_gib is ABSENT else "            "
+        lines.append(f"{pad}{r.kv_cache_tokens:,} tokens" + (f"  ({where})" if where else ""))
+    if r.get("diagnosis"):
+        lines.append(f"  cause:    {r.diagnosis.get('cause')}")
+        lines.append(f"  fix:      {r.diagnosis.get('fix')}")
+    duration = record.get("duration_s")
+    took = f" in {fmt_duration(duration)}" if isinstance(duration, (int, float)) else ""
+    reach = record.reach if isinstance(record.reach, Reach) else Reach()
+    more = f" (+ {reach.boots} in lever runs)" if reach.get("boots") else ""
+    lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
+    lines.extend(_probe_lines(r, attempts))
+    if reach.get("explanation"):
+        for i, text in enumerate(reach.explanation):
+            lines.append(("  levers:   " if i == 0 else "            ") + str(text))
+    if isinstance(reach.interrupted, dict):
+        lines.append(f"  levers:   interrupted: {reach.interrupted.get('by')}")
+    for a in attempts:
+        retries = a.get("http_retries") or []
+        if retries:
+            endpoints = ", ".join(sorted({str(x.get("endpoint")) for x in retries}))
+            lines.append(f"  retries:  boot {a.get('index')}: {len(retries)} broken answer(s) from {endpoints} "
+                         f"asked again (first: {retries[0].get('error')})")
+    if record.get("vllm_version"):
+        lines.append(f"  vLLM:     {record.vllm_version}")
+    if r.get("serving"):
+        lines.append(f"  serving:  {r.serving.get('url')} (pid {r.serving.get('pid')}); "
+                     "stop it with Ctrl-C in its terminal or `kill -INT PID`")
+    for w in summary_warnings(record):
+        lines.append(f"  Warning: {w['message']}")
+        if w.get("cause"):
+            lines.append(f"    cause:  {w['cause']}")
+        if w.get("remedy"):
+            lines.append(f"    remedy: {w['remedy']}")
+    folder = run_dir
+    lines.append(f"  run:      {folder if folder else record.get('run_id')}")
+    for i, name in enumerate(r.get("files") or []):
+        lines.append(("  files:    " if i == 0 else "            ") + (str(Path(folder) / name) if folder else name))
+    return "\n".join(lines)
