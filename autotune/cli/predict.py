@@ -9,20 +9,35 @@ import click
 
 from autotune.analysis import compare as cmp
 from autotune.cli.compare import describe_group
-from autotune.cli.options import runs_dir_option
+from autotune.cli.options import LengthType, runs_dir_option
+from autotune.cli import predict_model
 from autotune.cli.records import load_records
 
 
 @click.command("predict")
 @click.argument("runs", nargs=-1)
-@click.option("--gmu", type=click.FloatRange(min=0, max=1, min_open=True), required=True,
-              help="The --gpu-memory-utilization to predict for.")
+@click.option("--gmu", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="The --gpu-memory-utilization to predict for (with --command: default its own).")
+@click.option("--model", "model_dir", metavar="DIR",
+              help="Predict from this model's files (config.json, safetensors headers), no boot; runs of the same "
+                   "model, device and settings calibrate the overhead.")
+@click.option("--command", "serve_command", metavar="'vllm serve ...'",
+              help="As --model, with the settings of this serve command (--kv-cache-dtype, -tp, -pp, "
+                   "--max-model-len, --kv-cache-memory-bytes, --gpu-memory-utilization, ...).")
+@click.option("--target", type=LengthType(), help="With --model/--command: the gmu that reaches this length (65536, 64K).")
+@click.option("--concurrency-at", type=click.IntRange(min=1), metavar="LENGTH",
+              help="With --model/--command: how many sequences of LENGTH tokens fit at once.")
+@click.option("--device", "device_kind", type=click.Choice(["cpu", "gpu"]),
+              help="With --model/--command: the device to predict for (default: the first GPU, else the CPU node).")
+@click.option("--device-memory", type=click.FloatRange(min=0, min_open=True), metavar="GIB",
+              help="With --model/--command: the memory vLLM multiplies gmu by (a GPU's total, a CPU node's).")
 @click.option("--max-num-seqs", type=click.IntRange(min=1),
               help="Use only runs with this --max-num-seqs (it changes the fixed overhead, so it is not "
                    "predicted across).")
 @runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the prediction(s) as JSON.")
-def predict_cmd(runs, gmu, max_num_seqs, runs_dir, json_):
+def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, device_kind, device_memory,
+                max_num_seqs, runs_dir, json_):
     """Predict available KV, KV tokens and the ceiling at another gmu, from measured runs.
 
     \b
@@ -33,12 +48,30 @@ def predict_cmd(runs, gmu, max_num_seqs, runs_dir, json_):
     outside the measured range is predicted with a warning (an extrapolation).
 
     \b
-    Example:
+    From the model's files, before any boot (--model DIR or --command '...'):
+    weights from the safetensors headers and KV bytes per token from config.json
+    (full/GQA/MQA, MLA, sliding window, hybrid linear attention; --kv-cache-dtype,
+    -tp, -pp) are exact ("derived"); the overhead (activations, runtime) comes from
+    the verified runs under --runs-dir of the same model, device and settings
+    ("estimated", with their spread as the band), else from a stated prior with a
+    wide band. Out: available KV, vLLM's KV token count, the ceiling at --gmu, the
+    gmu that reaches --target, and the concurrency at --concurrency-at.
+    See docs/predict.md.
+
+    \b
+    Examples:
       autotune predict runs/ --gmu 0.95 --max-num-seqs 1
+      autotune predict --command 'vllm serve ./Qwen3-8B --kv-cache-dtype fp8' --gmu 0.9 --target 64K
+      autotune predict --model ./Llama-3.1-8B --device gpu --device-memory 24 --gmu 0.95 --json
 
     \b
     Exit codes: 0 predicted; 1 no run to predict from (or none with that --max-num-seqs).
     """
+    if model_dir or serve_command:
+        return predict_model.predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target,
+                                                concurrency_at, device_kind, device_memory, json_)
+    if gmu is None:
+        raise click.UsageError("--gmu is required (or predict from the files with --model DIR / --command '...')")
     records = load_records(runs, runs_dir)
     report = cmp.compare(records)
     rows = {r.run_id: r for r in report.runs}

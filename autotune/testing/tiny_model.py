@@ -10,10 +10,12 @@ Other attention kinds, for the predictor's checks against real vLLM (autotune.an
 `build_kind(DIR, KIND)` with KIND one of KINDS:
   gqa      Llama, 8 query heads sharing 2 KV heads (grouped-query attention)
   sliding  Gemma-3 text: 5 sliding-window layers (window 256) to 1 full-attention layer
-  mla      DeepSeek-V2 multi-head latent attention (kv_lora_rank 64 + qk_rope_head_dim 16), dense MLP
+  mla      DeepSeek-V2 multi-head latent attention (kv_lora_rank 112 + qk_rope_head_dim 16), dense MLP
   hybrid   Qwen3-Next: 3 gated-delta-net linear-attention layers to 1 full-attention layer, 4 tiny experts
            (vLLM's Qwen3-Next needs at least one MoE layer)
-They share the tokenizer; their shapes are small but keep each kind's structure.
+They share the tokenizer; their shapes are small but keep each kind's structure, and each keeps
+about 1 KiB of KV per token in the layers that hold every token, so that at the gmu values the
+tests use (0.12-0.18 of a ~8 GiB node) the KV cache, not the 1M-token model limit, sets the ceiling.
 
 Needs `transformers` and `tokenizers` (installed with the `cpu` extra); autotune itself does not.
 Run: python -m autotune.testing.tiny_model DIR [KIND]
@@ -98,8 +100,8 @@ def _sliding():
 
     layers = 6
     return Gemma3TextConfig, Gemma3ForCausalLM, dict(
-        hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=64, sliding_window=256, max_position_embeddings=MAX_POSITIONS,
+        hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=64, sliding_window=256, max_position_embeddings=MAX_POSITIONS,
         layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)])
 
 
@@ -108,7 +110,7 @@ def _mla():
 
     return DeepseekV2Config, DeepseekV2ForCausalLM, dict(
         hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=64, q_lora_rank=None, qk_rope_head_dim=16,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=112, q_lora_rank=None, qk_rope_head_dim=16,
         qk_nope_head_dim=32, v_head_dim=32, head_dim=16, first_k_dense_replace=4, n_routed_experts=4,
         num_experts_per_tok=2, n_shared_experts=1, max_position_embeddings=MAX_POSITIONS)
 
@@ -119,7 +121,7 @@ def _hybrid():
     layers = 4
     return Qwen3NextConfig, Qwen3NextForCausalLM, dict(
         hidden_size=256, intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=128,
-        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+        num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
         linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[],
         layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],

@@ -1,0 +1,180 @@
+"""`autotune predict --model DIR` / `--command '...'`: the prediction from the model's files, with no boot.
+
+Wiring and rendering only: the figures come from analysis/model_files.py (the files),
+analysis/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
+The machine is read here (the NUMA node's memory from /sys on the CPU backend, the GPU's
+total memory from NVML) unless --device-memory names it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import click
+
+from autotune.analysis import estimate, kv_pool
+from autotune.analysis import model_files as mf
+
+GIB = 2**30
+NODE_MEMINFO = "/sys/devices/system/node/node{node}/meminfo"
+
+
+def node_memory_bytes(node: int = 0) -> int | None:
+    """MemTotal of a NUMA node, as vLLM's CPU backend reads it (None where the file is absent)."""
+    try:
+        for line in Path(NODE_MEMINFO.format(node=node)).read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 4 and parts[2] == "MemTotal:":
+                return int(parts[3]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def detect_device(kind: str | None, memory_gib: float | None) -> estimate.Device:
+    """The device vLLM would budget from: --device/--device-memory, else NVML's first GPU, else the CPU node."""
+    if kind != "cpu":
+        gpus = []
+        if kind is None or memory_gib is None:
+            try:
+                from autotune.host.machine import gpu_facts
+
+                gpus = gpu_facts()[0]
+            except Exception:  # noqa: BLE001 - no NVML, no GPU: the CPU backend
+                gpus = []
+        if memory_gib is not None and kind == "gpu":
+            return estimate.Device("gpu", int(memory_gib * GIB), "--device-memory")
+        if gpus and kind in (None, "gpu"):
+            first = gpus[0]
+            gib = memory_gib if memory_gib is not None else first.get("memory_total_gib")
+            return estimate.Device("gpu", int(gib * GIB), f"{first.get('name') or 'GPU'} total memory (NVML)"
+                                   if memory_gib is None else "--device-memory")
+        if kind == "gpu":
+            raise click.ClickException("--device gpu: no GPU found; give its memory with --device-memory GIB")
+    if memory_gib is not None:
+        return estimate.Device("cpu", int(memory_gib * GIB), "--device-memory")
+    node = node_memory_bytes()
+    if node is None:
+        raise click.ClickException("cannot read the NUMA node's memory (/sys/devices/system/node/node0/meminfo); "
+                                   "give it with --device-memory GIB")
+    return estimate.Device("cpu", node, "NUMA node 0 MemTotal (/sys), what vLLM's CPU backend multiplies gmu by")
+
+
+def serve_argv(model: str | None, command: str | None) -> list[str]:
+    if bool(model) == bool(command):
+        raise click.UsageError("give the model folder (--model DIR) or the serve command (--command '...'), one of them")
+    if command:
+        try:
+            return shlex.split(command)
+        except ValueError as exc:
+            raise click.UsageError(f"--command: {exc}")
+    return ["vllm", "serve", model]
+
+
+def run(records: list[dict], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
+        device_kind: str | None, device_memory_gib: float | None) -> estimate.Prediction:
+    """Every figure for the serve command, calibrated on the matching runs among records."""
+    from autotune.analysis import compare as cmp
+    from autotune.run.preflight import _local_model_dir
+
+    try:
+        serve = estimate.serve_settings(argv)
+    except ValueError as exc:
+        raise click.ClickException(str(exc))
+    folder = _local_model_dir(serve.model, None, None)
+    if folder is None:
+        raise click.ClickException(f"{serve.model}: not a model folder on this machine (nor in the Hugging Face "
+                                   f"cache); the prediction reads config.json and the safetensors headers")
+    device = detect_device(device_kind, device_memory_gib)
+    try:
+        config = mf.read_config(folder)
+        ssm = kv_pool.CPU_SSM_CACHE_DTYPE if device.kind == "cpu" else None
+        shape = mf.kv_shape(config, serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
+        weights = mf.weights(folder)
+    except mf.ModelFilesError as exc:
+        raise click.ClickException(str(exc))
+    limit = int(config.get("max_position_embeddings") or 0) or None
+    settings = kv_pool.Settings(
+        block_size=serve.block_size or kv_pool.block_size_for(shape, device.kind),
+        max_model_len=serve.max_model_len or limit or 4096,
+        in_flight_tokens=serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
+    chosen, skipped = estimate.calibration_runs(records, serve.model, device, None,
+                                                cmp.settings_of(argv, dict(os.environ)))
+    calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)
+    use_gmu = gmu if gmu is not None else serve.gmu
+    if use_gmu is None and serve.kv_cache_memory_bytes is None:
+        raise click.ClickException("no gmu: give --gmu (or --gpu-memory-utilization in the command)")
+    measured = next((r for r in chosen if use_gmu is not None and r["gmu"] == use_gmu), None)
+    prediction = estimate.predict(str(folder), shape, weights, device, settings, calibration, use_gmu,
+                                  serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured)
+    prediction.notes.extend(f"not calibrated on {line}" for line in skipped)
+    return prediction
+
+
+LABELS = {"weights": "weights", "kv_bytes_per_token": "KV per token", "state_bytes_per_sequence": "state per sequence",
+          "available_kv": "available KV", "kv_bytes_per_token_at_length": "KV per token at length",
+          "kv_cache_tokens": "KV cache tokens", "ceiling": "ceiling", "gmu_for_target": "gmu for target"}
+
+
+def value_text(f: estimate.Figure, v) -> str:
+    if v is None:
+        return "-"
+    if f.name in ("weights", "available_kv"):
+        return f"{v / GIB:.3f} GiB" if v >= GIB / 100 else f"{v / 2**20:.2f} MiB"
+    if f.unit == "bytes":
+        return f"{v:,.0f} B" if float(v).is_integer() else f"{v:,.1f} B"
+    if f.unit == "x":
+        return f"{v:.2f}x"
+    if f.name == "gmu_for_target":
+        return f"{v:.4f}"
+    return f"{v:,}"
+
+
+def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str:
+    shape = p.shape
+    kinds = ", ".join(f"{g['layers']} {g['kind']}" for g in shape["groups"])
+    lines = [f"{p.model}: {shape['model_type']} ({kinds} layers; KV dtype {shape['kv_dtype']}"
+             + (f"; TP {shape['tp']}" if shape["tp"] > 1 else "") + (f"; PP {shape['pp']}" if shape["pp"] > 1 else "")
+             + ")",
+             f"  device: {p.device.kind}, {p.device.memory_bytes / GIB:.2f} GiB ({p.device.source})"
+             + (f"; gmu {gmu:g}" if gmu is not None else ""),
+             f"  overhead: {p.calibration.overhead_bytes / GIB:.3f} GiB +/- {p.calibration.half_band_bytes / GIB:.3f} "
+             f"({p.calibration.source})", ""]
+    rows = []
+    for f in p.figures:
+        name = LABELS.get(f.name) or f"concurrency at {int(f.name.rsplit('_', 1)[1]):,}"
+        if f.name == "gmu_for_target" and target is not None:
+            name = f"gmu for {target:,}"
+        band = f"{value_text(f, f.low)} .. {value_text(f, f.high)}" if f.low is not None and f.low != f.high else ""
+        rows.append([name, value_text(f, f.value), band, f.label, f.source])
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        lines.append("  " + "  ".join([r[0].ljust(widths[0]), r[1].rjust(widths[1]), r[2].ljust(widths[2]),
+                                       r[3].ljust(widths[3]), r[4]]).rstrip())
+    for note in p.notes:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
+    if json_:
+        click.echo(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
+    else:
+        click.echo(render(p, gmu, target))
+
+
+def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, concurrency_at, device_kind,
+                       device_memory, json_) -> None:
+    """The --model / --command path of `autotune predict`."""
+    from autotune.store import artifact
+    from autotune.cli.records import load_records
+
+    argv = serve_argv(model_dir, serve_command)
+    records = load_records(runs, runs_dir) if runs else (
+        [artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))] if Path(runs_dir).is_dir() else [])
+    p = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
+    emit(p, json_, gmu if gmu is not None else estimate.serve_settings(argv).gmu, target)
