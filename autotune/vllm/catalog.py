@@ -18,7 +18,7 @@ Rules for the patterns:
   that appears later in the same traceback override it.
 
 Versions and wording are from the vLLM log-format reference (sections 2, 7, 8,
-9 and 10 of log-formats.md).
+9 and 10 of docs/log-formats.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,214 @@
+"""What a log line looks like before its words are read: cleaning, wrappers, prefixes, kinds.
+
+A vLLM boot log reaches autotune through terminals, container runtimes, log viewers and
+issue threads. Each adds something around vLLM's own text:
+
+* terminal escape sequences (colour since vLLM 0.12 on a TTY, tqdm's erase-line, cursor
+  moves, OSC titles) and their caret notation when pasted (``^[[0;36m``);
+* wrappers around the whole line: Markdown quotes (``> ``), k9s box frames
+  (``│ ... │`` padded to the screen width), inline-code backticks, Ray's
+  `` [repeated 30x across cluster]`` suffix;
+* prefixes before vLLM's message, often stacked: RFC 3339 timestamps (kubectl
+  --timestamps), journald (``авг 18 14:15:02 host python3[1]: ``), docker compose
+  (``svc-1  | ``), uvicorn's ``ERROR:    ``, the process prefix (``(EngineCore_DP0 pid=1) ``,
+  ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``), ``[rank0]: `` and vLLM's logger prefix
+  (``INFO 09-15 10:05:40 [file.py:864] ``);
+* hard wraps: a terminal (or a person) cut a long line; the rest follows on the next
+  line with no prefix, possibly in the middle of a word.
+
+This module only looks at text; it knows no figure. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["clean_line", "unwrap", "message_start", "level_of", "line_kind", "is_continuation"]
+
+# Every escape sequence: CSI (ESC [ ... final; also the 8-bit CSI 0x9b), OSC (ESC ] ... BEL or
+# ESC \), other ESC-initiated two/three-byte sequences (charset selection ESC ( B, keypad
+# ESC =), and the caret notation of a pasted ESC.
+_ESCAPE_RE = re.compile(
+    r"(?:\x1b\[|\x9b|\^\[\[)[0-?]*[ -/]*[@-~]"
+    r"|(?:\x1b\]|\^\[\])[^\x07\x1b]{0,512}(?:\x07|\x1b\\|\^G)?"
+    r"|\x1b[ -/]*[0-~]"
+    r"|\x1b"
+)
+# Control characters other than TAB (CR is handled by the reader: it splits lines there).
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# Overstrike: "x\b" erases x (man-page bold, some progress printers).
+_BACKSPACE_RE = re.compile(r"[^\x08]\x08")
+
+
+def clean_line(line: str) -> str:
+    """Remove escape sequences, backspace overstrikes and control characters (NUL, CR, ...)
+    and make the text encodable as UTF-8. Words and spacing are left as they are."""
+    if "\x1b" in line or "^[" in line or "\x9b" in line:
+        line = _ESCAPE_RE.sub("", line)
+    if "\x08" in line:
+        while "\x08" in line:
+            reduced = _BACKSPACE_RE.sub("", line, count=1000)
+            if reduced == line:
+                break
+            line = reduced
+    if not line.isprintable():
+        line = _CONTROL_RE.sub("", line)
+    if "\ufffd" in line:
+        line = line.replace("\ufffd", "")  # an undecodable byte carries no text
+    if not line.isascii():
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates from a str caller
+            line = line.encode("utf-8", "replace").decode("utf-8")
+    return line
+
+
+# --- wrappers around the whole line ------------------------------------------------------
+_BOX = "│┃║"
+_BOX_LEFT_RE = re.compile(r"^\s{0,8}[│┃║] ?")
+_BOX_RIGHT_RE = re.compile(r"\s*[│┃║]\s*$")
+_QUOTE_RE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
+_RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]\s*$")
+
+
+def unwrap(line: str) -> str:
+    """The line without what a viewer or a paste put around it: box frames, Markdown
+    quotes, inline-code backticks, Ray's repetition suffix. Trailing spaces of a plain line
+    are kept (they tell a word-wrapped line from a hard-wrapped one)."""
+    if not line:
+        return line
+    for _ in range(4):  # wrappers nest: a quote inside a box, a backtick inside a quote
+        before = line
+        if line.lstrip()[:1] in _BOX:
+            line = _BOX_RIGHT_RE.sub("", _BOX_LEFT_RE.sub("", line, count=1), count=1)
+        if line.lstrip()[:1] == ">":
+            line = _QUOTE_RE.sub("", line, count=1)
+        if line.startswith("`") and not line.startswith("```"):
+            line = line[1:]
+            if line.rstrip().endswith("`"):
+                line = line.rstrip()[:-1]
+        if line == before:
+            break
+    if line.endswith("cluster]") or line.endswith("cluster] "):
+        line = _RAY_REPEATED_RE.sub("", line)
+    return line
+
+
+# --- prefixes before vLLM's message ------------------------------------------------------
+# One prefix at a time, tried in a loop; each is anchored at the current position.
+_PREFIXES = (
+    # RFC 3339 (kubectl --timestamps, docker logs -t): 2026-07-08T22:40:03.166647879Z
+    r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+",
+    # journald / syslog: "авг 18 14:15:02 host python3[28145]: ", "Nov 30 10:00:01 host vllm[1]: "
+    r"[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\S{1,64}\s+[\w.@/\-]{1,64}(?:\[\d{1,10}\])?:\s",
+    # docker compose: "vllm-1  | ", "qwen3-8b-1   | "
+    r"[\w.\-]{1,64}\s{1,32}\|\s?",
+    # kubectl logs --prefix: "[pod/vllm-0/vllm] "
+    r"\[pod/[^\]\s]{1,200}\]\s",
+    # process prefix: "(EngineCore_DP0 pid=1) ", "(VllmWorker rank=0 pid=7) ", "(pid=9, ip=1.2.3.4) ";
+    # a paste may have lost the opening parenthesis ("RayWorkerWrapper pid=1) ").
+    r"\(?(?:[\w\-]{1,64} ){0,3}(?:pid|rank)=[^()\n]{1,80}\)\s?",
+    # torch.distributed rank prefix
+    r"\[rank\d{1,6}\]:\s?",
+    # uvicorn level ("INFO:     ", "ERROR:    ")
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+",
+    # vLLM's logger: "INFO 09-15 10:05:40 [file.py:864] " (0.8+), "INFO 09-20 10:00:15 file.py:122] "
+    # (<= 0.7), with the level/date trimmed by a paste: "[kv_cache_utils.py:868] ".
+    r"(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:\d\d-\d\d\s+)?(?:\d\d:\d\d:\d\d(?:[.,]\d+)?\s+)?)?"
+    r"\[?[\w.\-/]{1,200}:\d{1,6}\] ",
+    # a level word alone ("ERROR 06-30 13:53:19 " with the file part lost)
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d\s+",
+)
+_PREFIX_RE = re.compile("|".join(f"(?:{p})" for p in _PREFIXES))
+# vLLM's logger marker anywhere in the line: the message starts after the first one.
+_LOGGER_MARKER_RE = re.compile(r"[\w.\-]{1,200}\.py:\d{1,6}\] ")
+_LEVEL_RE = re.compile(r"(?<![\w.])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s+|\s+\d\d-\d\d\s)")
+
+
+def message_start(line: str) -> int:
+    """Where vLLM's own message begins in ``line``: after the stacked prefixes above (and
+    after the first ``file.py:N] `` logger marker when there is one). Leading spaces of
+    the message are kept (a traceback's frames are indented)."""
+    marker = _LOGGER_MARKER_RE.search(line, 0, 600)
+    if marker is not None:
+        return marker.end()
+    at = 0
+    for _ in range(10):
+        found = _PREFIX_RE.match(line, at)
+        if found is None or found.end() == at:
+            break
+        at = found.end()
+    return at
+
+
+def level_of(line: str, start: int) -> str:
+    """The log level written in the prefix part ``line[:start]`` ('' when none)."""
+    if start <= 0:
+        return ""
+    found = _LEVEL_RE.search(line, 0, start)
+    return found.group(1) if found is not None else ""
+
+
+# --- what kind of line --------------------------------------------------------------------
+# Lines that echo user input: the arguments, the engine configuration, the banner's model.
+_ARGS_NEEDLES = ("non-default args: ", "args: Namespace(", " with config: ")
+# Request logs: prompts, request ids, per-request and periodic throughput lines, HTTP access.
+_REQUEST_NEEDLES = (
+    "Received request ", "Avg prompt throughput", "Added request ", "Finished request ",
+    "Generated response ", " prompt: ", "prompt_token_ids", "Aborted request ",
+    "Engine 000: ", "Running: ", "chat completion request",
+)
+_ACCESS_RE = re.compile(r"\S:\d{1,5} - \"[A-Z]{3,7} \S{1,2000} HTTP/\d(?:\.\d)?\" \d{3}\b")
+
+
+def line_kind(line: str) -> str:
+    """``request`` (a request log or HTTP access line), ``access`` (HTTP access line),
+    ``args`` (echoed arguments or engine config) or ``other``."""
+    if " HTTP/" in line and _ACCESS_RE.search(line) is not None:
+        return "access"
+    for needle in _REQUEST_NEEDLES:
+        if needle in line:
+            return "request"
+    for needle in _ARGS_NEEDLES:
+        if needle in line:
+            return "args"
+    return "other"
+
+
+# --- hard wraps ---------------------------------------------------------------------------
+# The start of a new record: something no wrapped tail begins with.
+_RECORD_START_RE = re.compile(
+    r"(?:\d{4}-\d\d-\d\d[T ]|[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d|\(?[\w\-]{1,64}(?: [\w\-]{1,64}){0,3} (?:pid|rank)="
+    r"|\[rank\d|\[pod/|[\w.\-]{1,64}\s{1,32}\|\s"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\[?[\w.\-/]{1,200}\.py:\d{1,6}\]"
+    r"|Traceback \(most recent|File \"|During handling|The above exception|Process |Exception |"
+    r"[\w.]{0,200}(?:Error|Exception|Exit|Interrupt|Warning)\b:?|```|\$ |#|=|\*|-{3}|Loading |"
+    r"WARNING|Killed|Aborted|Segmentation)"
+)
+# Python's warnings module: "/usr/lib/python3/site-packages/x.py:12: UserWarning: ..."
+_WARNING_LINE_RE = re.compile(r"\S{1,300}:\d{1,6}: \w{0,40}Warning\b")
+_SENTENCE_END = ".!?:;)]}>\"'`"
+WRAP_MIN_WIDTH = 40  # a line shorter than this was not wrapped by a terminal or an editor
+
+
+def is_continuation(previous: str, line: str) -> bool:
+    """Whether ``line`` is the rest of ``previous`` cut by a hard wrap (a terminal at any
+    width, mid-word; or a person's word wrap). ``previous`` must be long and ``line`` must
+    carry no prefix, start no record (an indented line is a traceback frame) and not start a
+    new sentence after a finished one."""
+    head = previous.rstrip()
+    if len(head) < WRAP_MIN_WIDTH or not line or line == previous:
+        return False
+    if line.startswith(("  ", "\t")) or not line.strip():
+        return False
+    text = line[1:] if line.startswith(" ") else line
+    if _RECORD_START_RE.match(text) is not None or _WARNING_LINE_RE.match(text) is not None:
+        return False
+    first = text[0]
+    new_sentence = first.isupper() and text[1:2].islower()  # "The model's", not "KV" or "V cache"
+    if head[-1] in _SENTENCE_END and (new_sentence or not first.isalnum()):
+        return False  # "... 0.82x." then "The model's max seq len ..."
+    at_space = previous[-1:] in (" ", "\t") or line.startswith(" ")
+    if at_space:
+        return first.isalnum()  # the wrap fell on a space: the next word follows
+    return not new_sentence  # mid-word ("GPU KV ca" + "che size") or a word wrap that ate the space

@@ -1,0 +1,138 @@
+"""The wording of vLLM's boot log: one regex per message, with the versions that print it.
+
+Formats are documented in ``log-formats.md`` (vLLM 0.6 -> 0.33). Every regex is used with
+``search`` on vLLM's message (see ``logclean.message_start``), never anchored with ``^``.
+All are ASCII-only (``(?a)``): a figure is written in ASCII digits, and a Unicode digit next
+to one makes it no figure. NUM is a number as printed, INT an integer that may carry
+thousands separators.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags | re.ASCII)
+
+
+NUM = r"-?[0-9]+(?:\.[0-9]+)?"
+# Thousands separators only in whole groups: "42,832" and "42832", never "4,28,32" or "1,2,3,4".
+INT = r"(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?![0-9,]*[0-9])"
+
+# Version. 0.6-0.14: "vLLM API server version X"; 0.15+ with VLLM_DISABLE_LOG_LOGO=1:
+# "vLLM server version X, serving model M".
+SERVER_VERSION_RE = _re(r"vLLM (?:API )?server version ([\w.+\-]{1,64})")
+# 0.15+ logo banner: " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.18.0". Only taken when the
+# text before "version" holds the logo's block characters.
+LOGO_VERSION_RE = _re(r"\bversion\s+([\w.+\-]{1,64})[\s`]*$")
+LOGO_CHARS = ("█", "▄", "▀")
+# V0 "Initializing an LLM engine (v0.6.1) with config", V1 "Initializing a V1 LLM engine (v0.8.1)".
+ENGINE_VERSION_RE = _re(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]{1,64})\)")
+MAX_SEQ_LEN_RE = _re(r"\bmax_seq_len=(\d+)")
+
+# Arguments. 0.9+: "non-default args: {...}" (a dict repr); <=0.8.5: "args: Namespace(...)".
+NON_DEFAULT_ARGS = "non-default args: "
+NAMESPACE_ARGS = "args: Namespace("
+# 0.9.2+ (verified 0.10.2+): the resolved length ("auto" -> the derived maximum).
+MAX_MODEL_LEN_RESOLVED_RE = _re(r"Using max model len (\d+)")
+
+# Attention backend. 0.12+: "Using FLASH_ATTN attention backend out of potential backends: ...".
+BACKEND_STRONG_RE = _re(r"Using (\w+) attention backend out of potential backends")
+# V0 "Using XFormers backend.", V1 0.7-0.10 "Using Flash Attention backend on V1 engine.",
+# 0.11+ "Using FLASH_ATTN backend." or a forced enum "Using AttentionBackendEnum.FLASH_ATTN backend.".
+# The trailing period is required: "[mxfp4.py:165] Using Triton backend" is a MoE kernel line.
+BACKEND_GENERIC_RE = _re(
+    r"\bUsing ([A-Za-z_][\w .\-]{0,60}?) backend(?: on V1 engine)?(?:\.|\s+by default\b)"
+)
+# Words that mark a kernel/other-component backend, not the attention backend.
+NOT_ATTENTION_RE = _re(r"(?i)moe|gemm|kernel|sampl|quant|fp8|fp4|linear|reduce|lora|vit\b")
+FALLBACK_FA2_RE = _re(r"Cannot use FlashAttention-2 backend for [^.\n]{1,200}\.")
+FALLBACK_FA_VERSION_RE = _re(r"Cannot use FA version \d+ is not supported due to [^\n]{1,300}")
+
+# Weights. V0/V1 <=0.7.3 "Loading model weights took 14.9888 GB"; 0.8.0-0.8.2
+# "Model loading took X GB and Ys"; 0.8.3+ GiB; 0.11.1+ "GiB memory and".
+WEIGHTS_RE = _re(r"(?:Loading model weights|Model loading) took (" + NUM + r") (GiB|GB)\b")
+
+# KV sizing. V1 0.8.0+ "GPU KV cache size: 42,832 tokens" (CPU backend prints "GPU" too up to
+# 0.21); after 0.21 one line "CPU KV cache size: N tokens, Maximum concurrency for ...".
+KV_TOKENS_RE = _re(r"(?:\b(GPU \+ host|[A-Z]{2,6}) )?KV cache size: (" + INT + r") tokens")
+# V0 0.6.3+ and V1 0.7.1+ (V1 with commas from 0.8.0).
+CONCURRENCY_RE = _re(
+    r"Maximum concurrency for (" + INT + r") tokens per request: (" + NUM + r")x"
+)
+# V0 "# GPU blocks: N, # CPU blocks: M" (<=0.6), "# CUDA blocks: ..." (0.7+, dispatch key;
+# some builds print it lowercase), V1 0.7 "# GPU blocks: N", V0 CPU "# CPU blocks: N"
+# (<=0.6, the KV pool) and "# CPU blocks: N, # CPU blocks: 0" (0.7-0.9 CPU).
+BLOCKS_RE = _re(r"# (\w{1,16}) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
+# V1 0.9.1+ (before a refusal too).
+AVAILABLE_KV_RE = _re(r"Available KV cache memory: (" + NUM + r") GiB")
+# V0 0.6.4 only: "Memory profiling results: ... kv_cache_size=2.89GiB ...".
+V0_KV_CACHE_SIZE_RE = _re(r"\bkv_cache_size=(" + NUM + r") ?GiB")
+# V0 0.6.5-0.10 multi-line profile: "... the rest of the memory reserved for KV Cache is 5.23GiB."
+V0_KV_RESERVED_RE = _re(r"the rest of the memory reserved for KV Cache is (" + NUM + r") ?GiB")
+# CPU backend 0.20+: "Auto set (X/Y) GiB for KV cache on node 0, with R GiB requested memory
+# for the worker. N GiB memory was consumed by non-kv usages." / "Explicitly set (X/Y) GiB ...".
+CPU_KV_SET_RE = _re(
+    r"(?:Auto|Explicitly) set \((" + NUM + r")/(" + NUM + r")\) GiB for KV cache on node \d+"
+    r"(?:, with (" + NUM + r") GiB requested memory for the worker\. (" + NUM + r") GiB memory"
+    r" was consumed by non-kv usages)?"
+)
+# CPU backend 0.13-0.19 "VLLM_CPU_KVCACHE_SPACE not set. Using 31.5 GiB for KV cache." and
+# <=0.12 "... VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, using 4 by default."
+CPU_KVCACHE_SPACE_RE = _re(
+    r"VLLM_CPU_KVCACHE_SPACE not set\. Using (" + NUM + r") GiB for KV cache"
+    r"|(?:Environment variable )?VLLM_CPU_KVCACHE_SPACE \(GiB?\) for CPU backend is not set, using (" + NUM + r")"
+    r" by default"
+)
+
+# Auto-fit, 0.14+ ("... (5.23 GiB available for KV cache)"; after 0.21 "... memory (5.1 GiB GPU)").
+AUTOFIT_REDUCED_RE = _re(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
+AUTOFIT_FULL_RE = _re(r"Auto-fit max_model_len: full model context length (\d+) fits")
+AUTOFIT_ATTN_FREE_RE = _re(r"Auto-fit max_model_len: attention-free model, using derived max_model_len=(\d+)")
+
+# Refusals. V1 0.7-0.8.2 "GB" and "models's"; 0.8.3+ GiB; 0.14+ format_gib ("16.0");
+# after 0.21 "model's".
+REFUSAL_V1_RE = _re(
+    r"To serve at least one request with the models?'s max seq len \((\d+)\), \((" + NUM + r") (GiB|GB) KV"
+    r" cache is needed, which is larger than the available KV cache memory \((" + NUM + r") (?:GiB|GB)\)"
+)
+# 0.9.1+ (0.8.4-0.9.0.1 print "Based on the available memory,  Try ..." with no number): see
+# ESTIMATE_AFTER_RE below, read only right after the refusal's figures.
+# V0 (<=0.10 fallback path); the second number is the KV capacity in tokens.
+REFUSAL_V0_RE = _re(
+    r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be"
+    r" stored in KV cache \((\d+)\)"
+)
+# Config-time refusal (all versions); the derived length may print as a float after rope scaling.
+# The requested length is the first number; the key that set the maximum names the config field.
+ABOVE_DERIVED_RE = _re(
+    r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len"
+    r" \((\w+)=(\d+)(?:\.0+)?\b"
+)
+MAMBA_RE = _re(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
+# V1 0.9.1+: "Free memory on device [cuda:0 ](X/Y GiB) on startup is less than desired ...".
+FREE_MEMORY_RE = _re(
+    r"Free memory on device (?:\S{1,32} )?\((" + NUM + r")/(" + NUM + r") GiB\) on startup is less than"
+    r"(?: desired GPU memory utilization \((" + NUM + r"), (" + NUM + r") GiB\))?"
+)
+
+# CUDA graphs: "Graph capturing finished in 12 secs, took 0.52 GiB" (0.6.4+);
+# 0.18+ "Estimated CUDA graph memory: 0.61 GiB total".
+GRAPH_RE = _re(r"Graph capturing finished in \d+ secs, took (" + NUM + r") GiB")
+GRAPH_ESTIMATE_RE = _re(r"Estimated CUDA graph memory: (" + NUM + r") GiB")
+
+# Server listening: 0.7.3-0.17 "Starting vLLM API server [0 ]on URL", 0.18+ "Starting vLLM server on
+# URL"; <=0.7.2 only uvicorn's "Uvicorn running on URL"; uvicorn "Application startup complete."
+LISTEN_RE = _re(r"Starting vLLM (?:API )?server(?: \d+)? on (\S{1,300})|Uvicorn running on (\S{1,300})")
+STARTUP_COMPLETE = "Application startup complete"
+STARTUP_COMPLETE_RE = _re(r"Application startup complete")
+# The estimate is the refusal's next sentence (0.9.1+): "... memory (5.23 GiB). Based on the
+# available memory, the estimated maximum model length is 42832."
+ESTIMATE_AFTER_RE = _re(r"\.\s{0,3}Based on the available memory,\s{0,3}the estimated maximum model length is (\d+)")
+# Auto-fit's KV figure: "(5.23 GiB available for KV cache)" (0.14-0.21), "memory (5.1 GiB GPU)" (after 0.21).
+AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU)?\)")
+# Names to mask in later lines: the engine config's model='...' / tokenizer='...', and the
+# banner's "vLLM server version X, serving model M" (0.15+ without the logo).
+CONFIG_MODEL_RE = _re(r"\b(?:model|tokenizer|served_model_name)='([^']{4,500})'")
+SERVING_MODEL_RE = _re(r"serving model (\S{4,500})")

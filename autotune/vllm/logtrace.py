@@ -1,0 +1,68 @@
+"""Where a boot log stands with respect to Python tracebacks.
+
+vLLM dies by raising: the engine prints ``Traceback (most recent call last):``, its frames
+(indented), then the exception line (``ValueError: ...``), each line possibly behind a
+process/logger prefix. What matters for the outcome of a boot:
+
+* whether the log ends inside a traceback (the excerpt or the process stopped there);
+* whether the last thing the log says is an exception or an ERROR line;
+* the final exception line: the stated cause when no known failure signature is seen.
+  Generic wrappers (``RuntimeError: Engine core initialization failed. See root cause
+  above.``) only point back at the real one, so the last exception that is not a wrapper
+  is the one kept.
+
+``TraceState`` is fed vLLM's message part of each line (prefixes removed, indentation
+kept) with the level written in the prefix. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+__all__ = ["TraceState", "EXCEPTION_LINE_RE"]
+
+_HEADER = "Traceback (most recent call last)"
+# An exception line: "ValueError: ...", "torch.OutOfMemoryError: ...", "pydantic_core._pydantic_core.
+# ValidationError: 1 validation error", "KeyboardInterrupt", "ValueError(\"type fp8e4nv ...\")".
+EXCEPTION_LINE_RE = re.compile(
+    r"(?:[A-Za-z_][\w]*\.){0,6}[A-Z]\w{0,80}(?:Error|Exception|Exit|Interrupt|Failure)\b(?:[:(]|\s*$)"
+)
+
+
+@dataclass(frozen=True)
+class TraceState:
+    """Immutable: ``feed`` returns the next state (the parser undoes a line by keeping the old one)."""
+
+    open: bool = False  # inside a traceback: header seen, its exception line not yet
+    tail: str = ""  # what the last non-blank line was: traceback | exception | error | other
+    tail_line: int = 0  # its line number
+    tail_text: str = ""  # its text (vLLM's message)
+    exception_line: int = 0  # line number of the last exception line (0: none)
+
+    def feed(self, message: str, level: str, line_no: int) -> "TraceState":
+        stripped = message.strip()
+        if not stripped:
+            return self
+        if _HEADER in message:
+            return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
+        indented = message[:1] in (" ", "\t")
+        if self.open:
+            if indented or stripped.startswith('File "'):
+                return self if self.tail == "traceback" and self.tail_line == line_no else replace(
+                    self, tail="traceback", tail_line=line_no, tail_text=stripped)
+            return replace(self, open=False, tail="exception", tail_line=line_no, tail_text=stripped,
+                           exception_line=line_no)
+        if indented and self.tail == "exception":
+            return self  # the exception message continues (pydantic's indented details)
+        if level not in ("INFO", "DEBUG") and EXCEPTION_LINE_RE.match(stripped) is not None:
+            return replace(self, tail="exception", tail_line=line_no, tail_text=stripped, exception_line=line_no)
+        kind = "error" if level in ("ERROR", "CRITICAL") else "other"
+        if kind == "other" and self.tail == "other":
+            return self
+        return replace(self, tail=kind, tail_line=line_no, tail_text=stripped)
+
+    @property
+    def ends_in_failure(self) -> bool:
+        """The log (so far) ends inside a traceback, on an exception line or on an ERROR line."""
+        return self.open or self.tail in ("traceback", "exception", "error")
