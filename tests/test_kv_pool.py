@@ -97,3 +97,29 @@ def test_sliding_window_bytes_per_token_depend_on_the_length():
     short = kv_pool.pool(shape, cpu(shape, 4096), MIB128).bytes_per_token_at_length
     long = kv_pool.pool(shape, cpu(shape, 262144), MIB128).bytes_per_token_at_length
     assert short > long > shape.full_bytes_per_token  # the windows' fixed cost spreads over more tokens
+
+
+# The published Qwen3.6-27B config (same shape as Qwen3.5-27B): 64 layers, every 4th full attention
+# (4 KV heads x 256), gated delta net 16 key / 48 value heads x 128, state in float32.
+QWEN36_27B = {"model_type": "qwen3_5_text", "num_hidden_layers": 64, "num_attention_heads": 24,
+              "num_key_value_heads": 4, "head_dim": 256, "hidden_size": 5120, "linear_num_key_heads": 16,
+              "linear_num_value_heads": 48, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+              "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16", "mamba_ssm_dtype": "float32",
+              "layer_types": ["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(64)]}
+
+
+def test_seed_machine_qwen36_27b_state_need_and_estimate():
+    # The seed (issue 12; vLLM 0.20.2, RTX 3090): 147 MiB of state per sequence; 65,536 tokens need
+    # 4.16 GiB; 3.9 GiB available gives the estimate 61,152.
+    shape = mf.kv_shape(QWEN36_27B)
+    assert round(shape.state_bytes_per_sequence / 2**20) == 147
+    assert shape.full_bytes_per_token == 16 * 2 * 4 * 256 * 2
+    settings = kv_pool.Settings(16, 65536, state_blocks=1, null_block=kv_pool.reserves_null_block("0.20.2"))
+    needed = kv_pool.available_for_length(shape, settings, 65536)
+    assert f"{needed / GIB:.2f}" == "4.16"
+    assert kv_pool.max_model_len(shape, settings, int(3.9 * GIB), 262144) == 61152
+
+
+def test_null_block_by_version():
+    assert kv_pool.reserves_null_block("0.32.0") and kv_pool.reserves_null_block(None)
+    assert not kv_pool.reserves_null_block("0.20.2") and not kv_pool.reserves_null_block("0.11.1")

@@ -311,7 +311,8 @@ def calibration_runs(records: list[dict], model: str, device: Device, vllm_versi
         memory = row.device_memory_gib
         chosen.append({"run_id": row.run_id, "gmu": row.gmu, "memory_bytes": memory * GIB if memory else None,
                        "available_kv_gib": row.available_kv_gib, "kv_cache_tokens": row.kv_cache_tokens,
-                       "max_model_len": facts.get("max_concurrency_tokens"), "ceiling": row.ceiling})
+                       "max_model_len": facts.get("max_concurrency_tokens"), "ceiling": row.ceiling,
+                       "vllm_version": row.vllm_version})
     return chosen, skipped
 
 

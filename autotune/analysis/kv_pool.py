@@ -16,8 +16,8 @@ vllm/platforms/cpu.py); the same scheme since the hybrid allocator (~0.10):
   sliding window min(window - 1 + in-flight tokens, L) tokens, cdiv'd, + 1; a linear-attention
   group 2 blocks ("align" mamba cache mode, the default with prefix caching; 1 without). vLLM prints "KV cache size: int(num_blocks / blocks per request x L) tokens", so
   for sliding-window and hybrid models that figure is concurrency x length, not the pool.
-- A length is accepted while its blocks fit in available - one block (the null block); the
-  refusal's "estimated maximum model length" is the largest such length.
+- A length is accepted while its blocks fit in available - one block (the null block; from ~0.21,
+  see reserves_null_block); the refusal's "estimated maximum model length" is the largest such length.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class Settings:
     # Blocks a linear-attention group holds per request: 2 in vLLM's "align" mamba cache mode (its
     # default for hybrid models when prefix caching is on, as it is by default), 1 without prefix caching.
     state_blocks: int = 2
+    # vLLM 0.32 keeps one block back (the null block) when it checks a length against the pool; the
+    # seed machine's vLLM 0.20.2 figures and public logs of ~0.11 do not: see reserves_null_block().
+    null_block: bool = True
 
 
 @dataclass
@@ -73,6 +76,16 @@ class Pool:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+def reserves_null_block(vllm_version: str | None) -> bool:
+    """Whether a vLLM version checks lengths against the pool less one block. Seen in 0.32.0; not in
+    0.20.2 (the seed machine: 65,536 tokens need 4.16 GiB, estimate 61,152 from 3.9 GiB) nor in the
+    ~0.11 CPU log (4.00 GiB: estimate 37,376 = all 292 blocks). Assumed from 0.21 on; unknown: yes."""
+    from autotune.analysis.compare import version_tuple
+
+    parsed = version_tuple(vllm_version)
+    return parsed is None or parsed >= (0, 21)
 
 
 def block_size_for(shape: KVShape, device: str) -> int:
@@ -154,7 +167,7 @@ def pool(shape: KVShape, settings: Settings, available_bytes: int) -> Pool:
     per_request = sum(g.blocks_per_request for g in groups)
     concurrency = num_blocks / per_request
     tokens = int(concurrency * length)
-    fits = per_request * bytes_per_block <= available_bytes - bytes_per_block
+    fits = per_request * bytes_per_block <= available_bytes - bytes_per_block * settings.null_block
     return Pool(available_bytes=available_bytes, block_size=block_size, page_bytes=page, group_size=size,
                 bytes_per_block=bytes_per_block, num_blocks=num_blocks, groups=groups,
                 blocks_per_request=per_request, concurrency=concurrency, kv_cache_tokens=tokens,
@@ -166,7 +179,7 @@ def pool(shape: KVShape, settings: Settings, available_bytes: int) -> Pool:
 def max_model_len(shape: KVShape, settings: Settings, available_bytes: int, limit: int) -> int:
     """The longest length vLLM accepts with available_bytes (its refusal's estimate), up to limit."""
     block_size, page, size, split, _ = layout(shape, settings)
-    budget_blocks = (available_bytes - size * page) // (size * page)
+    budget_blocks = (available_bytes - size * page * settings.null_block) // (size * page)
 
     def fits(length: int) -> bool:
         return sum(n * _blocks_for(g, settings, block_size, length) for g, n in split) <= budget_blocks
@@ -187,4 +200,4 @@ def available_for_length(shape: KVShape, settings: Settings, length: int) -> int
     """The fewest available bytes with which vLLM accepts `length` (one null block included)."""
     block_size, page, size, split, _ = layout(shape, settings)
     blocks = sum(n * _blocks_for(g, settings, block_size, length) for g, n in split)
-    return (blocks + 1) * size * page
+    return (blocks + settings.null_block) * size * page

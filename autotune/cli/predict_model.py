@@ -104,6 +104,8 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
     chosen, skipped = estimate.calibration_runs(records, serve.model, device, None,
                                                 cmp.settings_of(argv, dict(os.environ)))
+    version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
+    settings.null_block = kv_pool.reserves_null_block(version)
     calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)
     use_gmu = gmu if gmu is not None else serve.gmu
     if use_gmu is None and serve.kv_cache_memory_bytes is None:
