@@ -13,7 +13,7 @@ import click
 from autotune.analysis import compare as cmp
 from autotune.cli.options import runs_dir_option
 from autotune.cli.records import load_records
-from autotune.cli.tables import gib, or_dash, table
+from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
 
 
 def _short_device(device: str) -> str:
@@ -29,7 +29,18 @@ def _labels(report: cmp.Report) -> dict[str, str]:
     return {r.run_id: f"#{i}" for i, r in enumerate(report.runs, 1)}
 
 
-def render_runstable(report: cmp.Report) -> list[str]:
+RUN_HEADER = ["", "run", "date (UTC)", "vLLM", "GPU", "model", "gmu", "max-num-seqs", "max-num-batched-tokens",
+              "kv-cache-dtype", "weights GiB", "available KV GiB", "KV tokens", "verified ceiling", "group"]
+RUN_RIGHT = {0, 6, 7, 8, 10, 11, 12, 13}
+
+
+def render_runs_table(report: cmp.Report) -> list[str]:
+    rows, notes = runs_table(report)
+    return table(RUN_HEADER, rows, right=RUN_RIGHT) + notes
+
+
+def runs_table(report: cmp.Report) -> tuple[list[list[str]], list[str]]:
+    """The cells of the runs table, and the notes its marks (*, +) refer to."""
     group_of = {rid: g.group_id for g in report.groups for rid in g.run_ids}
     labels = _labels(report)
     notes: dict[str, str] = {}
@@ -48,12 +59,8 @@ def render_runstable(report: cmp.Report) -> list[str]:
                      r.max_num_seqs or "-", r.max_num_batched_tokens or "-", r.kv_cache_dtype or "-",
                      gib(r.weights_gib), gib(r.available_kv_gib), or_dash(r.kv_cache_tokens),
                      or_dash(r.ceiling) if r.ceiling is not None or r.verdict == "verified" else (r.verdict or "-"), group_of.get(r.run_id, "-")])
-    header = ["", "run", "date (UTC)", "vLLM", "GPU", "model", "gmu", "max-num-seqs", "max-num-batched-tokens",
-              "kv-cache-dtype", "weights GiB", "available KV GiB", "KV tokens", "verified ceiling", "group"]
-    lines = table(header, rows, right={0, 6, 7, 8, 10, 11, 12, 13})
-    for text, mark in notes.items():
-        lines.append(f"  {mark} {text if text.startswith('gmu does not') else 'gmu not on the command line: ' + text}")
-    return lines
+    return rows, [f"  {mark} {text if text.startswith('gmu does not') else 'gmu not on the command line: ' + text}"
+                  for text, mark in notes.items()]
 
 
 def describe_group(group: cmp.Group, rows: dict[str, cmp.Row]) -> str:
@@ -108,10 +115,22 @@ def _g(value) -> str:
     return "?" if value is None else f"{value:g}"
 
 
-def render_report(report: cmp.Report) -> str:
+def echo_report(report: cmp.Report) -> None:
+    """The report on stdout: on a terminal its runs table drawn by rich, the rest as text."""
+    if not on_terminal():
+        click.echo(render_report(report))
+        return
+    rows, notes = runs_table(report)
+    echo_table(RUN_HEADER, rows, RUN_RIGHT)
+    rest = notes + render_report(report, with_runs=False).splitlines()
+    if rest:
+        click.echo("\n".join(rest))
+
+
+def render_report(report: cmp.Report, with_runs: bool = True) -> str:
     rows = {r.run_id: r for r in report.runs}
     labels = _labels(report)
-    lines = render_runstable(report)
+    lines = render_runs_table(report) if with_runs else []
     for group in report.groups:
         lines.append("")
         lines.extend(render_group(group, rows, labels))
@@ -194,7 +213,7 @@ def compare_cmd(runs, runs_dir, json_, plot):
     if json_:
         click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
-        click.echo(render_report(report))
+        echo_report(report)
 
 
 COMMANDS = [compare_cmd]

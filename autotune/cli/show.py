@@ -12,6 +12,7 @@ import click
 from autotune.cli.options import runs_dir_option
 from autotune.cli.progress import render_summary
 from autotune.cli.records import load_one
+from autotune.cli.tables import echo_table, on_terminal
 from autotune.store import artifact
 from autotune.store import emit
 from autotune.store.record import Result, RunRecord
@@ -97,19 +98,21 @@ def _cell(value) -> str:
     return str(value)
 
 
+def _cells(row: dict) -> list[str] | str:
+    """A run's cells, or the line that says it cannot be read."""
+    if "error" in row:
+        return f"{row['run_id']}  (unreadable: {row['error']})"
+    model = _cell(row.get("model"))
+    if len(model) > 40:
+        model = "…" + model[-39:]
+    return [_cell(row.get("run_id")), row.get("started") or "?", model] + [_cell(row.get(key))
+                                                                           for _, key, _ in RUN_COLUMNS[3:]]
+
+
 def render_runs(rows: list[dict]) -> str:
     """The runs table, one line a run, in the order given (pure)."""
     header = [h for h, _, _ in RUN_COLUMNS]
-    table: list[list[str] | str] = []
-    for row in rows:
-        if "error" in row:
-            table.append(f"{row['run_id']}  (unreadable: {row['error']})")
-            continue
-        model = _cell(row.get("model"))
-        if len(model) > 40:
-            model = "…" + model[-39:]
-        table.append([_cell(row.get("run_id")), row.get("started") or "?", model]
-                     + [_cell(row.get(key)) for _, key, _ in RUN_COLUMNS[3:]])
+    table = [_cells(row) for row in rows]
     cells = [header] + [r for r in table if isinstance(r, list)]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
 
@@ -153,7 +156,14 @@ def runs(runs_dir, json_, limit):
     if not rows:
         click.echo(f"no runs under {runs_dir}", err=True)
         return
-    click.echo(render_runs(rows))
+    if not on_terminal():
+        click.echo(render_runs(rows))
+        return
+    cells = [_cells(row) for row in rows]
+    echo_table([h for h, _, _ in RUN_COLUMNS], [c for c in cells if isinstance(c, list)],
+               {i for i, (_, _, right) in enumerate(RUN_COLUMNS) if right})
+    for line in (c for c in cells if isinstance(c, str)):
+        click.echo(line)
 
 
 COMMANDS = [show, runs]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.compare import render_report
+from autotune.cli.compare import echo_report
 from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import LengthType, ProgressPrinter, boot_options, runs_dir_option, sayer, serve_argv, warn
 from autotune.run import sweep as sweep_mod
@@ -129,7 +129,7 @@ def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
         click.echo(render_sweep(sweep, sweep_dir))
         if report.runs:
             click.echo("")
-            click.echo(render_report(report))
+            echo_report(report)
     all_verified = all(p["verdict"] == "verified" for p in sweep["points"])
     sys.exit(ExitCode.OK if all_verified else ExitCode.FAILED)
 

@@ -1,0 +1,34 @@
+"""Tables: rich on a terminal, the plain aligned text anywhere else (unchanged for scripts)."""
+
+from __future__ import annotations
+
+import io
+
+from autotune.cli.tables import echo_table, table
+
+HEADER = ["RUN", "CEILING"]
+ROWS = [["20261130T120000Z-tiny-llama", "16,384"], ["20261130T120500Z-tiny-llama", "-"]]
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_off_a_terminal_the_table_is_the_plain_aligned_text():
+    out = io.StringIO()
+    echo_table(HEADER, ROWS, {1}, stream=out)
+    assert out.getvalue() == "\n".join(table(HEADER, ROWS, {1})) + "\n"
+    assert out.getvalue().splitlines()[1].split() == ["20261130T120000Z-tiny-llama", "16,384"]
+    assert "─" not in out.getvalue()
+
+
+def test_on_a_terminal_rich_draws_it(monkeypatch):
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.setenv("COLUMNS", "80")
+    out = Terminal()
+    echo_table(HEADER, ROWS, {1}, stream=out)
+    text = out.getvalue()
+    assert "─" in text  # rich's rule under the header, which the plain form never has
+    lines = [line for line in text.splitlines() if "tiny-llama" in line]
+    assert len(lines) == 2 and lines[0].rstrip().endswith("16,384") and lines[1].rstrip().endswith("-")
