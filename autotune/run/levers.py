@@ -41,6 +41,7 @@ class Baseline:
     available_kv_gib: float
     gmu: float | None  # the effective gpu-memory-utilization, None when it does not size the KV pool
     device_total_gib: float | None  # GPU total (NVML) or the CPU node's RAM as vLLM reports it
+    target_needed_gib: float | None = None  # what vLLM printed the target itself needs (a refusal at it)
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,11 @@ class Plan:
 
 
 def need_gib(target: int, base: Baseline) -> float:
-    """KV memory the target needs, scaled from what the verified ceiling needed."""
+    """KV memory the target needs: as vLLM printed it when a boot asked for the target, else
+    scaled from what the verified ceiling needed (which overstates it for a hybrid model,
+    whose per-sequence state does not grow with the length)."""
+    if base.target_needed_gib is not None:
+        return base.target_needed_gib
     return base.available_kv_gib * target / base.ceiling
 
 

@@ -146,7 +146,7 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("v0-0.6.4", "V0 engine, the legacy refusal (KV capacity in tokens, no estimate)", "0.6.4", "v0",
             ("real-logs/003-v0-rtx3090-llama31-8b-refused-legacy-wording.log",
              "real-logs/105-v0-tp8-vllmworkerprocess-llama31-8b-gpu-blocks-concurrency.log",
-             "log-formats.md 11.A-B"), **{**_LLAMA, "activation_gib_per_1k_tokens": 1.387}, shutdown_s=3.0),
+             "log-formats.md 11.A-B"), **{**_LLAMA, "activation_gib_per_1k_tokens": 1.42}, shutdown_s=3.0),
     Profile("v1-0.9.0-no-estimate", "V1, refusal without an estimate (0.8.4-0.9.0.1 bug): the ceiling comes "
             "from the GiB figures", "0.9.0", "v1_084",
             ("log-formats.md 2.2(c) and 11.E", "real-logs/036-v085dev-2x-rtx5090-qwq32b-bnb-pp2-rank0-prefix-refused.log"),

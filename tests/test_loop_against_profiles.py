@@ -1,0 +1,177 @@
+"""The whole loop (tune with both strategies, sweep, compare, --reach, reproduce, resume)
+against the replaying vLLM's profiles, in seconds: every vLLM version's words and every
+machine the CPU backend cannot show. NOT marked vllm: the replaying vLLM is not vLLM, and
+the real CPU-backend boots under tests/e2e stay the proof.
+
+The machine is the profile's too: autotune reads GPUs from NVML, so these tests hand it the
+profile's GPUs (profiles.Profile.nvml_inventory) in place of this machine's none.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.testing import profiles
+
+SEED = "seed-3090-qwen3.6-27b"
+SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
+               "--enable-chunked-prefill"]
+FAST = "0.002"  # of the real seconds: a 90 s boot takes 0.2 s
+
+
+def fake(profile, *flags, scale=FAST):
+    return [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", profile, "--time-scale", scale, *flags]
+
+
+@pytest.fixture
+def machine(monkeypatch):
+    """Make autotune see a profile's GPUs."""
+    def use(profile_name):
+        inventory = profiles.by_name(profile_name).nvml_inventory()
+        monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    return use
+
+
+def run(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result
+
+
+def tune(*args):
+    """`autotune tune ... --json`: the run record."""
+    result = run("tune", "--json", "--quiet", *args)
+    assert result.output.strip(), result.output
+    return json.loads(result.output[result.output.index("{"):])
+
+
+# ---- tune: the seed's story --------------------------------------------------------------------
+
+def test_the_seed_is_refused_at_65536_and_verified_at_61152_in_two_boots(machine):
+    machine(SEED)
+    t0 = time.monotonic()
+    record = tune("--target", "65536", "--strategy", "refusal", "--", *fake(SEED, *SEED_LEVERS))
+    assert time.monotonic() - t0 < 15
+    result = record["result"]
+    assert (result["verdict"], result["ceiling"], result["boots"]) == ("verified", 61152, 2)
+    first, second = record["attempts"]
+    assert (first["outcome"], first["ceiling"], first["ceiling_source"]) == ("refused", 61152, "estimate")
+    assert first["facts"]["kv_needed_gib"] == 4.16 and first["facts"]["available_kv_gib"] == 3.9
+    assert second["verification"]["reason"] == "/health 200 and /v1/models reports max_model_len 61152"
+    assert second["probe"]["ok"]
+    assert record["vllm_version_detected"] == "0.20.2"
+
+
+@pytest.mark.parametrize("profile,boots,ceiling", [
+    ("v1-0.21.0", 1, 44480), ("v1-0.33.0", 1, 44480), (SEED, 1, 61152),
+    ("v1-0.17.0-auto-probe", 2, 45616),  # 0.14-0.19: auto only read, then one explicit boot
+    ("v1-0.13.0", 2, 45616), ("v0-0.6.4", 2, 23648),  # no auto-fit: the refusal path (003: 1478 blocks)
+])
+def test_strategy_auto_takes_the_fewest_boots_the_version_allows(machine, profile, boots, ceiling):
+    machine(profile)
+    flags = SEED_LEVERS if profile == SEED else []
+    record = tune("--target", "131072", "--probe", "none", "--", *fake(profile, *flags))
+    assert (record["result"]["verdict"], record["result"]["boots"], record["result"]["ceiling"]) == \
+        ("verified", boots, ceiling)
+
+
+def test_the_no_estimate_version_gets_its_ceiling_from_the_gib_figures(machine):
+    machine("v1-0.9.0-no-estimate")
+    record = tune("--target", "131072", "--probe", "none", "--", *fake("v1-0.9.0-no-estimate"))
+    first = record["attempts"][0]
+    assert (first["facts"]["kv_needed_gib"], first["facts"]["refusal_available_kv_gib"]) == (16.0, 5.57)
+    # floor(5.57 / 16.00 x 131072 / 16) x 16
+    assert (first["ceiling"], first["ceiling_source"]) == (45616, "computed_from_gib")
+    assert (record["result"]["verdict"], record["result"]["ceiling"]) == ("verified", 45616)
+
+
+@pytest.mark.parametrize("profile", list(profiles.PROFILES))
+def test_the_refusal_strategy_verifies_on_every_profile(machine, profile):
+    machine(profile)
+    p = profiles.by_name(profile)
+    flags = ["--max-num-seqs", "8", "--tensor-parallel-size", str(p.tp)]
+    record = tune("--target", str(p.derived_max_len), "--strategy", "refusal", "--probe", "none", "--",
+                  *fake(profile, *flags))
+    assert record["result"]["verdict"] == "verified"
+    assert record["vllm_version"] == p.version
+
+
+def test_a_hybrid_model_with_too_many_sequences_recovers_with_vllms_number(machine):
+    machine(SEED)
+    record = tune("--target", "65536", "--probe", "none", "--", *fake(SEED, "--gpu-memory-utilization", "0.98"))
+    first = record["attempts"][0]
+    assert first["error_kind"] == "mamba_cache_blocks" and first["recovery"]["kind"] == "mamba_cache_blocks"
+    assert "--max-num-seqs" in record["result"]["final_argv"]
+    assert record["result"]["verdict"] == "verified"
+
+
+# ---- compare, reach, sweep, reproduce, resume -------------------------------------------------------
+
+def test_seed_runs_at_092_and_098_compare_as_explained_by_gmu(machine):
+    machine(SEED)
+    for gmu in ("0.92", "0.98"):
+        tune("--target", "65536", "--probe", "none", "--",
+             *fake(SEED, "--gpu-memory-utilization", gmu, "--max-num-seqs", "8"))
+    report = json.loads(run("compare", "--json").output)
+    pairs = [pair for group in report["groups"] for pair in group["pairs"]]
+    assert [p["verdict"] for p in pairs] == ["explained"]
+    assert pairs[0]["text"].startswith("explained by gmu")
+    assert round(pairs[0]["observed_delta_gib"], 2) == 1.44
+
+
+def test_reach_explains_the_shortfall_and_where_it_stops(machine):
+    machine(SEED)
+    record = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--reach", "--",
+                  *fake(SEED, *SEED_LEVERS))
+    reach = record["reach"]
+    assert reach["reached"] is False
+    assert reach["short_gib"] == pytest.approx(0.26, abs=0.005)
+    text = "\n".join(reach["explanation"])
+    assert "0.26 GiB short" in text
+    assert "needs --allow-kv-quant" in text
+    assert reach["explanation"][-1] == "stopped at 61,152"
+    assert record["result"]["ceiling"] == 61152
+
+
+def test_a_sweep_over_gmu_on_the_seed(machine):
+    machine(SEED)
+    result = run("sweep", "--json", "--quiet", "--gmu", "0.92,0.98", "--target", "65536", "--",
+                 *fake(SEED, "--max-num-seqs", "8"))
+    data = json.loads(result.output[result.output.index("{"):])
+    sweep = data.get("sweep", data)
+    low, high = [point.get("ceiling") for point in sweep["points"]]
+    assert low == 30864  # refused at the target: vLLM's estimate
+    assert 54000 < high <= 55232  # started near the ceiling the first point predicts, at most vLLM's own
+
+
+def test_reproduce_a_seed_run_gives_the_same_ceiling(machine):
+    machine(SEED)
+    first = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--", *fake(SEED, *SEED_LEVERS))
+    result = run("reproduce", "--json", "--quiet", first["run_id"])
+    data = json.loads(result.output[result.output.index("{"):])
+    assert result.exit_code == 0, result.output
+    assert data["verdict"] in ("same", "same_or_better")
+
+
+def test_an_interrupted_seed_run_resumes(tmp_path, _runs_dir):
+    argv = [sys.executable, "-m", "autotune", "--target", "65536", "--strategy", "refusal", "--probe", "none",
+            "--", *fake(SEED, *SEED_LEVERS, scale="0.05")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
+    deadline = time.monotonic() + 20
+    for raw in proc.stdout:
+        if b"boot 2:" in raw or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+    run_dir = next(Path(_runs_dir).iterdir())
+    assert json.loads((run_dir / "run.json").read_text())["state"] == "interrupted"
+    result = run("resume", "--json", "--quiet", run_dir.name)
+    record = json.loads(result.output[result.output.index("{"):])
+    assert (record["state"], record["result"]["ceiling"]) == ("finished", 61152)
+    assert [a["outcome"] for a in record["attempts"]][0] == "refused"
