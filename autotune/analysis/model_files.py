@@ -180,7 +180,7 @@ def element_bytes(kv_cache_dtype: str | None, model_dtype: str | None) -> tuple[
         return name, DTYPE_BYTES[name]
     if chosen.startswith("fp8") or chosen == "int8":
         return chosen, 1
-    if chosen in DTYPE_BYTES and DTYPE_BYTES[chosen]:
+    if DTYPE_BYTES.get(chosen):
         return chosen, DTYPE_BYTES[chosen]
     raise ModelFilesError(f"unknown --kv-cache-dtype {kv_cache_dtype!r} (auto, bfloat16, float16, fp8, fp8_e4m3, "
                           f"fp8_e5m2, ...)")

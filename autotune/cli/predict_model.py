@@ -2,8 +2,7 @@
 
 Wiring and rendering only: the figures come from analysis/model_files.py (the files),
 analysis/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
-The machine is read here (the NUMA node's memory from /sys on the CPU backend, the GPU's
-total memory from NVML) unless --device-memory names it.
+The machine's memory is read by analysis/device_memory.py unless --device-memory names it.
 """
 
 from __future__ import annotations
@@ -15,52 +14,10 @@ from pathlib import Path
 
 import click
 
-from autotune.analysis import estimate, kv_pool
+from autotune.analysis import device_memory, estimate, kv_pool
 from autotune.analysis import model_files as mf
 
 GIB = 2**30
-NODE_MEMINFO = "/sys/devices/system/node/node{node}/meminfo"
-
-
-def node_memory_bytes(node: int = 0) -> int | None:
-    """MemTotal of a NUMA node, as vLLM's CPU backend reads it (None where the file is absent)."""
-    try:
-        for line in Path(NODE_MEMINFO.format(node=node)).read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 4 and parts[2] == "MemTotal:":
-                return int(parts[3]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
-def detect_device(kind: str | None, memory_gib: float | None) -> estimate.Device:
-    """The device vLLM would budget from: --device/--device-memory, else NVML's first GPU, else the CPU node."""
-    if kind != "cpu":
-        gpus = []
-        if kind is None or memory_gib is None:
-            try:
-                from autotune.host.machine import gpu_facts
-
-                gpus = gpu_facts()[0]
-            except Exception:  # noqa: BLE001 - no NVML, no GPU: the CPU backend
-                gpus = []
-        if memory_gib is not None and kind == "gpu":
-            return estimate.Device("gpu", int(memory_gib * GIB), "--device-memory")
-        if gpus and kind in (None, "gpu"):
-            first = gpus[0]
-            gib = memory_gib if memory_gib is not None else first.get("memory_total_gib")
-            return estimate.Device("gpu", int(gib * GIB), f"{first.get('name') or 'GPU'} total memory (NVML)"
-                                   if memory_gib is None else "--device-memory")
-        if kind == "gpu":
-            raise click.ClickException("--device gpu: no GPU found; give its memory with --device-memory GIB")
-    if memory_gib is not None:
-        return estimate.Device("cpu", int(memory_gib * GIB), "--device-memory")
-    node = node_memory_bytes()
-    if node is None:
-        raise click.ClickException("cannot read the NUMA node's memory (/sys/devices/system/node/node0/meminfo); "
-                                   "give it with --device-memory GIB")
-    return estimate.Device("cpu", node, "NUMA node 0 MemTotal (/sys), what vLLM's CPU backend multiplies gmu by")
 
 
 def serve_argv(model: str | None, command: str | None) -> list[str]:
@@ -88,7 +45,10 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
     if folder is None:
         raise click.ClickException(f"{serve.model}: not a model folder on this machine (nor in the Hugging Face "
                                    f"cache); the prediction reads config.json and the safetensors headers")
-    device = detect_device(device_kind, device_memory_gib)
+    try:
+        device = device_memory.detect(device_kind, device_memory_gib)
+    except device_memory.NoDevice as exc:
+        raise click.ClickException(str(exc))
     try:
         config = mf.read_config(folder)
         ssm = kv_pool.CPU_SSM_CACHE_DTYPE if device.kind == "cpu" else None
@@ -144,8 +104,8 @@ def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str
              + ")",
              f"  device: {p.device.kind}, {p.device.memory_bytes / GIB:.2f} GiB ({p.device.source})"
              + (f"; gmu {gmu:g}" if gmu is not None else ""),
-             f"  overhead: {p.calibration.overhead_bytes / GIB:.3f} GiB +/- {p.calibration.half_band_bytes / GIB:.3f} "
-             f"({p.calibration.source})", ""]
+             (f"  overhead: {p.calibration.overhead_bytes / GIB:.3f} GiB +/- {p.calibration.half_band_bytes / GIB:.3f} "
+              f"({p.calibration.source})"), ""]
     rows = []
     for f in p.figures:
         name = LABELS.get(f.name) or f"concurrency at {int(f.name.rsplit('_', 1)[1]):,}"
@@ -172,8 +132,8 @@ def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | N
 def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, concurrency_at, device_kind,
                        device_memory, json_) -> None:
     """The --model / --command path of `autotune predict`."""
-    from autotune.store import artifact
     from autotune.cli.records import load_records
+    from autotune.store import artifact
 
     argv = serve_argv(model_dir, serve_command)
     records = load_records(runs, runs_dir) if runs else (

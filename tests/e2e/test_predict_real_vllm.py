@@ -36,7 +36,7 @@ TOLERANCE = 0.02
 def autotune(*args, runs_dir, timeout=900):
     env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
     return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+                          timeout=timeout, env=env, check=False)
 
 
 def tune(argv, runs_dir) -> dict:

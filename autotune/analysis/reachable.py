@@ -1,0 +1,91 @@
+"""Before a boot: can the target fit at all, even at the highest gmu allowed? (a confident prediction only)
+
+A tune whose target cannot fit even at the highest allowed --gpu-memory-utilization still
+boots today and learns the ceiling the slow way. When this machine's own verified runs of the
+same model, device and settings calibrate the overhead, the prediction is confident: if even
+the upper end of its band at the highest gmu is short of the target, preflight says so before
+booting, with the figures. Without such runs (a prior), or with the KV pool fixed by
+--kv-cache-memory-bytes / VLLM_CPU_KVCACHE_SPACE, nothing is refused here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from autotune.analysis import estimate, kv_pool
+from autotune.analysis import model_files as mf
+
+GIB = 2**30
+HIGHEST_GMU = 0.99  # the highest gmu tune allows without --allow-risky-gmu (preflight's rule)
+HIGHEST_GMU_RISKY = 1.0
+
+
+def problem(argv: list[str], env: dict[str, str], target: int, records: list[dict], device: estimate.Device,
+            allow_risky_gmu: bool = False) -> dict | None:
+    """{kind, saw, why, fix} when a calibrated prediction says `target` cannot fit at the highest gmu."""
+    from autotune.analysis import compare as cmp
+    from autotune.run.preflight import _local_model_dir
+
+    try:
+        serve = estimate.serve_settings(argv)
+    except ValueError:
+        return None
+    if serve.kv_cache_memory_bytes is not None or env.get("VLLM_CPU_KVCACHE_SPACE"):
+        return None
+    folder = _local_model_dir(serve.model, env, None)
+    if folder is None:
+        return None
+    try:
+        config = mf.read_config(folder)
+        ssm = kv_pool.CPU_SSM_CACHE_DTYPE if device.kind == "cpu" else None
+        shape = mf.kv_shape(config, serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
+    except mf.ModelFilesError:
+        return None
+    chosen, _ = estimate.calibration_runs(records, serve.model, device, None, cmp.settings_of(argv, env))
+    if not chosen:
+        return None
+    version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
+    settings = kv_pool.Settings(
+        serve.block_size or kv_pool.block_size_for(shape, device.kind), target,
+        serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1,
+        kv_pool.reserves_null_block(version))
+    calibration = estimate.calibrate(chosen, shape, settings)
+    if calibration is None:
+        return None
+    return _verdict(shape, settings, device, calibration, target,
+                    HIGHEST_GMU_RISKY if allow_risky_gmu else HIGHEST_GMU)
+
+
+def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> dict | None:
+    best = estimate.budget(device, gmu) - calibration.overhead_bytes + calibration.half_band_bytes
+    ceiling = kv_pool.max_model_len(shape, settings, max(0, int(best)), target)
+    if ceiling >= target:
+        return None
+    needed = kv_pool.available_for_length(shape, settings, target)
+    need_gmu = (needed + calibration.overhead_bytes - calibration.half_band_bytes) / device.memory_bytes
+    return {
+        "kind": "target_beyond_prediction",
+        "saw": (f"--max-model-len {target:,} needs {needed / GIB:.2f} GiB of KV cache; at gmu {gmu:g} this "
+                f"{device.kind}'s {device.memory_bytes / GIB:.2f} GiB less the overhead "
+                f"{calibration.overhead_bytes / GIB:.2f} +/- {calibration.half_band_bytes / GIB:.2f} GiB leaves at "
+                f"most {best / GIB:.2f} GiB: a ceiling of at most {ceiling:,}"),
+        "why": f"the overhead is {calibration.source}; the KV bytes per token come from the model's files",
+        "fix": (f"a lower --target (at most {ceiling:,}), a smaller KV cache per token (--kv-cache-dtype fp8, "
+                f"tensor parallel), or more memory (gmu {need_gmu:.2f} would be needed); --force boots anyway"),
+    }
+
+
+def load_records(runs_dir) -> list[dict]:
+    """Every run record under runs_dir (none when it does not exist)."""
+    from autotune.store import artifact
+
+    if not runs_dir or not os.path.isdir(runs_dir):
+        return []
+    out = []
+    for folder in artifact.list_runs(runs_dir):
+        try:
+            out.append(artifact.load_run(folder))
+        except artifact.ArtifactError:
+            continue
+    return out
