@@ -110,6 +110,9 @@ _PREFIXES = (
     r"\(?(?:[\w\-]{1,64} ){0,3}(?:pid|rank)=[^()\n]{1,80}\)\s?",
     # torch.distributed rank prefix
     r"\[rank\d{1,6}\]:\s?",
+    # a launcher's bracketed level and a parenthesised tag: "[Info] (Process) ", "[ERROR] "
+    r"\[(?:Info|INFO|Warn|WARN|Warning|WARNING|Error|ERROR|Debug|DEBUG|Critical|CRITICAL)\s{0,2}\]\s",
+    r"\([A-Za-z][\w.\-]{0,40}\)\s",
     # uvicorn level ("INFO:     ", "ERROR:    ")
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+",
     # vLLM's logger: "INFO 09-15 10:05:40 [file.py:864] " (0.8+), "INFO 09-20 10:00:15 file.py:122] "
@@ -156,9 +159,10 @@ _ARGS_NEEDLES = ("non-default args: ", "args: Namespace(", " with config: ")
 _REQUEST_NEEDLES = (
     "Received request ", "Avg prompt throughput", "Added request ", "Finished request ",
     "Generated response ", " prompt: ", "prompt_token_ids", "Aborted request ",
-    "Engine 000: ", "Running: ", "chat completion request",
+    "Running: ", "chat completion request",
 )
-_ACCESS_RE = re.compile(r"\S:\d{1,5} - \"[A-Z]{3,7} \S{1,2000} HTTP/\d(?:\.\d)?\" \d{3}\b")
+# uvicorn: '127.0.0.1:41950 - "POST /v1/completions HTTP/1.1" 200 OK'; KServe adds its pid after the port.
+_ACCESS_RE = re.compile(r"\S:\d{1,5}(?: \d{1,10})? - \"[A-Z]{3,7} \S{1,2000} HTTP/\d(?:\.\d)?\" \d{3}\b")
 
 
 def line_kind(line: str) -> str:

@@ -501,6 +501,12 @@ class BootLogParser:
         if served is not None:
             self._add_models([served.group(1)])
 
+    def _on_engine_start(self, line: str, start: int) -> None:
+        # "Initializing an LLM engine (v0.5.4) with config" with the config on the next lines.
+        found = self._at(P.ENGINE_VERSION_RE, line, start)
+        if found is not None:
+            self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+
     def _on_max_model_len_resolved(self, line: str, start: int) -> None:
         found = self._at(P.MAX_MODEL_LEN_RESOLVED_RE, line, start)
         if found is not None:
@@ -576,6 +582,12 @@ class BootLogParser:
             if found.group(3) is not None:
                 self._set_num("cpu_blocks", found, 3)
         self._sized()
+
+    def _on_engine_blocks(self, line: str, start: int) -> None:
+        found = self._at(P.ENGINE_GPU_BLOCKS_RE, line, start)
+        if found is not None:
+            self._set_num("engine_num_gpu_blocks", found, 1)
+            self._sized()
 
     def _on_available_kv(self, line: str, start: int) -> None:
         found = self._at(P.AVAILABLE_KV_RE, line, start)
@@ -709,6 +721,7 @@ class BootLogParser:
 _Handler = Callable[[BootLogParser, str, int], None]
 _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("version",), BootLogParser._on_version, False),
+    (("LLM engine (v",), BootLogParser._on_engine_start, False),
     (("Using max model len ",), BootLogParser._on_max_model_len_resolved, False),
     ((" backend",), BootLogParser._on_backend, False),
     (("Cannot use F",), BootLogParser._on_fallback, False),
@@ -717,6 +730,7 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Maximum concurrency for ",), BootLogParser._on_concurrency, False),
     ((" blocks: ",), BootLogParser._on_blocks, False),
     (("Available KV cache memory: ",), BootLogParser._on_available_kv, False),
+    (("num_gpu_blocks is: ",), BootLogParser._on_engine_blocks, False),
     (("kv_cache_size=", "reserved for KV Cache is "), BootLogParser._on_v0_profile, False),
     ((" GiB for KV cache on node ",), BootLogParser._on_cpu_kv_set, False),
     (("VLLM_CPU_KVCACHE_SPACE",), BootLogParser._on_cpu_kvcache_space, False),

@@ -23,6 +23,11 @@ from dataclasses import dataclass, replace
 __all__ = ["TraceState", "EXCEPTION_LINE_RE"]
 
 _HEADER = "Traceback (most recent call last)"
+# A frame: '  File "/x/y.py", line 12, in f' (an excerpt may start in the middle of a traceback).
+_FRAME_RE = re.compile(r'\s*File "[^"]{1,1000}", line \d+')
+# What is left of a line cut inside its prefix ("ERROR 04-09 05", "(EngineCore pid="): no message.
+_PREFIX_ONLY_RE = re.compile(
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)?[\s\d:\-]*|\(?[\w\-]{1,64}(?: [\w\-]{1,64}){0,3} pid=?\d*\)?")
 # An exception line: "ValueError: ...", "torch.OutOfMemoryError: ...", "pydantic_core._pydantic_core.
 # ValidationError: 1 validation error", "KeyboardInterrupt", "ValueError(\"type fp8e4nv ...\")".
 EXCEPTION_LINE_RE = re.compile(
@@ -42,11 +47,13 @@ class TraceState:
 
     def feed(self, message: str, level: str, line_no: int) -> "TraceState":
         stripped = message.strip()
-        if not stripped:
+        if not stripped or _PREFIX_ONLY_RE.fullmatch(stripped) is not None:
             return self
         if _HEADER in message:
             return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
         indented = message[:1] in (" ", "\t")
+        if not self.open and _FRAME_RE.match(message) is not None:
+            return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
         if self.open:
             if indented or stripped.startswith('File "'):
                 return self if self.tail == "traceback" and self.tail_line == line_no else replace(
