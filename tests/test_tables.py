@@ -32,3 +32,24 @@ def test_on_a_terminal_rich_draws_it(monkeypatch):
     assert "─" in text  # rich's rule under the header, which the plain form never has
     lines = [line for line in text.splitlines() if "tiny-llama" in line]
     assert len(lines) == 2 and lines[0].rstrip().endswith("16,384") and lines[1].rstrip().endswith("-")
+
+
+def test_the_card_is_plain_off_a_terminal_and_its_verdict_coloured_on_one(monkeypatch):
+    import json
+    from pathlib import Path
+
+    from autotune.cli.card import echo_card
+    from autotune.cli.summary import render_summary
+
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    fixture = Path(__file__).parent / "fixtures" / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
+    record = json.loads(fixture.read_text())
+    plain = io.StringIO()
+    echo_card(record, "runs/R", stream=plain)
+    assert plain.getvalue() == render_summary(record, run_dir="runs/R") + "\n"
+    coloured = Terminal()
+    echo_card(record, "runs/R", stream=coloured)
+    first, _, rest = coloured.getvalue().partition("\n")
+    assert first.startswith("\x1b[1;32mVerified ceiling: --max-model-len 16,256")
+    assert rest == plain.getvalue().partition("\n")[2]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.progress import Progress, fmt_number
+from autotune.cli.formats import fmt_number
+from autotune.cli.progress import Progress
 from autotune.vllm import servecmd
 
 DEFAULT_RUNS_DIR = "runs"

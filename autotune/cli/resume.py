@@ -10,7 +10,7 @@ import click
 
 from autotune.cli.exitcodes import INPUT_ERRORS, exit_code_of, exits
 from autotune.cli.options import ProgressPrinter, echo_err, runs_dir_option, sayer, warn
-from autotune.cli.progress import render_summary
+from autotune.cli.card import echo_card
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
 from autotune.store import artifact
@@ -64,7 +64,10 @@ def resume(run, runs_dir, json_, quiet):
             record = tune_mod.resume(path, progress)
         finally:
             progress.close()
-    click.echo(json.dumps(record, indent=2) if json_ else render_summary(record, run_dir=path))
+    if json_:
+        click.echo(json.dumps(record, indent=2))
+    else:
+        echo_card(record, run_dir=path)
     sys.exit(exit_code_of(record))
 
 

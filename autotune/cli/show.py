@@ -10,7 +10,7 @@ import json
 import click
 
 from autotune.cli.options import runs_dir_option
-from autotune.cli.progress import render_summary
+from autotune.cli.card import echo_card
 from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.store import artifact
@@ -52,7 +52,7 @@ def show(run, runs_dir, json_, emit_kind):
         except emit.NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return
-    click.echo(render_summary(record, run_dir=folder))
+    echo_card(run_record, run_dir=folder)
 
 
 # The columns of `autotune runs`: (header, key in the row, right-aligned).

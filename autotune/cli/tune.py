@@ -10,7 +10,7 @@ import click
 from autotune.cli.exitcodes import exit_code_of, exits
 from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, runs_dir_option,
                                   serve_argv)
-from autotune.cli.progress import render_summary
+from autotune.cli.card import echo_card
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
@@ -91,7 +91,7 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
     if json_:
         click.echo(json.dumps(record, indent=2))
     else:
-        click.echo(render_summary(record, run_dir=runs_dir / record["run_id"]))
+        echo_card(record, run_dir=runs_dir / record["run_id"])
     sys.exit(exit_code_of(record))
 
 
