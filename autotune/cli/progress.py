@@ -1,7 +1,7 @@
 """What a person sees while autotune works: the boot phases, live progress, the summary card.
 
-tune.py reports what happens as events (``emit(event, **data)``); ``Progress`` is such a
-callable and turns them into output on stderr:
+The run (run/loop.py, run/boot.py) reports what happens as events (``emit(event, **data)``);
+``Progress`` is such a callable and turns them into output on stderr:
 
 * on a terminal: ONE live status line, redrawn in place (carriage return) about once a
   second: the boot number, the --max-model-len it tries, the phase read from vLLM's log,

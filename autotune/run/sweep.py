@@ -1,7 +1,7 @@
 """A gmu sweep: one tune per --gpu-memory-utilization value, linked by sweep.json; resumable.
 
-Composition only, like tune.py: the predictions and the fit come from compare.py, each
-value's boots from tune.py. `autotune sweep` creates and runs one; `autotune resume`
+Composition only, like run/tune.py: the predictions and the fit come from compare.py, each
+value's boots from run/tune.py. `autotune sweep` creates and runs one; `autotune resume`
 continues an interrupted one: finished values are kept as they are, the value whose run
 was interrupted has that run resumed (its finished boots are not repeated), and the values
 not reached yet run as they would have.
