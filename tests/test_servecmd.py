@@ -81,3 +81,14 @@ def test_long_options_reads_what_the_strict_reading_refuses():
 def test_the_strict_and_the_lenient_reading_agree_on_a_plain_command():
     argv = ["vllm", "serve", "org/m", "-tp", "2", "--max_num_seqs", "1", "--enforce-eager"]
     assert servecmd.parse_vllm_command(argv).options == servecmd.parse_vllm_command(argv, strict=False).options
+
+
+def test_one_reader_for_docker_short_o_and_the_end_of_options():
+    from autotune.vllm.servecmd import parse_vllm_command
+
+    docker = ["docker", "run", "--rm", "--gpus", "all", "-v", "/d:/root/.cache", "vllm/vllm-openai:v0.10.1",
+              "--model", "m", "-O3", "--max-num-seqs", "2", "--", "--not-an-option"]
+    cmd = parse_vllm_command(docker, strict=False)
+    assert cmd.model == "m"
+    assert cmd.options == [("optimization-level", "3"), ("max-num-seqs", "2")]
+    assert cmd.typed == ["-O", "--max-num-seqs"]

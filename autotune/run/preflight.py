@@ -136,25 +136,13 @@ def _gmu_value_problems(argv: Sequence[str], allow_risky_gmu: bool) -> list[Prob
     return []
 
 
-def _int_flag(argv: Sequence[str], *flags: str) -> int:
-    for flag in flags:
-        raw = servecmd.flag_value(argv, flag) if flag.startswith("--") else _short_value(argv, flag)
-        if raw is not None:
-            try:
-                return max(1, int(raw))
-            except ValueError:
-                return 1
-    return 1
-
-
-def _short_value(argv: Sequence[str], flag: str) -> str | None:
-    found = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            found = arg[len(flag) + 1:]
-    return found
+def _int_option(argv: Sequence[str], name: str) -> int:
+    """A count option (e.g. tensor-parallel-size, also -tp) read by servecmd, the one reader; 1 if absent."""
+    value = servecmd.long_options(argv).get(name)
+    try:
+        return max(1, int(value)) if value is not None and value is not True else 1
+    except (TypeError, ValueError):
+        return 1
 
 
 def _gpu_problems(argv: Sequence[str], env: Mapping[str, str], inventory: Sequence[Mapping],
@@ -168,8 +156,8 @@ def _gpu_problems(argv: Sequence[str], env: Mapping[str, str], inventory: Sequen
         return [Problem("no_gpu_visible", f"{where}: vLLM would see no GPU",
                         "the CUDA backend needs at least one visible GPU",
                         "unset CUDA_VISIBLE_DEVICES or pick GPUs with --gpu (see `autotune gpus`)")]
-    world = (_int_flag(argv, "--tensor-parallel-size", "-tp") * _int_flag(argv, "--pipeline-parallel-size", "-pp")
-             * _int_flag(argv, "--data-parallel-size", "-dp"))
+    world = (_int_option(argv, "tensor-parallel-size") * _int_option(argv, "pipeline-parallel-size")
+             * _int_option(argv, "data-parallel-size"))
     if world > len(visible.gpus):
         return [Problem("not_enough_gpus",
                         f"tensor x pipeline x data parallel = {world} GPUs, {where}: {len(visible.gpus)} visible",
@@ -467,20 +455,9 @@ def read_tokenizer_config(model: str | None, env: Mapping[str, str] | None = Non
 # Flag hygiene: did vLLM get every flag?
 # ---------------------------------------------------------------------------
 
-# vLLM's short options (0.32) -> the argparse dest they set.
-SHORT_FLAGS = {
-    "-q": ("quantization",), "-tp": ("tensor_parallel_size",), "-pp": ("pipeline_parallel_size",),
-    "-dp": ("data_parallel_size",), "-dcp": ("decode_context_parallel_size",),
-    "-pcp": ("prefill_context_parallel_size",), "-dpn": ("data_parallel_rank",),
-    "-dpr": ("data_parallel_start_rank",), "-dpl": ("data_parallel_size_local",),
-    "-dpa": ("data_parallel_address",), "-dpp": ("data_parallel_rpc_port",),
-    "-dpb": ("data_parallel_backend",), "-dph": ("data_parallel_hybrid_lb",),
-    "-dpe": ("data_parallel_external_lb",), "-dpm": ("data_parallel_multi_port_external_lb",),
-    "-ep": ("enable_expert_parallel",), "-sc": ("speculative_config",), "-dc": ("diffusion_config",),
-    "-cc": ("compilation_config",), "-ac": ("attention_config",), "-n": ("nnodes",), "-r": ("node_rank",),
-    # -O3: --optimization-level from 0.2x, a compilation_config level before.
-    "-O": ("optimization_level", "compilation_config"),
-}
+# Options whose meaning moved between versions: -O / --optimization-level (0.2x) set
+# compilation_config's level before, so either name in non-default args shows it.
+ALSO_SETS = {"optimization_level": ("compilation_config",)}
 # Options vLLM never lists among its non-default args: consumed before the args are logged
 # (--config is expanded into the options it holds), or not engine arguments.
 NEVER_LISTED = {"config", "help", "version", "h"}
@@ -500,32 +477,7 @@ KNOWN_DEFAULTS: dict[str, tuple] = {
     "enable_log_requests": (False,), "disable_log_requests": (False,), "max_seq_len_to_capture": (8192,),
     "model": ("facebook/opt-125m", "Qwen/Qwen3-0.6B"),
 }
-_DOCKER = ("docker", "podman", "nerdctl")
-# `docker run` options that take no value (so the word after them may be the image).
-_DOCKER_FLAGS_ALONE = {"--rm", "-d", "--detach", "-i", "-t", "-it", "-ti", "--interactive", "--tty",
-                       "--privileged", "--init", "--read-only", "-P", "--publish-all", "run"}
 _NUMBER_RE = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
-
-
-def _vllm_args(argv: Sequence[str]) -> list[str]:
-    """The part of argv that vLLM's argument parser reads."""
-    for i, arg in enumerate(argv):
-        if arg == "serve" or arg.endswith("api_server") or arg.endswith("api_server.py"):
-            rest = list(argv[i + 1:])
-            if arg == "serve" and rest and not rest[0].startswith("-"):
-                rest = rest[1:]  # the model positional
-            return rest
-    if argv and os.path.basename(argv[0]) in _DOCKER:
-        # docker run [docker options] IMAGE [vLLM options]: the image is the first bare
-        # word that names vLLM and is not the value of a docker option.
-        for i, arg in enumerate(argv[1:], start=1):
-            previous = argv[i - 1]
-            takes_value = previous.startswith("-") and "=" not in previous and previous not in _DOCKER_FLAGS_ALONE
-            if (not arg.startswith("-") and "vllm" in arg.lower() and "=" not in arg and ":/" not in arg
-                    and not takes_value):
-                return list(argv[i + 1:])
-        return []
-    return list(argv[1:])
 
 
 def _value(text: str | None) -> object:
@@ -540,51 +492,20 @@ def _value(text: str | None) -> object:
     return text
 
 
-def _is_value(token: str) -> bool:
-    return not token.startswith("-") or bool(_NUMBER_RE.fullmatch(token))
-
-
 def _user_flags(argv: Sequence[str]) -> list[tuple[str, tuple[str, ...], object]]:
-    """(flag as typed, the argparse dests it may set, its value) for every option in argv."""
-    args = _vllm_args(argv)
+    """(flag as typed, the argparse dests it may set, its value) for every option in argv, as
+    servecmd (the one reader of serve commands) reads them. Unknown short options are left
+    out: nobody can tell what they set."""
+    cmd = servecmd.parse_vllm_command(argv, strict=False)
     found = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--":
-            break
-        if arg.startswith("--") and len(arg) > 2:
-            name, eq, inline = arg[2:].partition("=")
-            if eq:
-                value, step = _value(inline), 1
-            elif i + 1 < len(args) and _is_value(args[i + 1]):
-                value, step = _value(args[i + 1]), 2
-            else:
-                value, step = True, 1
-            dest = name.split(".", 1)[0].replace("-", "_")
-            if dest.startswith("no_") and value is True:
-                dest, value = dest[3:], False  # --no-enable-prefix-caching
-            found.append((f"--{name.split('.', 1)[0]}", (dest,), value))
-            i += step
+    for typed, (name, value) in zip(cmd.typed, cmd.options):
+        if not typed.startswith("--") and typed not in servecmd.SHORT_OPTIONS:
             continue
-        if arg.startswith("-O") and arg != "-O" and len(arg) > 2:
-            found.append(("-O", SHORT_FLAGS["-O"], _value(arg[2:].lstrip("="))))
-            i += 1
-            continue
-        if arg.startswith("-") and not _NUMBER_RE.fullmatch(arg):
-            short, eq, inline = arg.partition("=")
-            dests = SHORT_FLAGS.get(short.split(".", 1)[0])
-            if eq:
-                value, step = _value(inline), 1
-            elif i + 1 < len(args) and _is_value(args[i + 1]):
-                value, step = _value(args[i + 1]), 2
-            else:
-                value, step = True, 1
-            if dests is not None:  # an unknown short option: we cannot tell what it sets
-                found.append((short.split(".", 1)[0], dests, value))
-            i += step
-            continue
-        i += 1
+        dest = name.split(".", 1)[0].replace("-", "_")
+        value = _value(value) if isinstance(value, str) else value if value is True else _value(str(value))
+        if dest.startswith("no_") and value is True:
+            dest, value = dest[3:], False  # --no-enable-prefix-caching
+        found.append((typed.split(".", 1)[0], (dest,) + ALSO_SETS.get(dest, ()), value))
     return found
 
 

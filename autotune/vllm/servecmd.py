@@ -128,7 +128,8 @@ def one_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
 
 
 # vLLM's short option aliases (from the installed 0.32 parser); the config file and the
-# compose command use the long names.
+# compose command use the long names. -O is --optimization-level (0.2x; before it set
+# compilation_config's level), also written -O3.
 SHORT_OPTIONS = {
     "-q": "quantization", "-tp": "tensor-parallel-size", "-pp": "pipeline-parallel-size",
     "-dp": "data-parallel-size", "-dcp": "decode-context-parallel-size",
@@ -138,10 +139,14 @@ SHORT_OPTIONS = {
     "-dpb": "data-parallel-backend", "-dph": "data-parallel-hybrid-lb", "-dpe": "data-parallel-external-lb",
     "-dpm": "data-parallel-multi-port-external-lb", "-ep": "enable-expert-parallel",
     "-sc": "speculative-config", "-dc": "diffusion-config", "-cc": "compilation-config",
-    "-ac": "attention-config",
+    "-ac": "attention-config", "-O": "optimization-level",
 }
 # Short aliases that are flags (take no value).
 _SHORT_FLAGS = {"-dph", "-dpe", "-dpm", "-ep"}
+_DOCKER = ("docker", "podman", "nerdctl")
+# `docker run` options that take no value (so the word after them may be the image).
+_DOCKER_FLAGS_ALONE = {"--rm", "-d", "--detach", "-i", "-t", "-it", "-ti", "--interactive", "--tty",
+                       "--privileged", "--init", "--read-only", "-P", "--publish-all", "run"}
 
 
 class NotPlainVllm(ValueError):
@@ -155,6 +160,7 @@ class VllmCommand:
     launcher: list[str]  # the argv up to the entry point: ["vllm", "serve"] or [python, "-m", "...api_server"]
     model: str | None
     options: list[tuple[str, object]] = field(default_factory=list)  # (long name, str | True | list[str])
+    typed: list[str] = field(default_factory=list)  # each option as the user typed its name ("-q", "--max_num_seqs")
 
     def option(self, name: str):
         found = None
@@ -165,33 +171,54 @@ class VllmCommand:
 
 
 def _is_value(token: str) -> bool:
-    """A token that is a value, not an option (negative numbers such as -1 are values)."""
-    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?", token) is not None
+    """A token that is a value, not an option (negative numbers such as -1 or -1e-5 are values)."""
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?(e-?\d+)?", token) is not None
 
 
-def _entry_point(argv: Sequence[str]) -> int | None:
-    """The index after `vllm serve` or `... api_server[.py]`, or None."""
+def _docker_image_end(argv: Sequence[str]) -> int | None:
+    """`docker run [docker options] IMAGE [vLLM options]`: the index after the image, the first
+    bare word that names vLLM and is not the value of a docker option."""
+    if not argv or PurePosixPath(argv[0]).name not in _DOCKER:
+        return None
+    for i, arg in enumerate(argv[1:], start=1):
+        previous = argv[i - 1]
+        takes_value = previous.startswith("-") and "=" not in previous and previous not in _DOCKER_FLAGS_ALONE
+        if not arg.startswith("-") and "vllm" in arg.lower() and "=" not in arg and ":/" not in arg and not takes_value:
+            return i + 1
+    return len(argv)
+
+
+def _entry_point(argv: Sequence[str], strict: bool = True) -> int | None:
+    """The index after `vllm serve` or `... api_server[.py]` (or, not strict, a docker image), or None."""
     for i, token in enumerate(argv):
         if token == "serve" and i > 0 and PurePosixPath(argv[i - 1]).name.startswith("vllm"):
             return i + 1
         if token.endswith(("api_server", "api_server.py")):
             return i + 1
-    return None
+    return None if strict else _docker_image_end(argv)
+
+
+def _short(token: str) -> tuple[str, str, str]:
+    """(alias, '=' or '', inline value) of a short option; -O3 is -O with the value 3."""
+    if re.fullmatch(r"-O\d", token):
+        return "-O", "=", token[2:]
+    return token.partition("=")
 
 
 def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
     """Split a vLLM serve argv into launcher, model and options (long names, `_` -> `-`).
 
+    THE reader of serve commands: every module that needs a flag asks here (or flag_value).
     Recognised entry points: `... vllm serve [MODEL] ...` and
     `... -m vllm.entrypoints.openai.api_server ...` (or a script ending in api_server[.py]).
     strict (for the paste-ready files, which must carry every option): anything else (a
     `docker run ...` command, an unknown short option, a stray argument) raises NotPlainVllm.
-    Not strict (for comparing settings): the options are read from the entry point on, or
-    from the start when there is none; unknown short options keep their own name and stray
-    arguments are skipped.
+    Not strict (for comparing settings and checking flags): the options are read from the
+    entry point on, after a docker image, or from the start; unknown short options keep their
+    own name and stray arguments are skipped. A `--` ends the options.
     """
     argv = list(argv)
-    start = _entry_point(argv)
+    start = _entry_point(argv, strict)
     if start is None:
         if strict:
             raise NotPlainVllm("the command is not a plain `vllm serve` or api_server command "
@@ -199,15 +226,18 @@ def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
         start = 0
     model = None
     options: list[tuple[str, object]] = []
+    typed: list[str] = []
     rest = argv[start:]
     if start and argv[start - 1] == "serve" and rest and _is_value(rest[0]):
         model = rest.pop(0)
     i = 0
     while i < len(rest):
         token = rest[i]
+        if token == "--":
+            break
         if token.startswith("--"):
-            name, eq, inline = token[2:].partition("=")
-            name = name.replace("_", "-")
+            written, eq, inline = token.partition("=")
+            name = written[2:].replace("_", "-")
             if eq:
                 value: object = inline
                 i += 1
@@ -219,14 +249,14 @@ def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
                     i += 1
                 value = True if not values else values[0] if len(values) == 1 else values
         elif token.startswith("-") and not _is_value(token):
-            short, eq, inline = token.partition("=")
-            if short not in SHORT_OPTIONS and strict:
-                raise NotPlainVllm(f"the short option {short} has no known long name")
-            name = SHORT_OPTIONS.get(short, short.lstrip("-"))
+            written, eq, inline = _short(token)
+            if written not in SHORT_OPTIONS and strict:
+                raise NotPlainVllm(f"the short option {written} has no known long name")
+            name = SHORT_OPTIONS.get(written, written.lstrip("-"))
             i += 1
             if eq:
                 value = inline
-            elif short in _SHORT_FLAGS or i >= len(rest) or not _is_value(rest[i]):
+            elif written in _SHORT_FLAGS or i >= len(rest) or not _is_value(rest[i]):
                 value = True
             else:
                 value = rest[i]
@@ -242,7 +272,8 @@ def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
             model = value
             continue
         options.append((name, value))
-    return VllmCommand(argv[:start], model, options)
+        typed.append(written)
+    return VllmCommand(argv[:start], model, options, typed)
 
 
 def long_options(argv: Sequence[str]) -> dict[str, object]:
