@@ -82,8 +82,8 @@ def test_the_device_memory_slope_points_at_the_bad_run_where_a_fit_would_blur_it
     report = cmp.compare([record("run-01", gmu=0.98, kv=3.55), record("run-02", gmu=0.92, kv=2.18),
                           record("run-03", gmu=0.92, kv=1.68)])
     verdicts = {(p.older, p.newer): p.verdict for p in report.groups[0].pairs}
-    assert verdicts == {("run-01", "run-02"): "explained", ("run-01", "run-03"): "unexplained",
-                        ("run-02", "run-03"): "unexplained"}
+    # each run against the previous one: the step into run-03 is the one gmu does not explain
+    assert verdicts == {("run-01", "run-02"): "explained", ("run-02", "run-03"): "unexplained"}
     fit = report.groups[0].fit
     assert not fit.exact and fit.residual_std_gib == pytest.approx(0.3536, abs=1e-3)
     assert fit.residuals_gib["run-02"] == pytest.approx(0.25) and fit.residuals_gib["run-03"] == pytest.approx(-0.25)
@@ -599,3 +599,37 @@ def test_cli_compare_expands_a_sweep_folder(reference_runs):
     (sweep_dir / "sweep.json").write_text(json.dumps({"schema_version": 99, "points": []}))
     result = invoke("compare", str(sweep_dir))
     assert result.exit_code == 1 and "upgrade autotune" in result.stderr
+
+
+# ---- at scale: what a reader needs, linear in the runs ---------------------------------------------
+
+def test_each_run_is_judged_against_the_previous_run_of_its_group_and_a_reproduce_against_its_original():
+    runs = [record(f"run-{i:02d}", gmu=0.5 + i / 100, kv=2.0 + 0.24 * i) for i in range(1, 7)]
+    runs.append({**record("run-07", gmu=0.52, kv=2.48), "kind": "reproduce", "links": {"reproduces": "run-02"}})
+    group = cmp.compare(runs).groups[0]
+    assert [(p.older, p.newer) for p in group.pairs] == \
+        [(f"run-{i:02d}", f"run-{i + 1:02d}") for i in range(1, 7)] + [("run-02", "run-07")]
+    assert pair(cmp.compare(runs), "run-02", "run-07").verdict == "consistent"  # same gmu, same KV
+
+
+def test_a_reproduce_on_another_vllm_is_matched_with_its_original_not_with_the_newest_run():
+    old = [record(f"run-0{i}", gmu=0.9, kv=3.0 + i / 100, version="0.31.0") for i in (1, 2)]
+    new = [record("run-03", gmu=0.9, kv=3.4, version="0.32.0"),
+           {**record("run-04", gmu=0.9, kv=3.5, version="0.32.0"), "kind": "reproduce",
+            "links": {"reproduces": "run-01"}}]
+    report = cmp.compare(old + new)
+    changes = {(vc.older, vc.newer): vc.reproduces for vc in report.version_changes}
+    assert changes == {("run-02", "run-04"): False, ("run-01", "run-04"): True}
+
+
+def test_compare_grows_linearly_with_the_runs():
+    def report_of(n):
+        return cmp.compare([record(f"run-{i:05d}", gmu=0.5 + (i % 40) / 100, kv=2.0 + (i % 40) * 0.24,
+                                   started=f"2026-01-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z",
+                                   model=f"org/m{i % 7}", version=("0.31.0", "0.32.0")[i % 2])
+                            for i in range(n)])
+    small, large = report_of(200), report_of(2000)
+    for report, n in ((small, 200), (large, 2000)):
+        assert sum(len(g.pairs) for g in report.groups) == n - len(report.groups)  # one per run after the first
+        assert len(report.not_comparable) == len(report.groups) - 1
+        assert len(report.version_changes) <= 40 * 7  # one per gmu asked on both versions, per model

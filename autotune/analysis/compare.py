@@ -8,10 +8,13 @@ fixed overhead, so
     available KV GiB = a x gmu - b      (a ~ usable device memory, b ~ weights + fixed overhead)
 
 Runs are grouped by everything else that moves the figure (model, device, vLLM version,
-every other setting). Inside a group the line is fitted by least squares and each pair of
-runs gets a verdict: the change that gmu explains, or the part it does not. Runs in
-different groups are "not comparable", with the keys that differ named; when the only
-difference is the vLLM version, the change is labelled a vLLM change.
+every other setting). Inside a group the line is fitted by least squares (a sweep's points
+with the fit: each run's residual) and each run is judged against the previous run of its
+group, and a reproduce against its original: the change that gmu explains, or the part it
+does not. A group is "not comparable" with the group before it (of the same model where
+there is one), with the keys that differ named; when the only difference is the vLLM
+version, the change is labelled a vLLM change. Every step is linear in the runs, so
+10,000 runs compare in seconds (bench/compare_scale.py).
 
 Nothing here reads files or starts processes: records are the dicts artifact.load_run returns.
 """
@@ -22,7 +25,6 @@ import math
 import re
 import statistics
 from dataclasses import asdict, dataclass, field
-from itertools import combinations
 
 from autotune.host import gpus as gpus_mod
 from autotune.vllm import servecmd, versions
@@ -522,12 +524,28 @@ def _ceiling_slack(rows: list[Row]) -> int | None:
     return int(statistics.median(slacks)) if slacks else None
 
 
+def pairs_to_judge(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """Each run with the previous run of its group, and a reproduce with its original (rows in time order).
+
+    Every other pair follows from these: its change is the sum of the steps between, and a
+    step that gmu does not explain is named where it happened. All pairs of n runs would be
+    n(n-1)/2 verdicts (4.5 million for 3,000 runs), none of which a reader needs.
+    """
+    pairs = [(a, b) for a, b in zip(rows, rows[1:])]
+    index = {r.run_id: i for i, r in enumerate(rows)}
+    for i, row in enumerate(rows):
+        original = index.get(row.links.get("reproduces"))
+        if original is not None and original != i - 1 and original < i:
+            pairs.append((rows[original], row))
+    return pairs
+
+
 def build_group(group_id: str, rows: list[Row]) -> Group:
     fit = fit_group(rows) if all(r.gmu_sets_kv for r in rows) else None
     expectation = expectation_for(rows, fit)
     spread = data_spread(rows, expectation)
     measured = [r for r in rows if r.available_kv_gib is not None]
-    pairs = [judge_pair(a, b, expectation, spread) for a, b in combinations(measured, 2)]
+    pairs = [judge_pair(a, b, expectation, spread) for a, b in pairs_to_judge(measured)]
     tpg, tpg_source = _pooled_tokens_per_gib(rows)
     return Group(group_id=group_id, key=rows[0].key(), run_ids=[r.run_id for r in rows],
                  gmu_sets_kv=all(r.gmu_sets_kv for r in rows), fit=fit, expectation=expectation, spread=spread,
@@ -535,18 +553,16 @@ def build_group(group_id: str, rows: list[Row]) -> Group:
                  ceiling_slack_tokens=_ceiling_slack(rows))
 
 
+def _hashable(key: dict) -> tuple:
+    return tuple(sorted(key.items(), key=lambda kv: kv[0]))
+
+
 def group_rows(rows: list[Row]) -> list[Group]:
     """Comparable groups, in order of each group's first run (rows are sorted by start time)."""
-    buckets: list[tuple[dict, list[Row]]] = []
+    buckets: dict[tuple, list[Row]] = {}
     for row in rows:
-        key = row.key()
-        for existing, members in buckets:
-            if existing == key:
-                members.append(row)
-                break
-        else:
-            buckets.append((key, [row]))
-    return [build_group(f"G{i + 1}", members) for i, (_, members) in enumerate(buckets)]
+        buckets.setdefault(_hashable(row.key()), []).append(row)
+    return [build_group(f"G{i + 1}", members) for i, members in enumerate(buckets.values())]
 
 
 def differing_keys(key_a: dict, key_b: dict) -> dict[str, list]:
@@ -572,27 +588,42 @@ class VersionChange:
     expected_from_gmu_gib: float  # when the default gmu itself changed with the version
     vllm_change_gib: float | None  # the part of the KV change that is vLLM's
     text: str
+    reproduces: bool = False  # the newer run is `autotune reproduce` of the older
 
 
 def version_changes(groups: list[Group], rows_by_id: dict[str, Row]) -> list[VersionChange]:
-    """Pairs of runs with the same command on two vLLM versions.
+    """Pairs of runs with the same command on two vLLM versions, and each reproduce with its original.
 
-    Runs are matched by the gmu the command asks for (a flag value, or "the default"): when
-    the command leaves gmu to vLLM and the default moved (0.9 -> 0.92 in 0.20), the part of
-    the change that the new default explains is separated from the rest.
+    Groups that differ only in the version are taken in version order, each with the next;
+    their runs are matched by the gmu the command asks for (a flag value, or "the default"):
+    when the command leaves gmu to vLLM and the default moved (0.9 -> 0.92 in 0.20), the part
+    of the change that the new default explains is separated from the rest. A reproduce is
+    matched with the run it reproduces wherever the two sit.
     """
+    group_of = {rid: g for g in groups for rid in g.run_ids}
+    families: dict[tuple, list[Group]] = {}
+    for g in groups:
+        families.setdefault(_hashable({k: v for k, v in g.key.items() if k != "vllm_version"}), []).append(g)
     out = []
-    for ga, gb in combinations(groups, 2):
-        if set(differing_keys(ga.key, gb.key)) != {"vllm_version"}:
+    paired: set[tuple[str, str]] = set()
+    for family in families.values():
+        ordered = sorted(family, key=lambda g: version_tuple(rows_by_id[g.run_ids[0]].vllm_version) or ())
+        for old_g, new_g in zip(ordered, ordered[1:]):
+            old_last = {_asked_gmu(rows_by_id[i]): rows_by_id[i] for i in old_g.run_ids}
+            new_last = {_asked_gmu(rows_by_id[i]): rows_by_id[i] for i in new_g.run_ids}
+            for asked in sorted(set(old_last) & set(new_last), key=str):
+                out.append(_version_change(old_g, new_g, old_last[asked], new_last[asked]))
+                paired.add((old_last[asked].run_id, new_last[asked].run_id))
+    for row in rows_by_id.values():
+        original = rows_by_id.get(row.links.get("reproduces"))
+        if original is None or group_of[original.run_id] is group_of[row.run_id]:
+            continue  # a reproduce in its original's group is one of that group's pairs
+        if (original.run_id, row.run_id) in paired:
+            next(vc for vc in out if (vc.older, vc.newer) == (original.run_id, row.run_id)).reproduces = True
             continue
-        va, vb = rows_by_id[ga.run_ids[0]].vllm_version, rows_by_id[gb.run_ids[0]].vllm_version
-        old_g, new_g = (ga, gb) if (version_tuple(va) or ()) <= (version_tuple(vb) or ()) else (gb, ga)
-        old_rows = [rows_by_id[i] for i in old_g.run_ids]
-        new_rows = [rows_by_id[i] for i in new_g.run_ids]
-        for asked in sorted({_asked_gmu(r) for r in old_rows} & {_asked_gmu(r) for r in new_rows}, key=str):
-            before = [r for r in old_rows if _asked_gmu(r) == asked][-1]
-            after = [r for r in new_rows if _asked_gmu(r) == asked][-1]
-            out.append(_version_change(old_g, new_g, before, after))
+        change = _version_change(group_of[original.run_id], group_of[row.run_id], original, row)
+        change.reproduces = True
+        out.append(change)
     return out
 
 
@@ -651,14 +682,39 @@ def compare(records: list[dict]) -> Report:
             seen.add(row.run_id)
             unique.append(row)
     groups = group_rows(unique)
-    not_comparable = []
-    for ga, gb in combinations(groups, 2):
-        differing = differing_keys(ga.key, gb.key)
-        not_comparable.append({"groups": [ga.group_id, gb.group_id], "differing": differing,
-                               "vllm_change_only": set(differing) == {"vllm_version"}})
     rows_by_id = {r.run_id: r for r in unique}
-    return Report(runs=unique, groups=groups, not_comparable=not_comparable,
+    return Report(runs=unique, groups=groups, not_comparable=not_comparable_of(groups),
                   version_changes=version_changes(groups, rows_by_id))
+
+
+NEAREST_GROUPS = 8  # how many earlier groups of a model a group is held against, for the nearest
+
+
+def not_comparable_of(groups: list[Group]) -> list[dict]:
+    """Each group against its nearest earlier group: of the same model, the one (of the last
+    NEAREST_GROUPS) that differs in the fewest keys; for a model's first group, the group before it.
+
+    What a reader asks is why these runs are apart from those; every pair of groups would be
+    quadratic in the groups and say the same differences again and again.
+    """
+    out = []
+    recent: dict = {}
+    for i, group in enumerate(groups):
+        model = group.key.get("model")
+        candidates = recent.setdefault(model, [])
+        if candidates:
+            before, differing = min(((g, differing_keys(g.key, group.key)) for g in reversed(candidates)),
+                                    key=lambda found: len(found[1]))
+        elif i:
+            before, differing = groups[i - 1], differing_keys(groups[i - 1].key, group.key)
+        else:
+            before = None
+        candidates.append(group)
+        del candidates[:-NEAREST_GROUPS]
+        if before is not None:
+            out.append({"groups": [before.group_id, group.group_id], "differing": differing,
+                        "vllm_change_only": set(differing) == {"vllm_version"}})
+    return out
 
 
 # ---- prediction --------------------------------------------------------------------------------
