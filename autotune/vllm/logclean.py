@@ -184,14 +184,13 @@ def line_kind(line: str) -> str:
 _RECORD_START_RE = re.compile(
     r"(?:\d{4}-\d\d-\d\d[T ]|[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d|\(?[\w\-]{1,64}(?: [\w\-]{1,64}){0,3} (?:pid|rank)="
     r"|\[rank\d|\[pod/|[\w.\-]{1,64}\s{1,32}\|\s"
-    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\[?[\w.\-/]{1,200}\.py:\d{1,6}\]"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\b|\[[\w.\-/]{1,200}\.py:\d{1,6}\]"
     r"|Traceback \(most recent|File \"|During handling|The above exception|Process |Exception |"
-    r"[\w.]{0,200}(?:Error|Exception|Exit|Interrupt|Warning)\b:?|```|\$ |#|=|\*|-{3}|Loading |"
-    r"WARNING|Killed|Aborted|Segmentation)"
+    r"[\w.]{0,200}(?:Error|Exception|Exit|Interrupt|Warning)\b:|```|\$ |# |Loading |Killed|Aborted|Segmentation)"
 )
 # Python's warnings module: "/usr/lib/python3/site-packages/x.py:12: UserWarning: ..."
 _WARNING_LINE_RE = re.compile(r"\S{1,300}:\d{1,6}: \w{0,40}Warning\b")
-_SENTENCE_END = ".!?:;)]}>\"'`"
+_SENTENCE_END = ".!?)]}"
 WRAP_MIN_WIDTH = 40  # a line shorter than this was not wrapped by a terminal or an editor
 
 
@@ -210,9 +209,13 @@ def is_continuation(previous: str, line: str) -> bool:
         return False
     first = text[0]
     new_sentence = first.isupper() and text[1:2].islower()  # "The model's", not "KV" or "V cache"
-    if head[-1] in _SENTENCE_END and (new_sentence or not first.isalnum()):
-        return False  # "... 0.82x." then "The model's max seq len ..."
     at_space = previous[-1:] in (" ", "\t") or line.startswith(" ")
+    # A finished sentence then a capitalised word: "... 0.82x." + "The model's ...", "...=131072)" +
+    # "Using ..."; a wrap that fell on a space keeps the space, and after it only .!? end a sentence.
+    if new_sentence and head[-1] in (".!?" if at_space else _SENTENCE_END):
+        return False
     if at_space:
-        return first.isalnum()  # the wrap fell on a space: the next word follows
-    return not new_sentence  # mid-word ("GPU KV ca" + "che size") or a word wrap that ate the space
+        return True
+    # Mid-word ("GPU KV ca" + "che size"), mid-expression ("tokenizer" + "='./m'", "=" + "False"),
+    # or a word wrap that ate its space; not a word ending then a capitalised word ("0.82x" + "The").
+    return not (new_sentence and head[-1].isalnum())
