@@ -9,6 +9,7 @@ import pytest
 from autotune.analysis import boot_check
 from autotune.store.record import Attempt
 from autotune.testing.tiny_model import build_kind
+from tests.test_estimate import gqa_folder
 
 FACTS = {"vllm_version": "0.32.0", "available_kv_gib": 0.32, "kv_cache_tokens": 166144,
          "max_concurrency_tokens": 166016, "kv_cache_device": "CPU", "cpu_node_total_gib": 8.34}
@@ -17,7 +18,7 @@ FACTS = {"vllm_version": "0.32.0", "available_kv_gib": 0.32, "kv_cache_tokens": 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     root = tmp_path_factory.mktemp("m")
-    return {k: build_kind(root / k, k) for k in ("gqa", "hybrid")}
+    return {"gqa": gqa_folder(root / "gqa"), "hybrid": build_kind(root / "hybrid", "hybrid")}
 
 
 def argv(model, *extra):

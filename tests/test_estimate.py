@@ -13,7 +13,6 @@ from click.testing import CliRunner
 from autotune.analysis import estimate, kv_pool
 from autotune.analysis import model_files as mf
 from autotune.cli.main import cli
-from autotune.testing.tiny_model import build_kind
 
 GIB = 2**30
 NODE = 8742684 * 1024  # MemTotal of node 0 here, 8.34 GiB as vLLM prints it
@@ -21,7 +20,23 @@ NODE = 8742684 * 1024  # MemTotal of node 0 here, 8.34 GiB as vLLM prints it
 
 @pytest.fixture(scope="module")
 def gqa(tmp_path_factory):
-    return build_kind(tmp_path_factory.mktemp("m") / "gqa", "gqa")
+    return gqa_folder(tmp_path_factory.mktemp("m") / "gqa")
+
+
+def gqa_folder(root):
+    """The tiny GQA model the recorded boot served (4 layers, 8 heads sharing 2 KV heads of 64: 2 KiB
+    per token), as config.json and a small safetensors file (only the headers are read)."""
+    import json as _json
+
+    from tests.test_model_files import write_safetensors
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(_json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512, "torch_dtype": "bfloat16",
+        "max_position_embeddings": 1048576}))
+    write_safetensors(root / "model.safetensors", {"embed": ("BF16", [441, 512])})
+    return root
 
 
 def argv_for(model, gmu):

@@ -2,16 +2,14 @@
 import pytest
 
 from autotune.analysis import estimate, reachable
-from tests.test_estimate import NODE, argv_for, record
-
-from autotune.testing.tiny_model import build_kind
+from tests.test_estimate import NODE, argv_for, gqa_folder, record
 
 DEVICE = estimate.Device("cpu", NODE, "test")
 
 
 @pytest.fixture(scope="module")
 def gqa(tmp_path_factory):
-    return build_kind(tmp_path_factory.mktemp("m") / "gqa", "gqa")
+    return gqa_folder(tmp_path_factory.mktemp("m") / "gqa")
 
 
 def test_a_target_beyond_the_highest_gmu_is_refused_with_the_figures(gqa):

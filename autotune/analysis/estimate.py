@@ -122,14 +122,24 @@ def available_bytes_of_run(run: dict, shape: KVShape, settings: kv_pool.Settings
 
 def calibrate(runs: list[dict], shape: KVShape, settings: kv_pool.Settings) -> Calibration | None:
     """The overhead from recorded boots: each run {"run_id", "gmu", "memory_bytes", "available_kv_gib",
-    "kv_cache_tokens", "max_model_len"} of the same model, vLLM, device and settings."""
+    "kv_cache_tokens", "max_model_len", optional "requested_gib"} of the same model, vLLM, device
+    and settings: overhead = the budget (memory x gmu, or the CPU worker's own figure) - available KV."""
     per_run, bands = {}, []
     for run in runs:
         got = available_bytes_of_run(run, shape, settings)
-        if got is None or run.get("gmu") is None or not run.get("memory_bytes"):
+        if got is None:
             continue
-        per_run[run["run_id"]] = math.ceil(run["memory_bytes"] * run["gmu"]) - got[0]
-        bands.append(got[1])
+        if run.get("requested_gib") is not None:
+            # vLLM's CPU worker prints the budget it took ("with 1.93 GiB requested memory for the
+            # worker"): memory x gmu as the node was when the worker started, which on a VM whose
+            # node grows can differ from the node total printed on the same line.
+            budget_bytes, band = run["requested_gib"] * GIB, PRINTED_GIB_ROUNDING * GIB
+        elif run.get("gmu") is not None and run.get("memory_bytes"):
+            budget_bytes, band = math.ceil(run["memory_bytes"] * run["gmu"]), 0.0
+        else:
+            continue
+        per_run[run["run_id"]] = budget_bytes - got[0]
+        bands.append(got[1] + band)
     if not per_run:
         return None
     values = list(per_run.values())
@@ -312,7 +322,7 @@ def calibration_runs(records: list[dict], model: str, device: Device, vllm_versi
         chosen.append({"run_id": row.run_id, "gmu": row.gmu, "memory_bytes": memory * GIB if memory else None,
                        "available_kv_gib": row.available_kv_gib, "kv_cache_tokens": row.kv_cache_tokens,
                        "max_model_len": facts.get("max_concurrency_tokens"), "ceiling": row.ceiling,
-                       "vllm_version": row.vllm_version})
+                       "vllm_version": row.vllm_version, "requested_gib": facts.get("cpu_worker_requested_gib")})
     return chosen, skipped
 
 

@@ -8,14 +8,14 @@ easy to check by hand: 4 layers x 8 KV heads x 64 head dim x 2 (K and V) x 2 byt
 
 Other attention kinds, for the predictor's checks against real vLLM (autotune.analysis.model_files):
 `build_kind(DIR, KIND)` with KIND one of KINDS:
-  gqa      Llama, 8 query heads sharing 2 KV heads (grouped-query attention)
+  gqa      Llama, 8 query heads sharing 4 KV heads (grouped-query attention)
   sliding  Gemma-3 text: 5 sliding-window layers (window 256) to 1 full-attention layer
-  mla      DeepSeek-V2 multi-head latent attention (kv_lora_rank 112 + qk_rope_head_dim 16), dense MLP
+  mla      DeepSeek-V2 multi-head latent attention (kv_lora_rank 496 + qk_rope_head_dim 16), dense MLP
   hybrid   Qwen3-Next: 3 gated-delta-net linear-attention layers to 1 full-attention layer, 4 tiny experts
            (vLLM's Qwen3-Next needs at least one MoE layer)
 They share the tokenizer; their shapes are small but keep each kind's structure, and each keeps
-about 1 KiB of KV per token in the layers that hold every token, so that at the gmu values the
-tests use (0.12-0.18 of a ~8 GiB node) the KV cache, not the 1M-token model limit, sets the ceiling.
+4 KiB of KV per token in the layers that hold every token: a KV cache of 1.5-3 GiB (large enough
+that vLLM's two-decimal GiB figures cost little) then holds fewer than the model's 1M tokens.
 
 Needs `transformers` and `tokenizers` (installed with the `cpu` extra); autotune itself does not.
 Run: python -m autotune.testing.tiny_model DIR [KIND]
@@ -92,7 +92,7 @@ def _gqa():
 
     return LlamaConfig, LlamaForCausalLM, dict(
         hidden_size=HIDDEN, intermediate_size=HIDDEN * 2, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-        num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS)
+        num_key_value_heads=4, max_position_embeddings=MAX_POSITIONS)
 
 
 def _sliding():
@@ -101,7 +101,7 @@ def _sliding():
     layers = 6
     return Gemma3TextConfig, Gemma3ForCausalLM, dict(
         hidden_size=256, intermediate_size=512, num_hidden_layers=layers, num_attention_heads=8,
-        num_key_value_heads=4, head_dim=64, sliding_window=256, max_position_embeddings=MAX_POSITIONS,
+        num_key_value_heads=8, head_dim=128, sliding_window=256, max_position_embeddings=MAX_POSITIONS,
         layer_types=["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)])
 
 
@@ -110,7 +110,7 @@ def _mla():
 
     return DeepseekV2Config, DeepseekV2ForCausalLM, dict(
         hidden_size=256, intermediate_size=512, moe_intermediate_size=128, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=112, q_lora_rank=None, qk_rope_head_dim=16,
+        num_attention_heads=4, num_key_value_heads=4, kv_lora_rank=496, q_lora_rank=None, qk_rope_head_dim=16,
         qk_nope_head_dim=32, v_head_dim=32, head_dim=16, first_k_dense_replace=4, n_routed_experts=4,
         num_experts_per_tok=2, n_shared_experts=1, max_position_embeddings=MAX_POSITIONS)
 
@@ -121,7 +121,7 @@ def _hybrid():
     layers = 4
     return Qwen3NextConfig, Qwen3NextForCausalLM, dict(
         hidden_size=256, intermediate_size=512, moe_intermediate_size=128, shared_expert_intermediate_size=128,
-        num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+        num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8, head_dim=128,
         linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
         linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, mlp_only_layers=[],
         layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(layers)],
