@@ -346,10 +346,23 @@ def test_an_unknown_short_option_is_refused_rather_than_guessed():
         emit.parse_vllm_command(["vllm", "serve", "m", "-zz", "1"])
 
 
-def test_a_command_with_its_own_config_file_gets_no_second_one():
+def test_a_command_whose_config_file_is_gone_gets_no_merged_one():
     rec = real()
+    rec["command"]["cwd"] = "/nonexistent"
     rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
-    with pytest.raises(emit.NotEmittable, match=r"already reads a config file \(--config mine.yaml\)"):
+    with pytest.raises(emit.NotEmittable, match=r"--config /nonexistent/mine.yaml: No such file"):
         emit.render_yaml(rec)
     texts, skipped = emit.render_all(rec)
     assert "vllm-config.yaml" in skipped and "command.sh" in texts
+
+
+def test_a_command_with_its_own_config_file_gets_the_merged_options(tmp_path):
+    """issue 12: gmu and max-num-seqs in --config, the length a flag: one file with all of them,
+    the flags over the file as vLLM reads them."""
+    (tmp_path / "mine.yaml").write_text("model: m\ngpu-memory-utilization: 0.12\nmax-num-seqs: 1\nmax-model-len: 999\n")
+    rec = real()
+    rec["command"]["cwd"] = str(tmp_path)
+    rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
+    text = emit.render_yaml(rec)
+    body = [line for line in text.splitlines() if not line.startswith("#")]
+    assert body == ['model: "m"', "gpu-memory-utilization: 0.12", "max-num-seqs: 1", "max-model-len: 16256"]

@@ -175,3 +175,28 @@ def test_an_interrupted_seed_run_resumes(tmp_path, _runs_dir):
     record = json.loads(result.output[result.output.index("{"):])
     assert (record["state"], record["result"]["ceiling"]) == ("finished", 61152)
     assert [a["outcome"] for a in record["attempts"]][0] == "refused"
+
+
+def test_a_config_file_is_read_as_vllm_reads_it_and_its_values_are_not_called_the_default(machine, tmp_path,
+                                                                                          monkeypatch):
+    """issue 12: gmu and max-num-seqs sitting in --config are the command's settings, not vLLM's defaults."""
+    machine(SEED)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "serve.yaml").write_text("gpu-memory-utilization: 0.98\nmax-num-seqs: 1\n"
+                                         "max-num-batched-tokens: 512\nenable-chunked-prefill: true\n")
+    result = run("tune", "--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                 *fake(SEED, "--config", "serve.yaml"))
+    assert "Verified ceiling: --max-model-len 61,152" in result.output
+    assert "the default" not in result.output
+    assert "raise --gpu-memory-utilization (now 0.98; the share of the GPU's memory)" in result.output
+    assert "non-default args do not show" not in result.output and "disagree" not in result.output
+    record = json.loads(run("show", "--json", "latest").output)
+    assert record["attempts"][0]["facts"]["non_default_args"]["gpu_memory_utilization"] == 0.98
+
+
+def test_a_warning_for_an_attention_backend_variable_this_version_ignores(machine):
+    machine("v1-0.21.0")
+    result = CliRunner().invoke(cli, ["tune", "--target", "8192", "--probe", "none", "--", *fake("v1-0.21.0")],
+                                env={"VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}, catch_exceptions=False)
+    assert ("VLLM_ATTENTION_BACKEND=TRITON_ATTN is ignored by vLLM 0.21.0 (removed in 0.15): pass "
+            "--attention-backend TRITON_ATTN instead") in result.output

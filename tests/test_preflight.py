@@ -432,3 +432,17 @@ def test_missing_flags_entry_points():
               "--ipc=host", "vllm/vllm-openai:v0.10.1", "--model", "m", "--max-num-seqs", "2", "--enforce-eager"]
     assert missing_flags(docker, printed) == ["--enforce-eager"]
     assert missing_flags(["vllm", "serve", "m", "--enforce-eager"], None) == []  # vLLM < 0.9 prints no such line
+
+
+def test_flags_from_a_config_file_are_checked_and_a_disagreement_named(tmp_path):
+    (tmp_path / "serve.yaml").write_text("gpu-memory-utilization: 0.12\nmax-num-seqs: 1\n")
+    argv = ["vllm", "serve", "m", "--config", "serve.yaml", "--max-num-seqs", "2"]
+    printed = {"model_tag": "m", "model": "m", "gpu_memory_utilization": 0.9, "max_num_seqs": 2}
+    assert preflight.missing_flags(argv, printed, str(tmp_path)) == []
+    found = preflight.disagreeing_flags(argv, printed, str(tmp_path))
+    assert found == [{"flag": "--gpu-memory-utilization", "asked": 0.12, "used": 0.9}]
+    assert preflight.describe_disagreements(found).startswith(
+        "vLLM's non-default args disagree with the command (--gpu-memory-utilization: the command asks 0.12, "
+        "vLLM used 0.9)")
+    assert preflight.missing_flags(argv, {"model": "m", "max_num_seqs": 2}, str(tmp_path)) == \
+        ["--gpu-memory-utilization"]

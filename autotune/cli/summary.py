@@ -79,6 +79,7 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
 def _levers(record: RunRecord) -> str:
     """What could still raise the ceiling, given the options this run already used."""
     argv = _result_of(record).get("final_argv") or (record.command.get("argv") if record.get("command") else None) or []
+    argv = servecmd.with_config(argv, (record.get("command") or {}).get("cwd"))  # a --config file's values count
     gpus = (record.get("machine") or {}).get("gpus") or []
     levers = []
     seqs = servecmd.flag_value(argv, "--max-num-seqs")

@@ -51,6 +51,9 @@ def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
     if missing:
         attempt.missing_flags = missing
         emit("warning", text=rules.describe_missing_flags(missing))
+    disagreeing = rules.disagreeing_flags(argv, shown)  # vLLM's non-default args are the truth
+    if disagreeing:
+        emit("warning", text=rules.describe_disagreements(disagreeing))
 
 
 def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOptions, emit: Emit):

@@ -524,8 +524,9 @@ def _equals_default(dest: str, value: object) -> bool:
     return False
 
 
-def missing_flags(argv: Sequence[str], non_default_args: Mapping | None) -> list[str]:
-    """Flags in ``argv`` that vLLM's printed ``non-default args`` do not show, as typed.
+def missing_flags(argv: Sequence[str], non_default_args: Mapping | None, cwd: str | None = None) -> list[str]:
+    """Flags in ``argv`` (and in its --config file, read from ``cwd``) that vLLM's printed
+    ``non-default args`` do not show, as typed.
 
     Dashes and underscores are the same to vLLM, and so are a dotted option and its
     parent (``--compilation-config.mode`` sets ``compilation_config``) and an argparse
@@ -537,7 +538,7 @@ def missing_flags(argv: Sequence[str], non_default_args: Mapping | None) -> list
         return []
     printed = {str(k).replace("-", "_") for k in non_default_args}
     missing: list[str] = []
-    for typed, dests, value in _user_flags(argv):
+    for typed, dests, value in _user_flags(servecmd.with_config(argv, cwd)):
         if any(d in NEVER_LISTED for d in dests):
             continue
         if any(d in printed or any(p.startswith(d) for p in printed) for d in dests):
@@ -547,6 +548,39 @@ def missing_flags(argv: Sequence[str], non_default_args: Mapping | None) -> list
         if typed not in missing:
             missing.append(typed)
     return missing
+
+
+def disagreeing_flags(argv: Sequence[str], non_default_args: Mapping | None,
+                      cwd: str | None = None) -> list[dict]:
+    """Options whose value in the command (its flags over its --config file, as vLLM reads them)
+    differs from what vLLM printed among its ``non-default args``: the printed value is what
+    vLLM used. [{"flag", "asked", "used"}]; values vLLM prints as objects are not compared."""
+    if not isinstance(non_default_args, Mapping):
+        return []
+    printed = {str(k).replace("-", "_"): v for k, v in non_default_args.items()}
+    asked: dict[str, tuple[str, object]] = {}
+    for typed, dests, value in _user_flags(servecmd.with_config(argv, cwd)):
+        if dests[0] in printed:
+            asked[dests[0]] = (typed, value)  # the last one wins, as in argparse
+    out = []
+    for dest, (typed, value) in asked.items():
+        used = printed[dest]
+        if isinstance(used, (dict, list)) or isinstance(value, (dict, list)):
+            continue
+        same = (math.isclose(float(value), float(used)) if isinstance(value, (int, float)) and not isinstance(
+            value, bool) and isinstance(used, (int, float)) and not isinstance(used, bool) else str(value) == str(used))
+        if not same:
+            out.append({"flag": typed, "asked": value, "used": used})
+    return out
+
+
+def describe_disagreements(found: Sequence[Mapping]) -> str | None:
+    """One warning line for ``disagreeing_flags``' result, or None."""
+    if not found:
+        return None
+    parts = "; ".join(f"{d['flag']}: the command asks {d['asked']}, vLLM used {d['used']}" for d in found)
+    return (f"vLLM's non-default args disagree with the command ({parts}). What vLLM printed is what it "
+            "used: check the --config file and the flags that override it.")
 
 
 def describe_missing_flags(missing: Sequence[str]) -> str | None:

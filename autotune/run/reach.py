@@ -20,6 +20,7 @@ from autotune.run.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import ABSENT, Reach, ReachStep, Result, RunRecord
+from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
 
 # How the search starts a lever run, and resumes an interrupted one (run/tune.py gives them).
@@ -93,7 +94,8 @@ class LeverSearch:
         if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
             # The CPU backend prints what it reserved: that ratio is the gmu in force.
             version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
-        gmu = levers.effective_gmu(list(record.command.argv), self.env, version_default)
+        argv = servecmd.with_config(list(record.command.argv), record.command.get("cwd"))  # --config's values count
+        gmu = levers.effective_gmu(argv, self.env, version_default)
         gpus = record.get("machine", {}).get("gpus") or []
         total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
         pinned = record.get("gpus", {}).get("indices") or [g["index"] for g in gpus]
@@ -102,8 +104,11 @@ class LeverSearch:
         available = self.result.get("available_kv_gib")
         if available is None:
             return None, limits, gmu
+        printed = [a.facts["kv_needed_gib"] for a in record.attempts if a.max_model_len == self.opts.target
+                   and isinstance(a.facts, dict) and isinstance(a.facts.get("kv_needed_gib"), (int, float))]
         return (levers.Baseline(ceiling=self.result.ceiling, available_kv_gib=available, gmu=gmu,
-                                device_total_gib=total), limits, gmu)
+                                device_total_gib=total, target_needed_gib=printed[-1] if printed else None),
+                limits, gmu)
 
     def _walk(self, plan, base, limits) -> list[str]:
         """The gmu the plan computed, or the levers it measures one by one; the argv reached."""

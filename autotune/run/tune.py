@@ -67,6 +67,8 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
     gpu_plan, preflight_record = checks.preflight(opts, argv, env, model, emit)
     env.update(gpu_plan.env_changes)
     detected = vllminfo.detect_version(argv, env)
+    for text in vllminfo.warnings_for(argv, env, detected):  # what this version ignores or refuses
+        emit("warning", text=text)
     plan = "refusal"
     if opts.strategy == "auto":
         plan = vllminfo.auto_fit_mode(detected) or "refusal"

@@ -216,11 +216,14 @@ def yaml_scalar(value: object) -> str:
 
 def render_yaml(record: dict) -> str:
     argv = final_argv(record)
+    if servecmd.has_flag(argv, servecmd.CONFIG):
+        # vLLM reads the file under the flags (flags win): one file holds the merged options.
+        try:
+            argv = redact.record_scrubber(record).obj(servecmd.expand_config(argv, (record.get("command") or {}).get("cwd")))
+        except servecmd.ConfigFileError as exc:
+            raise NotEmittable(f"{exc}: its options cannot be merged into {YAML}") from None
     cmd = parse_vllm_command(argv)
-    if cmd.option("config") is not None:
-        # vLLM reads one config file; its contents are not in the record, so they cannot be merged here.
-        raise NotEmittable(f"the command already reads a config file (--config {cmd.option('config')}): "
-                           "add --max-model-len to that file instead")
+    cmd.options = list(dict(cmd.options).items())  # one key each, the last value (argparse: the last wins)
     # vLLM does not expand a variable in a config file: options with a secret go on the command line.
     on_command_line = [(name, value) for name, value in cmd.options if _has_reference(value)]
     options = [(name, value) for name, value in cmd.options if not _has_reference(value)]

@@ -66,6 +66,11 @@ def _number(options: dict, name: str, kind, default):
 
 
 def read_request(argv: Sequence[str], env: dict) -> Request:
+    try:
+        # vLLM reads --config FILE.yaml under its flags (they override the file); argv here is the options only.
+        argv = servecmd.expand_config(["python", "-m", versions.FAKE_VLLM_MODULE, *argv])[3:]
+    except servecmd.ConfigFileError as exc:
+        raise UsageError(str(exc)) from None
     cmd = servecmd.parse_vllm_command(argv, strict=False)
     options = dict(cmd.options)
     name = options.get("profile")

@@ -298,3 +298,89 @@ def _scalar(text: str) -> object:
     if re.fullmatch(r"-?\d+\.\d*", text):
         return float(text)
     return text
+
+
+# ---- --config FILE.yaml, as vLLM reads it -----------------------------------------------------
+CONFIG = "--config"
+
+
+class ConfigFileError(ValueError):
+    """A --config file that cannot be read (missing, or not the flat YAML vLLM takes)."""
+
+
+def _yaml_scalar(text: str) -> object:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+def read_config_file(path: str) -> list[tuple[str, object]]:
+    """The options of a vLLM --config file: flat YAML, `key: value` or `key:` with `- item` lines
+    (what vLLM's loader accepts: it turns each key into --key). Values stay text, as vLLM passes
+    str(value) on; true is a flag, false leaves it out."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError as exc:
+        raise ConfigFileError(f"--config {path}: {exc.strerror or exc}") from None
+    out: list[tuple[str, object]] = []
+    for number, raw in enumerate(lines, start=1):
+        line = re.sub(r"\s+#.*$", "", raw).rstrip()
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        item = re.fullmatch(r"\s+-\s+(.*)", line)
+        if item and out and isinstance(out[-1][1], list):
+            out[-1][1].append(str(_yaml_scalar(item.group(1))))
+            continue
+        pair = re.fullmatch(r"([A-Za-z0-9_.\-]+):(?:\s+(.*))?", line)
+        if not pair:
+            raise ConfigFileError(f"--config {path}, line {number}: not a `key: value` line: {raw.strip()!r}")
+        key, value = pair.group(1), pair.group(2)
+        out.append((key, [] if value is None or not value.strip() else _yaml_scalar(value)))
+    return out
+
+
+def _options_start(argv: Sequence[str]) -> int:
+    """Where vLLM's own options begin: after the entry point (and the positional model)."""
+    start = _entry_point(argv, strict=False)
+    if start is None:
+        start = 3 if list(argv[1:2]) == ["-m"] else 1
+    elif start and argv[start - 1] == "serve" and start < len(argv) and _is_value(argv[start]):
+        start += 1
+    return start
+
+
+def expand_config(argv: Sequence[str], cwd: str | None = None) -> list[str]:
+    """argv as vLLM reads it: the --config file's options first, then the command's own flags,
+    which override them (vLLM's FlexibleArgumentParser does the same); --config itself goes.
+    Raises ConfigFileError when the file cannot be read."""
+    path = flag_value(argv, CONFIG)
+    if path is None:
+        return list(argv)
+    if cwd and not path.startswith("/"):
+        path = f"{cwd.rstrip('/')}/{path}"
+    expanded: list[str] = []
+    for key, value in read_config_file(path):
+        if value is True:
+            expanded.append(f"--{key}")
+        elif value is False:
+            continue
+        elif isinstance(value, list):
+            expanded += [f"--{key}", *value]
+        else:
+            expanded += [f"--{key}", str(value)]
+    rest = without_flag(argv, CONFIG)
+    start = _options_start(rest)
+    return rest[:start] + expanded + rest[start:]
+
+
+def with_config(argv: Sequence[str], cwd: str | None = None) -> list[str]:
+    """expand_config, or argv unchanged when its --config file cannot be read (then the command's
+    own flags are all that can be known)."""
+    try:
+        return expand_config(argv, cwd)
+    except ConfigFileError:
+        return list(argv)
