@@ -421,61 +421,6 @@ def test_sweep_point_outcome(outcomes, start_at, ceiling, boots, saved, note):
     assert note in out["note"]
 
 
-# ---- reproduce -------------------------------------------------------------------------------------
-
-def reproduced(kv, tokens, ceiling, version="0.33.0", verdict="verified", backend="CPU_ATTN", non_default=None):
-    return record("run-02", gmu=0.15, kv=kv, tokens=tokens, ceiling=ceiling, version=version, gpus=(),
-                  verdict=verdict, backend=backend, non_default=non_default or {"model": "m", "max_num_seqs": 1})
-
-
-OLD = record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, version="0.32.0", gpus=(),
-             backend="CPU_ATTN", non_default={"model": "m", "max_num_seqs": 1, "enforce_eager": True})
-
-
-@pytest.mark.parametrize("new, verdict, code", [
-    (reproduced(0.47, 61_824, 61_696), "same", 0),
-    (reproduced(0.46, 61_696, 61_568), "same", 0),  # one block less: noise
-    (reproduced(0.60, 78_848, 61_696), "better", 0),
-    (reproduced(0.40, 52_480, 52_352), "regression", 7),  # the recorded length no longer fits
-    (reproduced(None, None, None, verdict="error"), "error", 3),
-])
-def test_reproduce_verdict_and_exit_code(new, verdict, code):
-    got = cmp.reproduce_verdict(OLD, new)
-    assert (got.verdict, got.exit_code) == (verdict, code), got.reason
-    assert got.vllm_version == ["0.32.0", "0.33.0"]
-
-
-def test_reproduce_names_flags_vllm_no_longer_shows_and_the_backend_change():
-    got = cmp.reproduce_verdict(OLD, reproduced(0.47, 61_824, 61_696, backend="TORCH_SDPA"))
-    assert got.flags_no_longer_shown == ["enforce_eager"]
-    assert got.attention_backend == ["CPU_ATTN", "TORCH_SDPA"]
-    regression = cmp.reproduce_verdict(OLD, reproduced(0.40, 52_480, 52_352))
-    assert regression.reason.startswith("available KV GiB 0.47 -> 0.40 (beyond the tolerance of 0.02)")
-
-
-def test_reproduce_does_not_hold_a_moved_device_memory_against_vllm():
-    old = record("run-01", gmu=0.18, kv=1.02, tokens=133_728, ceiling=132_961, gpus=(), version="0.32.0",
-                 node_total=10.09, kv_needed=3.82)
-    grew = record("run-02", gmu=0.18, kv=1.07, tokens=140_127, ceiling=132_961, gpus=(), version="0.32.0",
-                  node_total=10.34)
-    got = cmp.reproduce_verdict(old, grew)
-    assert (got.verdict, got.exit_code) == ("same", 0)
-    assert got.device_memory_gib == [10.09, 10.34]
-    assert "the memory vLLM budgets from moved 10.09 -> 10.34 GiB (+0.05 GiB at gmu 0.18)" in got.reason
-    shrank = record("run-02", gmu=0.18, kv=0.77, tokens=100_900, ceiling=100_700, gpus=(), version="0.32.0",
-                    node_total=8.7)
-    got = cmp.reproduce_verdict(old, shrank)  # 0.25 GiB less budget explains the lower ceiling
-    assert (got.verdict, got.exit_code) == ("same", 0), got.changes
-
-
-def test_reproduction_env_takes_the_recorded_environment_exactly():
-    recorded = {"CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "***", "VLLM_USE_V1": "1", "API_KEY": "***"}
-    current = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0", "VLLM_ATTENTION_BACKEND": "X", "HF_TOKEN": "secret"}
-    env, missing = cmp.reproduction_env(recorded, current, ("VLLM_", "CUDA_", "HF_"), "***")
-    assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "secret", "VLLM_USE_V1": "1"}
-    assert missing == ["API_KEY"]
-
-
 # ---- the CLI over it ---------------------------------------------------------------------------------
 
 def save(runs_dir, rec):

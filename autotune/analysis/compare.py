@@ -209,7 +209,7 @@ def tokens_per_gib_of(record: dict, facts: dict) -> tuple[float | None, str | No
 def run_row(record: dict) -> Row:
     """One run record (as artifact.load_run returns it) as a comparison row."""
     command = record.get("command") or {}
-    argv = list(command.get("argv") or [])
+    argv = servecmd.with_config(list(command.get("argv") or []), command.get("cwd"))  # --config's values count
     result = record.get("result") or {}
     attempts = record.get("attempts") or []
     facts = dict((attempts[-1].get("facts") or {}) if attempts else {})
@@ -906,123 +906,7 @@ def sweep_point_outcome(record: dict, start_at: int | None) -> dict:
 
 # ---- reproduce ------------------------------------------------------------------------------------
 
+# The verdict of `autotune reproduce` (analysis/reproduce.py) as exit codes.
 EXIT_SAME_OR_BETTER = 0
 EXIT_ERROR = 3
 EXIT_REGRESSION = 7
-
-
-def reproduction_env(recorded: dict[str, str], current: dict[str, str], relevant_prefixes: tuple[str, ...],
-                     mask: str) -> tuple[dict[str, str], list[str]]:
-    """The environment to relaunch a recorded run in, and the recorded secrets missing now.
-
-    Variables that change what vLLM does are taken from the record exactly: recorded ones are
-    set, others of those kinds are removed. Secrets were never recorded (they read `mask`):
-    their current values are used. Everything else (PATH, HOME, ...) stays as it is now.
-    """
-    env = {k: v for k, v in current.items() if not k.startswith(relevant_prefixes)}
-    missing = []
-    for name, value in recorded.items():
-        if value == mask:
-            if name in current:
-                env[name] = current[name]
-            else:
-                missing.append(name)
-        else:
-            env[name] = value
-    return env, missing
-
-
-@dataclass
-class Reproduction:
-    old_run: str
-    new_run: str
-    vllm_version: list[str | None]
-    device_memory_gib: list[float | None]  # what vLLM budgets from (a CPU node's can move in a VM)
-    available_kv_gib: list[float | None]
-    kv_cache_tokens: list[int | None]
-    ceiling: list[int | None]
-    attention_backend: list[str | None]
-    flags_no_longer_shown: list[str]  # in the old boot's non-default args, not in the new one's
-    changes: list[dict]  # {"what", "before", "after", "delta", "expected", "unexplained", "tolerance", "status"}
-    verdict: str  # same | better | regression | error
-    reason: str
-    exit_code: int
-
-
-def reproduce_verdict(old: dict, new: dict) -> Reproduction:
-    """Old run vs its relaunch: what changed beyond what the machine explains, and the exit code.
-
-    The command and gmu are the same, but the memory vLLM budgets from may not be (a CPU
-    node's memory in a VM with hot-plugged memory): that change of budget is expected, and
-    only the rest counts for the verdict. The figures themselves are reported as measured.
-    """
-    o, n = run_row(old), run_row(new)
-    o_facts = _final_facts(old)
-    n_facts = _final_facts(new)
-    o_args = o_facts.get("non_default_args") or {}
-    n_args = n_facts.get("non_default_args") or {}
-    gone = sorted(k for k in o_args if k not in n_args) if n_args else []
-    budget_moved = (n.budget_gib - o.budget_gib) if o.budget_gib is not None and n.budget_gib is not None else 0.0
-    tpg = o.tokens_per_gib or n.tokens_per_gib
-    changes = []
-    if o.available_kv_gib is not None and n.available_kv_gib is not None:
-        tol = tolerance_for(o.available_kv_gib, n.available_kv_gib, None)
-        changes.append(_change("available KV GiB", o.available_kv_gib, n.available_kv_gib, budget_moved, tol.gib))
-    if o.kv_cache_tokens is not None and n.kv_cache_tokens is not None:
-        changes.append(_change("KV tokens", o.kv_cache_tokens, n.kv_cache_tokens,
-                               budget_moved * tpg if tpg else 0.0,
-                               TOLERANCE_FRACTION * max(o.kv_cache_tokens, n.kv_cache_tokens)))
-    if o.ceiling is not None and n.ceiling is not None:
-        # The target is the old ceiling: more memory cannot show as a higher one, less can show as lower.
-        changes.append(_change("ceiling", o.ceiling, n.ceiling, min(0.0, budget_moved * tpg) if tpg else 0.0,
-                               TOLERANCE_FRACTION * o.ceiling))
-    new_result = new.get("result") or {}
-    moved = (f"; the memory vLLM budgets from moved {o.device_memory_gib} -> {n.device_memory_gib} GiB "
-             f"({budget_moved:+.2f} GiB at gmu {o.gmu:g}), which is not held against vLLM"
-             if budget_moved else "")
-    if not new_result.get("verified"):
-        verdict = "error"
-        reason = (f"the relaunch did not verify ({new_result.get('verdict')}"
-                  + (f", {new_result['error_kind']}" if new_result.get("error_kind") else "") + ")")
-    elif any(c["status"] == "worse" for c in changes):
-        verdict = "regression"
-        reason = "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])} "
-                           f"(beyond the tolerance of {_num(c['tolerance'])})"
-                           for c in changes if c["status"] == "worse") + moved
-    elif any(c["status"] == "better" for c in changes):
-        verdict = "better"
-        reason = "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])}"
-                           for c in changes if c["status"] == "better") + moved
-    else:
-        verdict = "same"
-        reason = "no change beyond tolerance" + moved
-    code = {"same": EXIT_SAME_OR_BETTER, "better": EXIT_SAME_OR_BETTER, "regression": EXIT_REGRESSION,
-            "error": EXIT_ERROR}[verdict]
-    return Reproduction(
-        old_run=o.run_id, new_run=n.run_id, vllm_version=[o.vllm_version, n.vllm_version],
-        device_memory_gib=[o.device_memory_gib, n.device_memory_gib],
-        available_kv_gib=[o.available_kv_gib, n.available_kv_gib],
-        kv_cache_tokens=[o.kv_cache_tokens, n.kv_cache_tokens], ceiling=[o.ceiling, n.ceiling],
-        attention_backend=[o_facts.get("attention_backend"), n_facts.get("attention_backend")],
-        flags_no_longer_shown=gone, changes=changes, verdict=verdict, reason=reason, exit_code=code)
-
-
-def _final_facts(record: dict) -> dict:
-    attempts = record.get("attempts") or []
-    return dict(attempts[-1].get("facts") or {}) if attempts else {}
-
-
-def _change(what: str, before, after, expected: float, tolerance: float) -> dict:
-    delta = after - before
-    unexplained = delta - expected
-    status = "worse" if unexplained < -tolerance else "better" if unexplained > tolerance else "same"
-    return {"what": what, "before": before, "after": after, "delta": delta, "expected": expected,
-            "unexplained": unexplained, "tolerance": tolerance, "status": status}
-
-
-def _num(value) -> str:
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float) and value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.2f}" if isinstance(value, float) else str(value)

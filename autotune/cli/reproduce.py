@@ -9,7 +9,7 @@ from dataclasses import asdict
 
 import click
 
-from autotune.analysis import compare as cmp
+from autotune.analysis import reproduce as rep_mod
 from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import ProgressPrinter, runs_dir_option
 from autotune.cli.records import load_one
@@ -18,66 +18,81 @@ from autotune.cli.tune import INTERRUPTED_RUN
 
 
 @click.command("reproduce")
-@click.argument("run")
+@click.argument("run", required=False)
 @runs_dir_option
+@click.option("--outdated", is_flag=True,
+              help="Reproduce every verified configuration recorded on another vLLM version than the one its "
+                   "command starts now (the newest run of each; sweep points are left out).")
+@click.option("--probe", type=click.Choice(["quick", "full", "none"]),
+              help="The probe after the ceiling boots. Default: the one the original run ran.")
 @click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
               help="Seconds without a new log line before a boot counts as hung.")
 @click.option("--json", "json_", is_flag=True, help="Print the before/after comparison as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
-def reproduce_cmd(run, runs_dir, stall_timeout, json_, quiet):
-    """Relaunch a recorded run's verified configuration with the vLLM installed now.
+def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
+    """Tune a recorded run again on the vLLM installed now, and say what changed.
 
     \b
-    RUN is a run folder, a run id, or `latest`. The recorded final command (with its
-    --max-model-len), its environment (variables that change vLLM: VLLM_*, CUDA_* with the
-    GPU pinning, HF_*, ...; secrets, never recorded, come from your environment now) and
-    the recorded ceiling as the target. A new run is written, linked to the old one
-    ("links": {"reproduces": RUN}). If the recorded length no longer fits, vLLM refuses it
-    and the refusal path finds the new ceiling.
+    RUN is a run folder, a run id, or `latest`. The re-tune aims at the run's original
+    target (so an upgrade that gives more context shows), with its recorded command and
+    environment (variables that change vLLM: VLLM_*, CUDA_* with the GPU pinning, HF_*, ...;
+    secrets, never recorded, come from your environment now), the fewest boots the
+    installed vLLM allows, and the probe the original run ran (--probe overrides). A new run
+    is written, linked to the old one ("links": {"reproduces": RUN}); `show`, `runs` and
+    `compare` use that link.
 
     \b
-    Reported before/after: vLLM version, device memory, available KV GiB, KV tokens,
-    ceiling, attention backend, and the flags vLLM no longer lists in its `non-default
-    args`. A change counts when it is beyond the tolerance: the larger of 0.02 GiB and 5%
-    for the KV figure, 5% for tokens and the ceiling (identical vLLM boots differ by up to
-    ~5%). If the memory vLLM budgets from moved (a CPU node's in a VM can), the change of
-    budget (memory x gmu) is expected and not held against vLLM; the figures are shown as
-    measured, with the expected change beside them.
+    Reported old vs new: vLLM version, device memory, available KV GiB, KV tokens, the
+    ceiling (better / same / worse), TTFT and prefill tokens/s of the probe, the attention
+    backend, the flags vLLM no longer lists in its `non-default args`, and the new run's
+    paste-ready files. Tolerances: the larger of 0.02 GiB and 5% for the KV figure, 5% for
+    tokens and the ceiling (identical vLLM boots differ by up to ~5%); a factor of 1.5 for
+    TTFT and prefill tokens/s, compared only when both probes had prompts within 5% in
+    length. If the memory vLLM budgets from moved (a CPU node's in a VM can), the change of
+    budget (memory x gmu) is expected and not held against vLLM.
 
     \b
-    Exit codes (for gating an upgrade in a script):
-      0 same or better
-      7 regression beyond tolerance (less KV, fewer tokens, or a lower ceiling)
-      3 the relaunch failed (did not boot, hung, not verified)
-      1 bad input (no such run, or the run has no verified configuration to relaunch)
+    After `pip install -U vllm`, in an upgrade script:
+      autotune reproduce --outdated || echo "the upgrade changed what this machine serves"
+
+    \b
+    Exit codes (for gating an upgrade in a script; --outdated: the worst of its runs):
+      0 same or better (or, with --outdated, nothing recorded on another vLLM)
+      7 regression beyond tolerance (less KV, fewer tokens, a lower ceiling, a failed probe,
+        or a probe 1.5x slower)
+      3 the re-tune failed (did not boot, hung, not verified)
+      1 bad input (no such run, or the run has no verified configuration to reproduce)
       130/143 interrupted
     """
-    from autotune.run import tune as tune_mod
-    from autotune.store.redact import MASK
+    from autotune.analysis import reproduce as rep
+    from autotune.run import reproduce as reproduce_mod
 
-    old = load_one(run, runs_dir)[1].to_dict()  # compare.py reads the JSON form
-    result = old.get("result") or {}
-    final_argv = result.get("final_argv")
-    if not result.get("verified") or not final_argv or not result.get("ceiling"):
-        raise click.ClickException(f"run {old['run_id']} has no verified configuration to reproduce "
-                                   f"(its verdict: {result.get('verdict')})")
-    env, missing = cmp.reproduction_env(old.get("environment") or {}, dict(os.environ),
-                                        tune_mod.RELEVANT_ENV_PREFIXES, MASK)
-    for name in missing:
-        click.echo(f"Warning: {name} was set for run {old['run_id']} (its value was not recorded) and is not set now",
-                   err=True)
-    # The refusal path boots the recorded length itself, as it was recorded.
-    opts = tune_mod.TuneOptions(target=int(result["ceiling"]), serve_argv=list(final_argv), runs_dir=runs_dir,
-                                env=env, stall_timeout_s=stall_timeout, kind="reproduce", strategy="refusal",
-                                links={"reproduces": old["run_id"]})
-    if not quiet:
-        click.echo(f"reproducing {old['run_id']} (vLLM {old.get('vllm_version') or '?'}, ceiling "
-                   f"{result['ceiling']:,})", err=True)
-    with exits(INTERRUPTED_RUN, preflight_code=ExitCode.FAILED,
-               preflight_head="Error: not relaunched: a preflight check says the recorded configuration cannot "
-                              "work here now"):
-        new = tune_mod.tune(opts, ProgressPrinter(quiet=quiet))
-    verdict = cmp.reproduce_verdict(old, new)
+    if outdated == bool(run):
+        raise click.UsageError("name a RUN, or --outdated (not both)")
+    env_now = dict(os.environ)
+    if outdated:
+        from autotune.cli.records import load_records
+
+        records = [r.to_dict() if hasattr(r, "to_dict") else r for r in _all_records(load_records, runs_dir)]
+        todo = rep.outdated(records, reproduce_mod.installed_version_finder(env_now))
+        if not todo:
+            click.echo("nothing to reproduce: every verified configuration was measured on the vLLM its "
+                       "command starts now", err=True)
+            if json_:
+                click.echo(json.dumps([], indent=2))
+            sys.exit(ExitCode.OK)
+        if not quiet:
+            click.echo(f"{len(todo)} configuration(s) measured on another vLLM: "
+                       + ", ".join(f"{r['run_id']} ({r.get('vllm_version') or '?'} -> {now})" for r, now in todo),
+                       err=True)
+        verdicts = [_reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet) for old, _ in todo]
+        if json_:
+            click.echo(json.dumps([asdict(v) for v in verdicts], indent=2, ensure_ascii=False))
+        else:
+            click.echo("\n\n".join(render_reproduction(v) for v in verdicts))
+        sys.exit(rep.worst_exit([v.exit_code for v in verdicts]))
+    old = load_one(run, runs_dir)[1].to_dict()  # analysis/ reads the JSON form
+    verdict = _reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet)
     if json_:
         click.echo(json.dumps(asdict(verdict), indent=2, ensure_ascii=False))
     else:
@@ -85,20 +100,45 @@ def reproduce_cmd(run, runs_dir, stall_timeout, json_, quiet):
     sys.exit(verdict.exit_code)
 
 
-def render_reproduction(v: cmp.Reproduction) -> str:
+def _all_records(load_records, runs_dir) -> list:
+    try:
+        return load_records((), runs_dir)
+    except click.ClickException:
+        return []  # no runs at all: nothing is outdated
+
+
+def _reproduce_one(old: dict, runs_dir, env_now: dict, stall_timeout: float, probe: str | None, quiet: bool):
+    from autotune.run import reproduce as reproduce_mod
+
+    try:
+        plan = reproduce_mod.plan(old, runs_dir, env_now, stall_timeout, probe)
+    except reproduce_mod.NotReproducible as exc:
+        raise click.ClickException(str(exc))
+    for name in plan.missing_secrets:
+        click.echo(f"Warning: {name} was set for run {old['run_id']} (its value was not recorded) and is not set now",
+                   err=True)
+    if not quiet:
+        result = old.get("result") or {}
+        click.echo(f"reproducing {old['run_id']} (vLLM {old.get('vllm_version') or '?'}, ceiling "
+                   f"{result.get('ceiling'):,} of the target {plan.options.target:,}): tuning toward the target "
+                   f"on the vLLM installed now; probe {plan.options.probe} ({plan.probe_source})", err=True)
+    with exits(INTERRUPTED_RUN, preflight_code=ExitCode.FAILED,
+               preflight_head="Error: not relaunched: a preflight check says the recorded configuration cannot "
+                              "work here now"):
+        _, verdict = reproduce_mod.reproduce(old, plan, ProgressPrinter(quiet=quiet))
+    return verdict
+
+
+def render_reproduction(v: rep_mod.Reproduction) -> str:
     head = {"same": "Same: " + v.reason + ".", "better": "Better: " + v.reason + ".",
             "regression": "Regression: " + v.reason + ".", "error": "Error: " + v.reason + "."}[v.verdict]
-    lines = [head, f"  run {v.old_run} -> {v.new_run}"]
+    lines = [head, f"  run {v.old_run} -> {v.new_run} (reproduces {v.old_run}"
+             + (f"; both tuned toward the target {v.target:,})" if v.target else ")")]
     rows = [["vLLM version", v.vllm_version[0] or "?", v.vllm_version[1] or "?", "", "", ""]]
     if v.device_memory_gib[0] is not None or v.device_memory_gib[1] is not None:
         rows.append(["device memory GiB", or_dash(v.device_memory_gib[0]), or_dash(v.device_memory_gib[1]), "", "", ""])
     for c in v.changes:
-        gib = c["what"].endswith("GiB")
-        fmt = (lambda x: f"{x:.2f}") if gib else (lambda x: f"{x:,}")
-        sign = (lambda x: f"{x:+.2f}") if gib else (lambda x: f"{x:+,.0f}")
-        tol = f"{c['tolerance']:.2f}" if gib else f"{c['tolerance']:,.0f}"
-        rows.append([c["what"], fmt(c["before"]), fmt(c["after"]), sign(c["delta"]),
-                     sign(c["expected"]) if c["expected"] else "", f"{c['status']} (tolerance {tol})"])
+        rows.append(_change_row(c))
     shown = {c["what"] for c in v.changes}
     for what, pair in (("available KV GiB", v.available_kv_gib), ("KV tokens", v.kv_cache_tokens),
                        ("ceiling", v.ceiling)):
@@ -106,14 +146,35 @@ def render_reproduction(v: cmp.Reproduction) -> str:
             rows.append([what, or_dash(pair[0]), or_dash(pair[1]), "", "", ""])
     rows.append(["attention backend", v.attention_backend[0] or "-", v.attention_backend[1] or "-", "", "",
                  "same" if v.attention_backend[0] == v.attention_backend[1] else "changed"])
+    if v.probe.get("ok") and v.probe["ok"] != [None, None]:
+        ok = ["-" if x is None else ("ok" if x else "failed") for x in v.probe["ok"]]
+        rows.append([f"probe ({v.probe.get('mode') or '?'})", ok[0], ok[1], "", "", ""])
     lines.extend("  " + line for line in table(["", "before", "after", "Δ", "expected Δ", ""], rows,
                                                 right={1, 2, 3, 4}))
+    if v.probe.get("note"):
+        lines.append(f"  probe: {v.probe['note']}")
     if v.flags_no_longer_shown:
         lines.append(f"  no longer in vLLM's non-default args: {', '.join(v.flags_no_longer_shown)}")
     else:
         lines.append("  non-default args: every flag vLLM listed before is still listed")
+    if v.new_files:
+        lines.append("  new files: " + ", ".join(str(path) for path in v.new_files.values()))
     lines.append(f"  exit code {v.exit_code}")
     return "\n".join(lines)
+
+
+def _change_row(c: dict) -> list[str]:
+    if c["what"].endswith(" s") or c["what"].endswith("/s"):
+        fmt = (lambda x: f"{x:,.2f}") if c["what"].endswith(" s") else (lambda x: f"{x:,.0f}")
+        sign = (lambda x: f"{x:+,.2f}") if c["what"].endswith(" s") else (lambda x: f"{x:+,.0f}")
+        return [c["what"], fmt(c["before"]), fmt(c["after"]), sign(c["delta"]), "",
+                f"{c['status']} (tolerance {c.get('tolerance_text') or fmt(c['tolerance'])})"]
+    gib = c["what"].endswith("GiB")
+    fmt = (lambda x: f"{x:.2f}") if gib else (lambda x: f"{x:,}")
+    sign = (lambda x: f"{x:+.2f}") if gib else (lambda x: f"{x:+,.0f}")
+    tol = f"{c['tolerance']:.2f}" if gib else f"{c['tolerance']:,.0f}"
+    return [c["what"], fmt(c["before"]), fmt(c["after"]), sign(c["delta"]),
+            sign(c["expected"]) if c["expected"] else "", f"{c['status']} (tolerance {tol})"]
 
 
 COMMANDS = [reproduce_cmd]

@@ -1,0 +1,241 @@
+"""`autotune reproduce` (pure): an old run and its re-tune in, what changed and the exit code out.
+
+A reproduce tunes again toward the old run's *target* with its recorded command, on the vLLM
+installed now, and runs the old run's probe. So an upgrade that gives more context shows as a
+better ceiling, one that gives less as a worse one, and one that breaks long prompts as a
+failed probe; TTFT and prefill tokens/s are compared where both runs probed the same length.
+
+Tolerances (stated in every report): available KV, KV tokens and the ceiling, the larger of
+0.02 GiB and 5% (identical vLLM boots differ by up to ~5%, vllm#54383); TTFT and prefill
+tokens/s, a factor of 1.5 either way (one request each, on a machine whose load moves timings
+by more than that). When
+the memory vLLM budgets from moved (a CPU node's in a VM can), that change is expected and
+only the rest counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from autotune.analysis.compare import (EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, TOLERANCE_FRACTION,
+                                       run_row, tolerance_for)
+from autotune.vllm import servecmd
+
+TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slower or faster
+SAME_LENGTH = 0.05  # two probes are timed alike when their prompts are within 5% in length
+
+
+def reproduction_env(recorded: dict[str, str], current: dict[str, str], relevant_prefixes: tuple[str, ...],
+                     mask: str) -> tuple[dict[str, str], list[str]]:
+    """The environment to relaunch a recorded run in, and the recorded secrets missing now.
+
+    Variables that change what vLLM does are taken from the record exactly: recorded ones are
+    set, others of those kinds are removed. Secrets were never recorded (they read `mask`):
+    their current values are used. Everything else (PATH, HOME, ...) stays as it is now.
+    """
+    env = {k: v for k, v in current.items() if not k.startswith(relevant_prefixes)}
+    missing = []
+    for name, value in recorded.items():
+        if value == mask:
+            if name in current:
+                env[name] = current[name]
+            else:
+                missing.append(name)
+        else:
+            env[name] = value
+    return env, missing
+
+
+@dataclass
+class Reproduction:
+    old_run: str
+    new_run: str
+    vllm_version: list[str | None]
+    device_memory_gib: list[float | None]  # what vLLM budgets from (a CPU node's can move in a VM)
+    available_kv_gib: list[float | None]
+    kv_cache_tokens: list[int | None]
+    ceiling: list[int | None]
+    attention_backend: list[str | None]
+    flags_no_longer_shown: list[str]  # in the old boot's non-default args, not in the new one's
+    changes: list[dict]  # {"what", "before", "after", "delta", "expected", "unexplained", "tolerance", "status"}
+    verdict: str  # same | better | regression | error
+    reason: str
+    exit_code: int
+    target: int | None = None  # the old run's target, which the reproduce tuned toward
+    probe: dict = field(default_factory=dict)  # {"mode", "ok": [old, new], "prompt_tokens": [old, new], "note"}
+    new_files: dict = field(default_factory=dict)  # the new run's paste-ready files, by name
+
+
+def reproduce_verdict(old: dict, new: dict) -> Reproduction:
+    """Old run vs its re-tune: what changed beyond what the machine explains, and the exit code.
+
+    The command and gmu are the same, but the memory vLLM budgets from may not be (a CPU
+    node's memory in a VM with hot-plugged memory): that change of budget is expected, and
+    only the rest counts for the verdict. The figures themselves are reported as measured.
+    """
+    o, n = run_row(old), run_row(new)
+    o_facts, n_facts = _final_facts(old), _final_facts(new)
+    o_args = o_facts.get("non_default_args") or {}
+    n_args = n_facts.get("non_default_args") or {}
+    gone = sorted(k for k in o_args if k not in n_args) if n_args else []
+    budget_moved = (n.budget_gib - o.budget_gib) if o.budget_gib is not None and n.budget_gib is not None else 0.0
+    tpg = o.tokens_per_gib or n.tokens_per_gib
+    target = old.get("target")
+    changes = []
+    if o.available_kv_gib is not None and n.available_kv_gib is not None:
+        tol = tolerance_for(o.available_kv_gib, n.available_kv_gib, None)
+        changes.append(_change("available KV GiB", o.available_kv_gib, n.available_kv_gib, budget_moved, tol.gib))
+    if o.kv_cache_tokens is not None and n.kv_cache_tokens is not None:
+        changes.append(_change("KV tokens", o.kv_cache_tokens, n.kv_cache_tokens,
+                               budget_moved * tpg if tpg else 0.0,
+                               TOLERANCE_FRACTION * max(o.kv_cache_tokens, n.kv_cache_tokens)))
+    if o.ceiling is not None and n.ceiling is not None:
+        # Both tuned toward the same target: neither can show more than it.
+        expected = budget_moved * tpg if tpg else 0.0
+        if target:
+            expected = min(o.ceiling + expected, target) - o.ceiling
+        changes.append(_change("ceiling", o.ceiling, n.ceiling, expected, TOLERANCE_FRACTION * o.ceiling))
+    probe, timing = probe_changes(old, new)
+    changes.extend(timing)
+    verdict, reason = _verdict(new, changes, probe)
+    if budget_moved and verdict != "error":
+        reason += (f"; the memory vLLM budgets from moved {o.device_memory_gib} -> {n.device_memory_gib} GiB "
+                   f"({budget_moved:+.2f} GiB at gmu {o.gmu:g}), which is not held against vLLM")
+    code = {"same": EXIT_SAME_OR_BETTER, "better": EXIT_SAME_OR_BETTER, "regression": EXIT_REGRESSION,
+            "error": EXIT_ERROR}[verdict]
+    return Reproduction(
+        old_run=o.run_id, new_run=n.run_id, vllm_version=[o.vllm_version, n.vllm_version],
+        device_memory_gib=[o.device_memory_gib, n.device_memory_gib],
+        available_kv_gib=[o.available_kv_gib, n.available_kv_gib],
+        kv_cache_tokens=[o.kv_cache_tokens, n.kv_cache_tokens], ceiling=[o.ceiling, n.ceiling],
+        attention_backend=[o_facts.get("attention_backend"), n_facts.get("attention_backend")],
+        flags_no_longer_shown=gone, changes=changes, verdict=verdict, reason=reason, exit_code=code,
+        target=target, probe=probe, new_files=dict((new.get("result") or {}).get("files") or {}))
+
+
+def _verdict(new: dict, changes: list[dict], probe: dict) -> tuple[str, str]:
+    new_result = new.get("result") or {}
+    if new_result.get("verdict") == "probe_failed" or probe.get("ok", [None, None])[1] is False:
+        return "regression", f"the probe failed on the new vLLM: {probe.get('reason_new') or 'see the new run'}"
+    if not new_result.get("verified"):
+        return "error", (f"the re-tune did not verify ({new_result.get('verdict')}"
+                         + (f", {new_result['error_kind']}" if new_result.get("error_kind") else "") + ")")
+    worse = [c for c in changes if c["status"] == "worse"]
+    if worse:
+        return "regression", "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])} "
+                                       f"(beyond the tolerance of {_num(c['tolerance'])})" for c in worse)
+    better = [c for c in changes if c["status"] == "better"]
+    if better:
+        return "better", "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])}" for c in better)
+    return "same", "no change beyond tolerance"
+
+
+def probe_of(record: dict) -> dict | None:
+    """The probe of a run's final boot (None: it ran none)."""
+    result = record.get("result") or {}
+    if result.get("probe"):
+        return result["probe"]
+    attempts = record.get("attempts") or []
+    return attempts[-1].get("probe") if attempts else None
+
+
+def probe_changes(old: dict, new: dict) -> tuple[dict, list[dict]]:
+    """The two probes side by side, and their timing changes where both probed alike.
+
+    TTFT is lower-is-better, prefill tokens/s higher-is-better; both are compared only when the
+    two prompts are within SAME_LENGTH of each other (a longer prompt takes longer by itself).
+    """
+    po, pn = probe_of(old), probe_of(new)
+    summary = {"mode": (pn or po or {}).get("mode"), "ok": [_ok(po), _ok(pn)],
+               "prompt_tokens": [(po or {}).get("prompt_tokens"), (pn or {}).get("prompt_tokens")],
+               "reason_new": (pn or {}).get("reason") if pn and not pn.get("ok") else None}
+    if not po or not pn or not po.get("ok") or not pn.get("ok"):
+        summary["note"] = ("no probe on either run" if not po and not pn else
+                           "the old run ran no probe: nothing to time against" if not po else
+                           "the new run ran no probe" if not pn else "a probe failed: no timings compared")
+        return summary, []
+    a, b = po.get("prompt_tokens"), pn.get("prompt_tokens")
+    if not a or not b or abs(a - b) > SAME_LENGTH * max(a, b):
+        summary["note"] = f"the probes' prompts differ in length ({_num(a)} vs {_num(b)} tokens): timings not compared"
+        return summary, []
+    out = []
+    if po.get("ttft_s") and pn.get("ttft_s"):
+        out.append(_timing_change("TTFT s", po["ttft_s"], pn["ttft_s"], lower_is_better=True))
+    if po.get("prefill_tokens_per_s") and pn.get("prefill_tokens_per_s"):
+        out.append(_timing_change("prefill tokens/s", po["prefill_tokens_per_s"], pn["prefill_tokens_per_s"]))
+    summary["note"] = (f"both probed {_num(a)} vs {_num(b)} prompt tokens; timings within a factor of "
+                       f"{TIMING_FACTOR:g} count as same")
+    return summary, out
+
+
+def _ok(probe: dict | None) -> bool | None:
+    return None if not probe else bool(probe.get("ok"))
+
+
+def _final_facts(record: dict) -> dict:
+    attempts = record.get("attempts") or []
+    return dict(attempts[-1].get("facts") or {}) if attempts else {}
+
+
+def _change(what: str, before, after, expected: float, tolerance: float) -> dict:
+    delta = after - before
+    unexplained = delta - expected
+    status = "worse" if unexplained < -tolerance else "better" if unexplained > tolerance else "same"
+    return {"what": what, "before": before, "after": after, "delta": delta, "expected": expected,
+            "unexplained": unexplained, "tolerance": tolerance, "status": status}
+
+
+def _timing_change(what: str, before: float, after: float, lower_is_better: bool = False) -> dict:
+    """A timing against the old one, as a ratio: worse or better beyond TIMING_FACTOR (the tolerance,
+    in the figure's unit, is the distance to the worse bound)."""
+    speedup = before / after if lower_is_better else after / before
+    status = "worse" if speedup < 1 / TIMING_FACTOR else "better" if speedup > TIMING_FACTOR else "same"
+    bound = before * TIMING_FACTOR if lower_is_better else before / TIMING_FACTOR
+    return {"what": what, "before": before, "after": after, "delta": after - before, "expected": 0.0,
+            "unexplained": after - before, "tolerance": abs(bound - before), "status": status,
+            "tolerance_text": f"a factor of {TIMING_FACTOR:g}"}
+
+
+def _num(value) -> str:
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float) and value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+# ---- which runs are outdated ---------------------------------------------------------------------
+
+def configuration_key(record: dict) -> tuple:
+    """What makes two runs the same configuration to re-measure: the command (without the
+    lengths and ports autotune sets) and the environment that changes vLLM."""
+    argv = list((record.get("command") or {}).get("argv") or [])
+    for flag in ("--max-model-len", "--port"):
+        argv = servecmd.without_flag(argv, flag)
+    env = record.get("environment") or {}
+    return tuple(argv), tuple(sorted(env.items())), record.get("target")
+
+
+def outdated(records: list[dict], installed_version) -> list[tuple[dict, str]]:
+    """The newest verified run of each configuration whose vLLM is not the installed one, with
+    that version. `installed_version(record)` says which vLLM the run's command would start now
+    (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
+    newest: dict[tuple, dict] = {}
+    for record in sorted(records, key=lambda r: (r.get("started_at") or "", r.get("run_id") or "")):
+        if record.get("kind") == "sweep-point" or not (record.get("result") or {}).get("verified"):
+            continue
+        newest[configuration_key(record)] = record
+    out = []
+    for record in newest.values():
+        now = installed_version(record)
+        if now is not None and record.get("vllm_version") != now:
+            out.append((record, now))
+    return out
+
+
+def worst_exit(codes: list[int]) -> int:
+    """One exit code for several reproduces: any regression 7, else any failure 3, else 0."""
+    for code in (EXIT_REGRESSION, EXIT_ERROR):
+        if code in codes:
+            return code
+    return EXIT_SAME_OR_BETTER

@@ -1,0 +1,80 @@
+"""`autotune reproduce`: tune a recorded run again on the vLLM installed now, and judge the change.
+
+The re-tune aims at the old run's *target* (not its ceiling, which would hide an upgrade that
+gives more context), with its recorded command and environment, the fewest boots the
+installed vLLM allows (--strategy auto), and the old run's probe. The new run records that it
+reproduces the old one ("links": {"reproduces": RUN}); the verdict is analysis/reproduce.py's.
+`--outdated` does this for every verified configuration recorded on another vLLM version than
+the one its command starts now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from autotune.analysis import reproduce as rep
+from autotune.run import tune as tune_mod
+from autotune.run.options import Emit, TuneOptions
+from autotune.store.redact import MASK
+from autotune.vllm import versions as vllminfo
+
+
+class NotReproducible(Exception):
+    """The run has nothing to reproduce (no verified configuration, no recorded command)."""
+
+
+@dataclass
+class Plan:
+    options: TuneOptions
+    missing_secrets: list[str]  # recorded (masked) variables not set now
+    probe_source: str  # where the probe mode came from
+
+
+def plan(old: dict, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: float,
+         probe: str | None = None) -> Plan:
+    """The re-tune of a recorded run: its command, environment, target and probe."""
+    result = old.get("result") or {}
+    argv = list((old.get("command") or {}).get("argv") or [])
+    if not result.get("verified") or not argv or not old.get("target"):
+        raise NotReproducible(f"run {old.get('run_id')} has no verified configuration to reproduce "
+                              f"(its verdict: {result.get('verdict')})")
+    env, missing = rep.reproduction_env(old.get("environment") or {}, env_now, tune_mod.RELEVANT_ENV_PREFIXES, MASK)
+    options = old.get("options") or {}
+    recorded_probe = options.get("probe") or (rep.probe_of(old) or {}).get("mode")
+    if probe is not None:
+        mode, source = probe, "--probe"
+    elif recorded_probe:
+        mode, source = recorded_probe, f"the probe run {old.get('run_id')} ran"
+    else:
+        mode, source = "none", f"run {old.get('run_id')} ran no probe (--probe quick runs one)"
+    extra_env = {k: v for k, v in (options.get("extra_env") or {}).items() if v != MASK}
+    extra_env.update((old.get("gpus") or {}).get("environment") or {})
+    opts = TuneOptions(target=int(old["target"]), serve_argv=argv, runs_dir=Path(runs_dir), env=env,
+                       extra_env=extra_env, stall_timeout_s=stall_timeout_s, kind="reproduce", strategy="auto",
+                       probe=mode, max_boots=int(options.get("max_boots") or 6),
+                       links={"reproduces": old["run_id"]})
+    return Plan(opts, missing, source)
+
+
+def reproduce(old: dict, plan_: Plan, progress: Emit) -> tuple[dict, rep.Reproduction]:
+    """Re-tune (a new run is written) and compare it with the old run."""
+    new = tune_mod.tune(plan_.options, progress)
+    return new, rep.reproduce_verdict(old, new)
+
+
+def installed_version_finder(env_now: dict[str, str]) -> Callable[[dict], str | None]:
+    """installed(record): the vLLM version the record's command starts now (asked once per program)."""
+    cache: dict[tuple, str | None] = {}
+
+    def installed(record: dict) -> str | None:
+        argv = list((record.get("command") or {}).get("argv") or [])
+        if not argv:
+            return None
+        key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM
+        if key not in cache:
+            cache[key] = vllminfo.detect_version(argv, env_now)
+        return cache[key]
+
+    return installed
