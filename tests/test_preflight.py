@@ -446,3 +446,6 @@ def test_flags_from_a_config_file_are_checked_and_a_disagreement_named(tmp_path)
         "vLLM used 0.9)")
     assert preflight.missing_flags(argv, {"model": "m", "max_num_seqs": 2}, str(tmp_path)) == \
         ["--gpu-memory-utilization"]
+    # as vLLM reads them: auto is -1, 64K is 65,536
+    assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "auto"], {"max_model_len": -1}) == []
+    assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "64K"], {"max_model_len": 65536}) == []

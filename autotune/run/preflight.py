@@ -567,11 +567,29 @@ def disagreeing_flags(argv: Sequence[str], non_default_args: Mapping | None,
         used = printed[dest]
         if isinstance(used, (dict, list)) or isinstance(value, (dict, list)):
             continue
+        value = _as_vllm_reads(dest, value)
+        if value is None:
+            continue  # a value autotune cannot read as vLLM does: nothing certain to say
         same = (math.isclose(float(value), float(used)) if isinstance(value, (int, float)) and not isinstance(
             value, bool) and isinstance(used, (int, float)) and not isinstance(used, bool) else str(value) == str(used))
         if not same:
             out.append({"flag": typed, "asked": value, "used": used})
     return out
+
+
+def _as_vllm_reads(dest: str, value: object) -> object:
+    """A flag's value as vLLM stores it: `--max-model-len auto` is -1, 64K is 65536 (vLLM's
+    human_readable_int); None when it cannot be read that way."""
+    if dest == "max_model_len" and isinstance(value, str):
+        if value.strip().lower() in ("auto", "-1"):
+            return -1
+        try:
+            return servecmd.parse_length(value)
+        except ValueError:
+            return None
+    if dest == "kv_cache_memory_bytes" and isinstance(value, str):
+        return None  # 20G and 20g differ by unit family; the printed bytes are what counts
+    return value
 
 
 def describe_disagreements(found: Sequence[Mapping]) -> str | None:

@@ -356,6 +356,11 @@ def list_profiles() -> str:
 def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
+    if not argv or argv[0] in ("-h", "--help") or servecmd.has_flag(argv, "--help"):
+        print(__doc__.strip() + "\n\nExample:\n  autotune --target 65536 -- python -m autotune.testing.fake_vllm "
+              "--profile seed-3090-qwen3.6-27b --gpu-memory-utilization 0.98 --max-num-seqs 1 "
+              "--max-num-batched-tokens 512 --enable-chunked-prefill\n\nProfiles:\n" + list_profiles())
+        return 0
     if servecmd.flag_value(argv, "--profile") == "list":
         print(list_profiles())
         return 0
