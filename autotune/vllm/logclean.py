@@ -217,5 +217,6 @@ def is_continuation(previous: str, line: str) -> bool:
     if at_space:
         return True
     # Mid-word ("GPU KV ca" + "che size"), mid-expression ("tokenizer" + "='./m'", "=" + "False"),
-    # or a word wrap that ate its space; not a word ending then a capitalised word ("0.82x" + "The").
-    return not (new_sentence and head[-1].isalnum())
+    # a number then its unit ("2.20" + "GiB."), or a word wrap that ate its space; not a word
+    # ending then a capitalised word ("0.82x" + "The").
+    return not (new_sentence and head[-1].isalpha())

@@ -73,6 +73,7 @@ _API_SERVER_KEYS = frozenset({"vllm_version", "non_default_args", "args_namespac
 # vLLM's logger timestamp (all versions): "09-15 10:05:40".
 _STAMP_RE = re.compile(r"(?<![\d-])(\d\d-\d\d \d\d:\d\d:\d\d)\b")
 _MASK = "\u2591"  # hides a model name: no regex (ASCII-only) matches it
+_QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.){0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"")
 
 
 @dataclass(frozen=True)
@@ -356,17 +357,19 @@ class BootLogParser:
         if full:
             stamp = _STAMP_RE.search(line, 0, start + 1)
             stamp_text = stamp.group(1) if stamp is not None else ""
-            # A paste may put the sizing lines before the arguments: a line stamped earlier than
-            # this boot's latest line is part of it, whatever it says.
-            if (boot.engine_started and stamp_text >= boot.last_stamp[: len(stamp_text)]
-                    and self._starts_boot(line, start, kind)):
+            # A paste may put the sizing lines before the arguments: an arguments or engine line
+            # stamped earlier than this boot's latest line is part of it (a banner never is).
+            in_order = kind != "args" or stamp_text >= boot.last_stamp[: len(stamp_text)]
+            if boot.engine_started and in_order and self._starts_boot(line, start, kind):
                 self._new_boot()
                 boot = self._boot
             boot.last_line = self._line_no  # not undone: a rejoined line ends where its tail ends
             if stamp_text > boot.last_stamp:
                 boot.last_stamp = stamp_text
             if not boot.ready:
-                trace = boot.trace.feed(line[start:], level, self._line_no)
+                # An echo (arguments, config) is never part of a traceback, whatever it quotes.
+                message = line[start:] if kind == "other" else "(echo)"
+                trace = boot.trace.feed(message, level, self._line_no)
                 if trace is not boot.trace:
                     self._boot_touch()
                     self._boot.trace = trace
@@ -403,9 +406,10 @@ class BootLogParser:
     def _starts_boot(self, line: str, start: int, kind: str) -> bool:
         boot = self._boot
         if kind == "args":
-            if P.NON_DEFAULT_ARGS in line or P.NAMESPACE_ARGS in line:
+            msg = line[start:].lstrip()
+            if msg.startswith((P.NON_DEFAULT_ARGS, P.NAMESPACE_ARGS)):
                 return True
-            if "LLM engine (v" in line:
+            if P.ENGINE_VERSION_RE.match(msg) is not None:
                 return boot.ready or boot.fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
             return False
         if "version" not in line:
@@ -467,22 +471,25 @@ class BootLogParser:
 
     def _on_echo(self, line: str, start: int) -> None:
         # The arguments and the engine config: their own facts only, and the model names to mask.
-        if P.NON_DEFAULT_ARGS in line and "non_default_args" not in self._boot.facts:
-            at = line.find(P.NON_DEFAULT_ARGS) + len(P.NON_DEFAULT_ARGS)
+        msg = line[start:].lstrip()
+        begins = len(line) - len(msg)  # each echo is read only where vLLM's message starts
+        if msg.startswith(P.NON_DEFAULT_ARGS) and "non_default_args" not in self._boot.facts:
+            at = begins + len(P.NON_DEFAULT_ARGS)
             value = parse_dict_repr(line[at:])
             if value is not None:
                 self._set("non_default_args", value, (at, len(line)))
                 self._add_models(model_names(value))
-        elif P.NAMESPACE_ARGS in line and "args_namespace" not in self._boot.facts:
-            at = line.find(P.NAMESPACE_ARGS) + len(P.NAMESPACE_ARGS)
+        elif msg.startswith(P.NAMESPACE_ARGS) and "args_namespace" not in self._boot.facts:
+            at = begins + len(P.NAMESPACE_ARGS)
             value = parse_namespace_repr(line[at:])
             if value is not None:
                 self._set("args_namespace", value, (at, len(line)))
                 self._add_models(model_names(value))
-        found = P.ENGINE_VERSION_RE.search(line)
+        found = P.ENGINE_VERSION_RE.match(line, begins)
         if found is not None and "with config" in line:
             self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
-            seq = P.MAX_SEQ_LEN_RE.search(line)
+            # Only the config's own max_seq_len: quoted values (the model's name) may hold anything.
+            seq = P.MAX_SEQ_LEN_RE.search(_QUOTED_RE.sub(lambda m: _MASK * len(m.group(0)), line))
             if seq is not None:
                 self._set_num("max_seq_len_engine", seq, 1)
             self._add_models(m.group(1) for m in P.CONFIG_MODEL_RE.finditer(line, 0, 20000))

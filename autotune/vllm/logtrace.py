@@ -49,7 +49,12 @@ class TraceState:
         stripped = message.strip()
         if not stripped or _PREFIX_ONLY_RE.fullmatch(stripped) is not None:
             return self
-        if _HEADER in message:
+        if level in ("INFO", "DEBUG"):
+            # vLLM prints tracebacks unprefixed or at ERROR/WARNING; an INFO line only quotes one.
+            return self if self.tail == "other" and not self.open else replace(
+                self, open=False, tail="other", tail_line=line_no, tail_text=stripped)
+        if stripped.startswith(_HEADER) or stripped.endswith(_HEADER + ":"):
+            # "Traceback (most recent call last):", "EngineCore hit an exception: Traceback (...):"
             return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
         indented = message[:1] in (" ", "\t")
         if not self.open and _FRAME_RE.match(message) is not None:
@@ -62,7 +67,7 @@ class TraceState:
                            exception_line=line_no)
         if indented and self.tail == "exception":
             return self  # the exception message continues (pydantic's indented details)
-        if level not in ("INFO", "DEBUG") and EXCEPTION_LINE_RE.match(stripped) is not None:
+        if EXCEPTION_LINE_RE.match(stripped) is not None:
             return replace(self, tail="exception", tail_line=line_no, tail_text=stripped, exception_line=line_no)
         kind = "error" if level in ("ERROR", "CRITICAL") else "other"
         if kind == "other" and self.tail == "other":
