@@ -161,7 +161,7 @@ def test_reproduce_a_seed_run_gives_the_same_ceiling(machine):
 
 def test_an_interrupted_seed_run_resumes(tmp_path, _runs_dir):
     argv = [sys.executable, "-m", "autotune", "--target", "65536", "--strategy", "refusal", "--probe", "none",
-            "--", *fake(SEED, *SEED_LEVERS, scale="0.05")]
+            "--", *fake(SEED, *SEED_LEVERS, scale="0.02")]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
     deadline = time.monotonic() + 20
     for raw in proc.stdout:
