@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -36,14 +37,27 @@ LIVE_FACTS = ("vllm_version", "attention_backend", "weights_gib", "available_kv_
               "estimated_max_model_len", "autofit_max_model_len")
 
 
-class Boot:
-    """One launch, watched to its outcome. `current["server"]` holds the server while it runs,
+@dataclass
+class BootContext:
+    """What every boot of one run shares. `current["server"]` holds the server while one runs,
     so that the loop can stop it when autotune is interrupted."""
 
-    def __init__(self, index: int, argv: list[str], env: dict[str, str], run_dir: Path, port: int,
-                 step: strategy.Launch, plan: str, opts: TuneOptions, emit: Emit, current: dict):
-        self.index, self.argv, self.env, self.run_dir, self.port = index, argv, env, run_dir, port
-        self.plan, self.opts, self.emit, self.current = plan, opts, emit, current
+    run_dir: Path
+    env: dict[str, str]
+    plan: str  # auto | auto_probe | refusal
+    opts: TuneOptions
+    emit: Emit
+    current: dict = field(default_factory=lambda: {"server": None})
+
+
+class Boot:
+    """One launch (attempt `index`, this argv and port, as the strategy's step asked), watched
+    to its outcome."""
+
+    def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
+        self.index, self.argv, self.port = index, argv, port
+        self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
+        self.emit, self.current = ctx.emit, ctx.current
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
         self.log_name = f"attempt-{index}.log"

@@ -15,7 +15,7 @@ from autotune.run import launch
 from autotune.run import marker
 from autotune.run import result as results
 from autotune.run import strategy
-from autotune.run.boot import Boot, stop_server
+from autotune.run.boot import Boot, BootContext, stop_server
 from autotune.run.options import Emit, TuneOptions
 from autotune.run.signals import GATE, Interrupted
 from autotune.store import artifact
@@ -36,7 +36,8 @@ class Loop:
         self.kept: launch.ServerProcess | None = None
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
-        self.current: dict = {"server": None}  # the server while one runs (Boot keeps it here)
+        self.boots = BootContext(run_dir, env, plan, opts, emit)
+        self.current = self.boots.current  # the server while one runs (Boot keeps it here)
 
     def run(self) -> RunRecord:
         opts = self.opts
@@ -62,8 +63,7 @@ class Loop:
         index = len(record.attempts) + 1
         attempt_argv = servecmd.with_max_model_len(self.argv, step.max_model_len)
         emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=step.reason)
-        attempt, server = Boot(index, attempt_argv, self.env, self.run_dir, self.port, step, self.plan, self.opts,
-                               emit, self.current).run()
+        attempt, server = Boot(self.boots, index, attempt_argv, self.port, step).run()
         attempt.reason = step.reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
