@@ -420,3 +420,15 @@ def test_gzip_logs_are_read_transparently(tmp_path: Path):
     path = tmp_path / "attempt-1.log.gz"
     path.write_bytes(gzip.compress((FIXTURES / REFUSED).read_bytes()))
     assert parse_file(path).result() == parse_file(FIXTURES / REFUSED).result()
+
+
+def test_a_second_arguments_line_starts_a_boot_even_without_a_banner():
+    # A paste trimmed of the banners: each boot still prints its arguments once.
+    def trimmed(name: str) -> list[str]:
+        return [line for line in _lines(name) if "version" not in line and "█" not in line]
+
+    assert sum("non-default args" in line for line in trimmed(READY)) == 1
+    parser = parse_lines(trimmed(READY) + trimmed(REFUSED))  # in time order, as a restart loop writes
+    assert parser.boots_in_log == 2 and parser.outcome == "refused"
+    # The arguments of a boot pasted after its error (fixture 311) do not start a boot.
+    assert parse_file(FIXTURES / "311-v02x-heads-not-divisible-quoted-before-its-args-line.log").boots_in_log == 1

@@ -408,7 +408,10 @@ class BootLogParser:
         if kind == "args":
             msg = line[start:].lstrip()
             if msg.startswith((P.NON_DEFAULT_ARGS, P.NAMESPACE_ARGS)):
-                return True
+                # A boot prints its arguments once, right after its banner (which starts a boot on its
+                # own): a second arguments line is a new boot; a first one after the engine's lines is
+                # a paste that put the sizing or the error first (fixtures 009, 010, 311).
+                return "non_default_args" in boot.facts or "args_namespace" in boot.facts
             if P.ENGINE_VERSION_RE.match(msg) is not None:
                 return boot.ready or boot.fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
             return False
