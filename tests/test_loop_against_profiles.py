@@ -200,3 +200,15 @@ def test_a_warning_for_an_attention_backend_variable_this_version_ignores(machin
                                 env={"VLLM_ATTENTION_BACKEND": "TRITON_ATTN"}, catch_exceptions=False)
     assert ("VLLM_ATTENTION_BACKEND=TRITON_ATTN is ignored by vLLM 0.21.0 (removed in 0.15): pass "
             "--attention-backend TRITON_ATTN instead") in result.output
+
+
+def test_reach_reads_gmu_and_the_levers_from_the_config_file(machine, tmp_path, monkeypatch):
+    machine(SEED)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "serve.yaml").write_text("gpu-memory-utilization: 0.98\nmax-num-seqs: 1\n"
+                                         "max-num-batched-tokens: 512\nenable-chunked-prefill: true\n")
+    record = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--reach", "--",
+                  *fake(SEED, "--config", "serve.yaml"))
+    reach = record["reach"]
+    assert reach["gmu_in_force"] == 0.98 and reach["steps"] == []  # nothing left to measure: 1 and 512 are set
+    assert reach["explanation"][-1] == "stopped at 61,152"

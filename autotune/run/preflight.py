@@ -97,6 +97,7 @@ def check(argv: Sequence[str], env: Mapping[str, str], inventory: Sequence[Mappi
     skipped); ``target`` the length autotune will ask for first (an int, or ``"max"``/None
     for "the model's maximum", which skips the length check).
     """
+    argv = servecmd.with_config(argv)  # a --config file's options count, under the command's flags
     problems: list[Problem] = []
     problems += _gmu_value_problems(argv, allow_risky_gmu)
     if inventory:

@@ -70,7 +70,8 @@ class LeverSearch:
             reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
             artifact.save_run(self.run_dir, record)
             return
-        plan = levers.plan(opts.target, list(record.command.argv), base, limits)
+        plan = levers.plan(opts.target, servecmd.with_config(list(record.command.argv), record.command.get("cwd")),
+                           base, limits)
         reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
         reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
         self.emit("reach_plan", explanation=plan.explanation)
@@ -145,7 +146,8 @@ class LeverSearch:
 
     def _fp8(self, argv: list[str], limits, gmu) -> None:
         """The last lever: an fp8 KV cache, only where the GPU supports it and the user allowed it."""
-        allowed, why = levers.fp8_kv_decision(list(self.record.command.argv), limits)
+        allowed, why = levers.fp8_kv_decision(
+            servecmd.with_config(list(self.record.command.argv), self.record.command.get("cwd")), limits)
         self.reach.explanation.append(why)
         if allowed:
             best = levers.apply(argv, "gmu", self.opts.max_gmu) if gmu is not None else argv

@@ -119,7 +119,7 @@ def _free_memory(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) 
     if not options.stopped_own_server:
         return None, (f"{seen}, and autotune had not just stopped a server of its own: another program holds "
                       "the memory (`autotune gpus` names the processes); free it or lower --gpu-memory-utilization")
-    raw = servecmd.flag_value(argv, "--gpu-memory-utilization")
+    raw = servecmd.flag_value(servecmd.with_config(argv), "--gpu-memory-utilization")  # --config's value counts
     try:
         gmu = float(raw) if raw is not None else _default_gmu(facts.get("vllm_version"))
     except ValueError:
