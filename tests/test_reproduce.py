@@ -115,8 +115,9 @@ def test_probes_of_different_lengths_are_not_timed_against_each_other():
 
 def test_the_report_names_the_new_paste_ready_files():
     new = reproduced(0.47, 61_824, 61_696)
-    new["result"]["files"] = {"command.sh": "runs/run-02/command.sh"}
-    assert rep.reproduce_verdict(OLD, new).new_files == {"command.sh": "runs/run-02/command.sh"}
+    new["result"]["files"] = ["command.sh", "vllm-config.yaml"]
+    assert rep.reproduce_verdict(OLD, new).new_files == {"command.sh": "run-02/command.sh",
+                                                         "vllm-config.yaml": "run-02/vllm-config.yaml"}
 
 
 # ---- --outdated ------------------------------------------------------------------------------------

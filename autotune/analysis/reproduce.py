@@ -63,7 +63,7 @@ class Reproduction:
     exit_code: int
     target: int | None = None  # the old run's target, which the reproduce tuned toward
     probe: dict = field(default_factory=dict)  # {"mode", "ok": [old, new], "prompt_tokens": [old, new], "note"}
-    new_files: dict = field(default_factory=dict)  # the new run's paste-ready files, by name
+    new_files: dict = field(default_factory=dict)  # the new run's paste-ready files: name -> path (runs dir/run/name)
 
 
 def reproduce_verdict(old: dict, new: dict) -> Reproduction:
@@ -110,7 +110,8 @@ def reproduce_verdict(old: dict, new: dict) -> Reproduction:
         kv_cache_tokens=[o.kv_cache_tokens, n.kv_cache_tokens], ceiling=[o.ceiling, n.ceiling],
         attention_backend=[o_facts.get("attention_backend"), n_facts.get("attention_backend")],
         flags_no_longer_shown=gone, changes=changes, verdict=verdict, reason=reason, exit_code=code,
-        target=target, probe=probe, new_files=dict((new.get("result") or {}).get("files") or {}))
+        target=target, probe=probe,
+        new_files={name: f"{n.run_id}/{name}" for name in (new.get("result") or {}).get("files") or []})
 
 
 def _verdict(new: dict, changes: list[dict], probe: dict) -> tuple[str, str]:

@@ -61,7 +61,9 @@ def plan(old: dict, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: fl
 def reproduce(old: dict, plan_: Plan, progress: Emit) -> tuple[dict, rep.Reproduction]:
     """Re-tune (a new run is written) and compare it with the old run."""
     new = tune_mod.tune(plan_.options, progress)
-    return new, rep.reproduce_verdict(old, new)
+    verdict = rep.reproduce_verdict(old, new)
+    verdict.new_files = {name: str(plan_.options.runs_dir / path) for name, path in verdict.new_files.items()}
+    return new, verdict
 
 
 def installed_version_finder(env_now: dict[str, str]) -> Callable[[dict], str | None]:
