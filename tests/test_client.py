@@ -140,9 +140,9 @@ def test_the_front_door_may_be_set_in_the_config_file(tmp_path):
     (tmp_path / "serve.yaml").write_text("api-key: sk-in-config-123\nssl_keyfile: k.pem\nssl-certfile: c.pem\n"
                                          "root-path: /api\n")
     argv = ["vllm", "serve", "m", "--config", "serve.yaml"]
-    door = client.front_door(argv, {}, 8000, config=client.config_options(argv, str(tmp_path)))
+    door = client.front_door_of(argv, {}, 8000, cwd=str(tmp_path))
     assert (door.api_key, door.key_source, door.base_url) == ("sk-in-config-123", "api-key in the --config file",
                                                              "https://127.0.0.1:8000/api")
     # the command line wins over the file, as in vLLM
-    door = client.front_door([*argv, "--api-key", "sk-cli"], {}, 8000, config=client.config_options(argv, str(tmp_path)))
-    assert door.key_source == "--api-key"
+    door = client.front_door_of([*argv, "--api-key", "sk-cli"], {}, 8000, cwd=str(tmp_path))
+    assert (door.api_key, door.key_source) == ("sk-cli", "--api-key")

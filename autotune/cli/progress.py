@@ -267,6 +267,7 @@ class Progress:
                 "pid_reused": f"pid {pid} now belongs to another process: left alone",
                 "owner_alive": f"left alone: {detail}",
                 "unreadable": detail,
+                "kept_serving": detail, "kept_gone": detail,  # a --keep-serving server, left running
                 "marked_interrupted": f"marked interrupted: {detail}"}.get(d.get("action"), f"{d.get('action')} (pid {pid}) {detail}".rstrip())
         self._line(self._labelled("warning", f"cleanup: {Path(str(d.get('run_dir'))).name}: {what}"))
 

@@ -15,6 +15,8 @@ from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.store import artifact
 from autotune.store import emit
+from autotune.store import kept
+from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 
 
@@ -43,6 +45,9 @@ def show(run, runs_dir, json_, emit_kind):
         raise click.UsageError("--json and --emit print different things: choose one")
     folder, run_record = load_one(run, runs_dir)
     record = run_record.to_dict()  # the JSON form: printed, and rendered into the paste-ready files
+    # A record written before autotune scrubbed secrets is masked when read (redact.py); a kept
+    # server's entry says whether it still runs (kept.py).
+    record = kept.note_serving(redact.record_scrubber(record).obj(record), folder)
     if json_:
         click.echo(json.dumps(record, indent=2, ensure_ascii=False))
         return
@@ -132,8 +137,9 @@ def runs(runs_dir, json_, limit):
 
     \b
     Columns: run id, start time (UTC), model, target, verified ceiling, verdict
-    (or the state of a run that has none: running, interrupted), boots, vLLM version.
-    Show one with `autotune show RUN`; compare several with `autotune compare`.
+    (or the state of a run that has none: running, interrupted; "; serving" while
+    the server --keep-serving kept runs), boots, vLLM version. Show one with
+    `autotune show RUN`; compare several with `autotune compare`.
 
     \b
     Exit codes: 0 listed (also when there are none); a run.json that cannot be read is
@@ -149,7 +155,11 @@ def runs(runs_dir, json_, limit):
         except artifact.ArtifactError as exc:
             rows.append({"run_id": folder.name, "path": str(folder), "error": str(exc)})
             continue
-        rows.append({**run_row(record), "path": str(folder)})
+        row = {**run_row(record), "path": str(folder)}
+        serving = kept.serving(folder)  # a server --keep-serving handed over, still running
+        if serving:
+            row.update(verdict=f"{row['verdict']}; serving", serving=serving)
+        rows.append(row)
     if json_:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return

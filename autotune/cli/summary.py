@@ -186,9 +186,13 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
                          f"asked again (first: {retries[0].get('error')})")
     if record.get("vllm_version"):
         lines.append(f"  vLLM:     {record.vllm_version}")
-    if r.get("serving"):
-        lines.append(f"  serving:  {r.serving.get('url')} (pid {r.serving.get('pid')}); "
-                     "stop it with Ctrl-C in its terminal or `kill -INT PID`")
+    serving = r.get("serving")
+    if serving and serving.get("stopped"):
+        lines.append(f"  serving:  no longer (was {serving.get('url')}, pid {serving.get('pid')}; "
+                     f"{serving['stopped'].get('by')})")
+    elif serving:
+        lines.append(f"  serving:  {serving.get('url')} (pid {serving.get('pid')}); yours now: "
+                     f"`autotune clean` leaves it running, `autotune stop {record.get('run_id')}` stops it")
     for w in summary_warnings(record):
         lines.append(f"  Warning: {w['message']}")
         if w.get("cause"):

@@ -20,10 +20,12 @@ from autotune.host import memwait
 from autotune.run import launch
 from autotune.run import marker
 from autotune.run import strategy
+from autotune.run import client
 from autotune.run import verify
 from autotune.run.options import Emit, TuneOptions
 from autotune.run.signals import GATE
 from autotune.store import artifact
+from autotune.store import kept
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
 from autotune.vllm.logparse import BootLogParser, ceiling_from
@@ -58,6 +60,7 @@ class Boot:
         self.index, self.argv, self.port = index, argv, port
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
         self.emit, self.current = ctx.emit, ctx.current
+        self.door = client.front_door_of(argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
         self.log_name = f"attempt-{index}.log"
@@ -187,13 +190,20 @@ class Boot:
         if self.listening_at is None:
             # Our server has not said it listens: whatever holds the port now (another process, a
             # socket that never accepts) is not a broken answer of ours, only "not up yet".
-            healthy = verify.health_ok(self.port)
+            healthy = verify.health_ok(self.door)
         else:
             try:
-                healthy = verify.with_retries(lambda: verify.health(self.port), "/health", self._on_retry)
+                healthy = verify.with_retries(lambda: verify.health(self.door), "/health", self._on_retry)
             except verify.Transient as exc:
                 self.time_to_outcome = self._elapsed()
                 self._not_verified(f"{exc}, still after {verify.HTTP_RETRIES} retries")
+                return
+            except verify.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
+                self.time_to_outcome = self._elapsed()
+                self._stop(launch.STAGES_GRACEFUL)
+                self.verification = {"healthy": False, "verified": False, "reason": str(exc),
+                                     "front_door": exc.as_dict(), "door": self.door.describe()}
+                self.outcome = strategy.FRONT_DOOR
                 return
         if healthy:
             self._serving()
@@ -207,14 +217,17 @@ class Boot:
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
-        ok, reason, evidence = verify.check_serving(self.port, expected, self._on_retry)
-        self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence}
+        ok, reason, evidence = verify.check_serving(self.door, expected, self._on_retry)
+        self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
+                             "door": self.door.describe()}
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
-        self.outcome = strategy.VERIFIED if ok else strategy.NOT_VERIFIED
+        self.outcome = (strategy.VERIFIED if ok else
+                        strategy.FRONT_DOOR if "front_door" in evidence else strategy.NOT_VERIFIED)
         if ok and self.opts.probe != "none":
             self._probe(expected)
         if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
             self.keep = self.server
+            kept.hand_over(self.run_dir, self.door.where)  # the user's now: clean leaves it running
         else:
             self._stop(launch.STAGES_GRACEFUL)
 
@@ -227,7 +240,7 @@ class Boot:
         indices = visible_indices(self.env)
         if indices is None and self.gpu_baseline:
             indices = sorted(self.gpu_baseline)
-        self.attempt.probe = probe_mod.probe(self.port, length, self.opts.probe, self.server.pid, indices,
+        self.attempt.probe = probe_mod.probe(self.door, length, self.opts.probe, self.server.pid, indices,
                                              emit=self.emit)
         if not self.attempt.probe.get("ok"):
             self.outcome = strategy.PROBE_FAILED
@@ -311,6 +324,9 @@ class Boot:
             a.diagnosis = {"cause": f"the server exited (status {self.server.proc.returncode}) before it was "
                                     "ready, and its log shows no known failure",
                            "fix": f"read the end of {self.log_name} in the run folder"}
+        if a.outcome == strategy.FRONT_DOOR:
+            found = self.verification["front_door"]
+            a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
         if a.outcome in (strategy.ERROR, strategy.EXITED):
             a.log_tail = tail(self.run_dir / self.log_name)
             traceback = catalog.traceback_tail(tail(self.run_dir / self.log_name, 400))

@@ -21,7 +21,7 @@ import ipaddress
 import ssl
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -81,32 +81,9 @@ class FrontDoor:
         return out
 
 
-def config_options(argv: Sequence[str], cwd: str | None = None) -> dict[str, object]:
-    """The options in the serve command's `--config FILE` (vLLM's YAML of long option names),
-    or {} when there is none or it cannot be read (then only the command line counts)."""
-    path = servecmd.flag_value(argv, "--config")
-    if not path:
-        return {}
-    try:
-        import yaml
-
-        data = yaml.safe_load((Path(cwd or ".") / path).read_text())
-    except (ImportError, OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return {str(k).replace("_", "-"): v for k, v in data.items()}
-
-
-def _lookup(argv: Sequence[str], config: Mapping[str, object], flag: str) -> str | None:
-    """An option's value: the command line's, else the config file's (vLLM: the command line wins)."""
+def _option(argv: Sequence[str], flag: str) -> str | None:
     value = servecmd.flag_value(argv, flag)
-    if value:
-        return value
-    value = config.get(flag[2:])
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return str(value) if value not in (None, "", False) else None
+    return value if value else None
 
 
 def connect_host(listen_host: str | None, local_addresses: Sequence[str] = ()) -> str:
@@ -131,39 +108,40 @@ def connect_host(listen_host: str | None, local_addresses: Sequence[str] = ()) -
 
 
 def front_door(argv: Sequence[str], env: Mapping[str, str], port: int | None,
-               local_addresses: Sequence[str] = (), config: Mapping[str, object] | None = None) -> FrontDoor:
-    """The front door of the server `argv` starts with environment `env` on `port` (pure).
+               local_addresses: Sequence[str] = ()) -> FrontDoor:
+    """The front door of the server `argv` starts with environment `env` on `port` (pure; argv
+    with its --config file's options already in, see front_door_of).
 
-    config: the options of the command's --config file (config_options), read after the
-    command line's own. The key: `--api-key` wins over VLLM_API_KEY, as in vLLM. TLS: vLLM
-    serves https only when both --ssl-keyfile and --ssl-certfile are given.
+    The key: `--api-key` wins over VLLM_API_KEY, as in vLLM. TLS: vLLM serves https only
+    when both --ssl-keyfile and --ssl-certfile are given.
     """
-    config = config or {}
-
-    def option(flag: str) -> str | None:
-        return _lookup(argv, config, flag)
-
-    key_flag = option("--api-key")
-    in_config = key_flag is not None and not servecmd.flag_value(argv, "--api-key")
-    key_source = "api-key in the --config file" if in_config else "--api-key"
-    api_key, source = (key_flag, key_source) if key_flag else (env.get(API_KEY_ENV) or None, API_KEY_ENV)
-    certfile = option("--ssl-certfile")
-    tls = bool(certfile and option("--ssl-keyfile"))
-    root = (option("--root-path") or "").rstrip("/")
+    key_flag = _option(argv, "--api-key")
+    api_key, source = (key_flag, "--api-key") if key_flag else (env.get(API_KEY_ENV) or None, API_KEY_ENV)
+    certfile = _option(argv, "--ssl-certfile")
+    tls = bool(certfile and _option(argv, "--ssl-keyfile"))
+    root = (_option(argv, "--root-path") or "").rstrip("/")
     if root and not root.startswith("/"):
         root = "/" + root
-    listen_host = option("--host")
-    uds = option("--uds")
+    listen_host = _option(argv, "--host")
+    uds = _option(argv, "--uds")
     return FrontDoor(port=port, scheme="https" if tls else "http",
                      host=LOOPBACK if uds else connect_host(listen_host, local_addresses),
                      root_path=root, uds=uds, api_key=api_key, key_source=source if api_key else None,
-                     ca_certs=option("--ssl-ca-certs") if tls else None, certfile=certfile if tls else None,
+                     ca_certs=_option(argv, "--ssl-ca-certs") if tls else None, certfile=certfile if tls else None,
                      listen_host=listen_host)
 
 
 def front_door_of(argv: Sequence[str], env: Mapping[str, str], port: int | None, cwd: str | None = None) -> FrontDoor:
-    """front_door for a command about to boot here: its --config file read, this machine's addresses known."""
-    return front_door(argv, env, port, local_addresses(), config_options(argv, cwd))
+    """front_door for a command about to boot here: its --config file's options read (servecmd,
+    the one reader; the command line wins), this machine's addresses known."""
+    try:
+        expanded = servecmd.expand_config(argv, cwd)
+    except servecmd.ConfigFileError:
+        expanded = list(argv)  # vLLM cannot read it either: the boot fails and says so
+    door = front_door(expanded, env, port, local_addresses())
+    if door.key_source == "--api-key" and not servecmd.flag_value(argv, "--api-key"):
+        door = replace(door, key_source="api-key in the --config file")
+    return door
 
 
 def local_addresses() -> list[str]:

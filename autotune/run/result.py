@@ -12,6 +12,7 @@ from pathlib import Path
 from autotune.run import strategy
 from autotune.run import verify
 from autotune.run.launch import ServerProcess
+from autotune.store import kept as kept_servers
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord
 from autotune.vllm import servecmd
@@ -37,7 +38,9 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
         record.result = result
         result.files = write_paste_ready(run_dir, record.to_dict())
     if kept is not None:
-        result.serving = {"pid": kept.pid, "port": port, "url": verify.base_url(port)}
+        handed = kept_servers.kept_marker(run_dir) or {}
+        result.serving = {"pid": kept.pid, "port": port,
+                          "url": (handed.get("kept") or {}).get("url") or verify.base_url(port)}
     record.result = result
     return result
 
@@ -50,7 +53,7 @@ def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:
         if key in facts:
             setattr(result, key, facts[key])
             setattr(result, f"{key}_source", {"attempt": last.index, **provenance.get(key, {})})
-    if last.error_kind:
+    if last.error_kind or last.outcome == strategy.FRONT_DOOR:
         result.error_kind = last.error_kind
         result.diagnosis = last.get("diagnosis")
     if last.get("probe"):

@@ -28,6 +28,8 @@ from autotune.run import strategy
 from autotune.store import artifact
 from autotune.store import cleanup
 from autotune.store.record import Command, RunRecord
+from autotune.run import client
+from autotune.store import redact
 from autotune.store.redact import redact_env
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
@@ -48,20 +50,24 @@ def tune(opts: TuneOptions, emit: Emit) -> dict:
     SIGINT and SIGTERM raise Interrupted from the first line on: the server is stopped
     and the run marked interrupted before it propagates.
     """
+    emit = redact.scrubbing(emit)  # no secret of the command reaches the screen (redact.py)
     with interruptible():
-        return _tune(opts, emit).to_dict()
+        return redact.scrub(_tune(opts, emit).to_dict())
 
 
 def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
     """Continue an interrupted tune or lever search from its run.json, without repeating
     finished attempts (or finished lever runs)."""
+    emit = redact.scrubbing(emit)
     with interruptible():
-        return _resume(Path(run_dir), emit, env).to_dict()
+        return redact.scrub(_resume(Path(run_dir), emit, env).to_dict())
 
 
 def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
     env, env_added = _environment(opts)
+    opts.serve_argv = redact.prepare(opts.serve_argv, env)  # a recorded ${VLLM_API_KEY} from env; secrets noted
     argv, port, port_chosen = _with_port(opts.serve_argv)
+    _check_front_door(argv, env, port)
     clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
     gpu_plan, preflight_record = checks.preflight(opts, argv, env, model, emit)
@@ -122,6 +128,7 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
                                      "be resumed")
     opts = from_record(record, run_dir, env)
     env, _ = _environment(opts)
+    opts.serve_argv = redact.prepare(opts.serve_argv, env)  # the recorded ${VLLM_API_KEY} from env
     record.state = "running"
     record.owner = cleanup.owner_stamp()
     record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
@@ -154,6 +161,13 @@ def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
     env.update(env_added)
     env.update(opts.extra_env)
     return env, env_added
+
+
+def _check_front_door(argv: list[str], env: dict[str, str], port: int) -> None:
+    """Before anything boots: a --host of another machine is refused (FrontDoorError); a key in the
+    command's --config file is noted as a secret (run/client.py, store/redact.py)."""
+    door = client.front_door_of(argv, env, port)
+    redact.remember_secret(door.api_key, client.API_KEY_ENV)
 
 
 def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:

@@ -89,6 +89,10 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
     if _owner_alive(marker):
         # Its autotune is still running (another tune in progress): not ours to touch.
         return Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it")
+    if isinstance(marker.get("kept"), dict):
+        from autotune.store import kept  # a --keep-serving server is the user's: listed, never stopped
+
+        return kept.leave_alone(run_dir, marker)
     tree = launch.process_tree(pid, marker.get("create_time"))
     if not tree:
         try:
