@@ -146,3 +146,33 @@ def test_the_front_door_may_be_set_in_the_config_file(tmp_path):
     # the command line wins over the file, as in vLLM
     door = client.front_door_of([*argv, "--api-key", "sk-cli"], {}, 8000, cwd=str(tmp_path))
     assert (door.api_key, door.key_source) == ("sk-cli", "--api-key")
+
+
+def test_a_unix_socket_front_door(tmp_path):
+    """--uds: vLLM listens on a unix socket instead of host:port (0.32 has it)."""
+    import socketserver
+
+    from tests.helpers.front_door_server import FrontDoorServer
+
+    path = str(tmp_path / "vllm.sock")
+    tcp = FrontDoorServer(api_key=KEY)  # its handler, served on the socket below
+    tcp.httpd.server_close()
+
+    class UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+
+        def get_request(self):
+            request, _ = super().get_request()
+            return request, ("local", 0)
+
+    door = door_of(["--uds", path, "--api-key", KEY], port=8000)
+    assert verify.health_ok(door) is False  # no socket yet: not up, not an error
+    server = UnixHTTPServer(path, tcp.httpd.RequestHandlerClass)
+    thread = __import__("threading").Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert verify.health(door) is True
+        assert verify.check_serving(door, 4096)[0]
+    finally:
+        server.shutdown()
+        server.server_close()
