@@ -75,3 +75,7 @@ def test_secrets_in_assignments_and_in_vllms_non_default_args_line():
     assert redact.scrub("later: sk-from-a-wrapper-77") == "later: ${VLLM_API_KEY}"  # learned for good
     masked = b"non-default args: {'port': 1, 'api_key': '***'}\n"  # vLLM 0.32 masks it itself
     assert redact.scrub_log_line(masked) == masked and redact.scrub(["***"]) == ["***"]
+
+
+def test_a_short_environment_secret_does_not_rewrite_ordinary_values():
+    assert redact.find_secrets([], {"SOME_KEY": "auto", "HF_TOKEN": "hf_long_enough"}) == {"hf_long_enough": "HF_TOKEN"}

@@ -87,7 +87,9 @@ def find_secrets(argv: Sequence[str], env: Mapping[str, str] | None = None) -> d
     """{secret value: variable name} in a serve command and its environment (pure)."""
     found: dict[str, str] = {}
     for name, value in (env or {}).items():
-        if is_secret(name) and value and value != MASK and not placeholders_in(value):
+        # A short value (FOO_KEY=1) would turn every "1" in a record into ${FOO_KEY}; it is
+        # never written anyway (run.json records the environment's secrets as ***).
+        if is_secret(name) and len(value or "") >= MIN_SCRUB_IN_TEXT and not placeholders_in(value):
             found[value] = name
     argv = list(argv)
     i = 0
