@@ -134,3 +134,28 @@ def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
     report = server.stop(launch.STAGES_FAST)
     assert [s["signal"] for s in report.steps] == ["SIGKILL"]
     assert report.leftover_pids == [] and report.duration_s < 1.0
+
+
+def test_a_killed_tree_takes_only_its_own_files_with_it_never_a_neighbours(tmp_path):
+    # The child holds a ZeroMQ-like socket and torch's file store in TMPDIR, as vLLM does; a
+    # neighbour's files appear beside them during the boot and must survive the kill, even unheld.
+    import socket as socketlib
+    import uuid
+
+    sock_path = tmp_path / str(uuid.uuid4())
+    store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    code = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
+            "f = open(sys.argv[2], 'w'); print('up', flush=True); time.sleep(600)")
+    server = launch.ServerProcess([sys.executable, "-c", code, str(sock_path), str(store)],
+                                  env={"TMPDIR": str(tmp_path)}, log_path=tmp_path / "h.log")
+    _wait_lines(server, 1)
+    neighbour_store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    neighbour_store.write_text("x")  # a booting neighbour's store, between two operations: held by nobody
+    neighbour_socket = tmp_path / str(uuid.uuid4())
+    with socketlib.socket(socketlib.AF_UNIX) as s:
+        s.bind(str(neighbour_socket))  # bound, then closed: a leftover of someone else
+    held = launch.files_held_by([server.pid], launch.leftover_dirs({"TMPDIR": str(tmp_path)}))
+    assert held == {str(sock_path), str(store)}
+    report = server.stop(launch.STAGES_FAST)
+    assert sorted(report.removed_shm) == sorted([str(sock_path), str(store)])
+    assert neighbour_store.exists() and neighbour_socket.exists()

@@ -39,7 +39,7 @@ STAGES_GRACEFUL = ((signal.SIGINT, 10.0), (signal.SIGTERM, 10.0), (signal.SIGKIL
 # (CPU, tiny model, under flock): vLLM's own SIGINT shutdown took 4-8 s after the refusal line
 # (6.85 s here); SIGKILL leaves every process a zombie (memory released) within 0.05 s, and the
 # whole stop, the files a hard stop leaves removed, takes 0.14 s. What a hard stop leaves behind
-# is cleaned by remove_orphaned_leftovers.
+# is cleaned by remove_orphaned_leftovers: only the files the killed processes held.
 STAGES_FAST = ((signal.SIGKILL, 5.0),)
 WAIT_POLL_S = 0.02  # how often a stop looks whether the tree is gone
 
@@ -48,7 +48,8 @@ WAIT_POLL_S = 0.02  # how often a stop looks whether the tree is gone
 # - its multiprocessing shared memory (/dev/shm/psm_*, 160-250 MB each here, in RAM): its owner
 #   unlinks it on a graceful exit, a SIGKILLed tree leaves it for good;
 # - Python multiprocessing's named semaphores (/dev/shm/sem.mp-*, one per killed boot here);
-# - torch.distributed's file store (<tmp>/vllm_dist_<32 hex>, vllm.utils.network_utils);
+# - torch.distributed's file store (<tmp>/vllm_dist_<32 hex>, vllm.utils.network_utils; only when
+#   a killed process has it open: torch opens it per operation);
 # - ZeroMQ IPC sockets (<VLLM_RPC_BASE_PATH or tmp>/<uuid4>), which vLLM 0.32 leaves even after a
 #   graceful exit (7 per boot here).
 SHM_DIR = Path("/dev/shm")
@@ -116,12 +117,45 @@ def remove_orphaned_segments(before: set[str], shm_dir: Path = SHM_DIR,
     return remove_orphaned_leftovers({shm_dir: before}, {shm_dir: _SHM_NAME}, in_use)
 
 
-def remove_orphaned_leftovers(before: dict[Path, set[str]], dirs: dict[Path, re.Pattern],
-                              in_use=None) -> list[str]:
-    """Remove what appeared since `before` (names of vLLM's patterns) that no process uses any more.
+def files_held_by(pids: list[int], dirs: dict[Path, re.Pattern]) -> set[str]:
+    """The files of vLLM's patterns in `dirs` that these processes map, hold open, or have bound as a
+    Unix socket: what a SIGKILL of them will leave behind. Read just before the kill, so that only
+    the killed tree's own files are ever removed, never those of a server booting beside it."""
+    held: set[str] = set()
+    inodes: set[str] = set()
+    for pid in pids:
+        proc = Path("/proc") / str(pid)
+        try:
+            held.update(line.split(None, 5)[5].strip() for line in (proc / "maps").read_text(errors="replace")
+                        .splitlines() if len(line.split(None, 5)) == 6)
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+                else:
+                    held.add(target)
+        except OSError:
+            continue
+    if inodes:
+        try:
+            for line in Path("/proc/net/unix").read_text(errors="replace").splitlines()[1:]:
+                fields = line.split()
+                if len(fields) >= 8 and fields[6] in inodes:
+                    held.add(fields[7])
+        except OSError:
+            pass
+    return {path for path in held
+            if any(Path(path).parent == folder and pattern.match(Path(path).name) for folder, pattern in dirs.items())}
 
-    In use: mapped or open by a process, or a Unix socket some process has bound; a concurrent
-    server's files are therefore kept, only what a dead tree left goes.
+
+def remove_orphaned_leftovers(before: dict[Path, set[str]], dirs: dict[Path, re.Pattern],
+                              in_use=None, only: set[str] | None = None) -> list[str]:
+    """Remove what appeared since `before` (names of vLLM's patterns) that no process uses any more,
+    and, given `only` (paths: files_held_by the killed tree), only those.
+
+    In use: mapped or open by a process, or a Unix socket some process has bound. A file a
+    concurrent server created and does not hold at this moment (a semaphore passed to a child by
+    name, torch's file store between two operations) would look unused: `only` keeps it safe.
     """
     bound = _bound_unix_sockets() if in_use is None else set()
 
@@ -134,6 +168,8 @@ def remove_orphaned_leftovers(before: dict[Path, set[str]], dirs: dict[Path, re.
     now = snapshot_leftovers(dirs)
     for folder in dirs:
         for name in sorted(now.get(folder, set()) - before.get(folder, set())):
+            if only is not None and str(folder / name) not in only:
+                continue
             if used(folder, name):
                 continue
             try:
@@ -242,14 +278,22 @@ class ServerProcess:
         return process_tree(self.pid, self.create_time)
 
     def stop(self, stages=STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> StopReport:
-        report = stop_tree(self.pid, self.create_time, stages, on_step)
+        held: set[str] = set()
+
+        def before_signal(step: dict) -> None:
+            if step["signal"] == "SIGKILL":  # what the killed processes hold is what they will leave
+                held.update(files_held_by(step["pids"], self._leftover_dirs))
+            if on_step:
+                on_step(step)
+
+        report = stop_tree(self.pid, self.create_time, stages, before_signal)
         try:
             self.proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             pass
         self._reader.join(timeout=2)
-        if any(step["signal"] == "SIGKILL" for step in report.steps) and not report.leftover_pids:
-            report.removed_shm = remove_orphaned_leftovers(self._leftovers_before, self._leftover_dirs)
+        if held and not report.leftover_pids:
+            report.removed_shm = remove_orphaned_leftovers(self._leftovers_before, self._leftover_dirs, only=held)
         return report
 
 
