@@ -15,7 +15,7 @@ import psutil
 
 from autotune.run import launch
 from autotune.store import artifact
-from autotune.store.cleanup import MARKER
+from autotune.store.server_file import MARKER
 
 
 def write(run_dir: Path, server: launch.ServerProcess, index: int) -> None:

@@ -11,26 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from autotune.store import artifact
+from autotune.store import kept
 from autotune.store import sweeps
 from autotune.store.record import Attempt, RunRecord
+from autotune.store.server_file import MARKER, Cleaned
 from autotune.run import launch
-
-MARKER = "server.json"
-
-
-@dataclass
-class Cleaned:
-    run_dir: Path
-    pid: int
-    action: str  # stopped | already_gone | pid_reused | owner_alive | unreadable
-    detail: str = ""
-
 
 def owner_stamp() -> dict:
     """Who runs a run or sweep now: kept in its record while it runs (see mark_abandoned)."""
@@ -89,9 +79,7 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
     if _owner_alive(marker):
         # Its autotune is still running (another tune in progress): not ours to touch.
         return Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it")
-    if isinstance(marker.get("kept"), dict):
-        from autotune.store import kept  # a --keep-serving server is the user's: listed, never stopped
-
+    if isinstance(marker.get("kept"), dict):  # a --keep-serving server is the user's: listed, never stopped
         return kept.leave_alone(run_dir, marker)
     tree = launch.process_tree(pid, marker.get("create_time"))
     if not tree:

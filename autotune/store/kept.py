@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.run import launch
 from autotune.store import artifact
-from autotune.store.cleanup import MARKER, Cleaned
+from autotune.store.server_file import MARKER, Cleaned
 
 
 class NotKept(Exception):
