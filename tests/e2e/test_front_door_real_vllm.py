@@ -48,6 +48,13 @@ def autotune(*args: str, runs_dir: Path, extra_env: dict | None = None, timeout:
                           timeout=timeout, env=env)
 
 
+def keep_output(folder: Path, name: str, proc) -> None:
+    """What a command printed, kept beside the runs (docs/serving.md quotes it)."""
+    (folder / "output").mkdir(exist_ok=True)
+    (folder / "output" / f"{name}.txt").write_text(f"exit {proc.returncode}\n--- stdout\n{proc.stdout}"
+                                                   f"--- stderr\n{proc.stderr}")
+
+
 def record_of(runs_dir: Path, run_id: str) -> dict:
     return json.loads((runs_dir / run_id / "run.json").read_text())
 
@@ -96,6 +103,8 @@ def story(tiny_model, tmp_path_factory):
                         extra_env={"VLLM_API_KEY": ENV_KEY})
     s.second_id = newest_run(runs_dir, exclude={s.first_id})
     s.alive_after_second = verify.health_ok(s.door)
+    for name in ("first", "clean", "runs_listing", "show_first", "second"):
+        keep_output(folder, name, getattr(s, name))
     yield s
     # whatever a failed test left: stop the kept server by its recorded identity
     autotune("stop", s.first_id, runs_dir=runs_dir)
@@ -185,6 +194,8 @@ def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(s
 def test_stop_ends_the_kept_server_on_request(story):
     marker = json.loads((story.runs_dir / story.first_id / "server.json").read_text())
     stopped = autotune("stop", story.first_id, "--json", runs_dir=story.runs_dir)
+    keep_output(story.folder, "stop", stopped)
+    keep_output(story.folder, "show_after_stop", autotune("show", story.first_id, runs_dir=story.runs_dir))
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["pid"] == marker["pid"]
     assert not psutil.pid_exists(marker["pid"]) or psutil.Process(marker["pid"]).status() == psutil.STATUS_ZOMBIE
@@ -203,6 +214,7 @@ def test_a_keyed_server_whose_key_autotune_cannot_find_ends_with_the_front_door_
     runs_dir = tmp_path / "runs"
     proc = autotune("--target", "4096", "--probe", "none", "--", str(wrapper), "--model", str(tiny_model),
                     runs_dir=runs_dir)
+    keep_output(tmp_path, "no_key", proc)
     assert proc.returncode == EXIT_FRONT_DOOR, proc.stdout + proc.stderr[-3000:]
     assert "wants an API key and autotune found none" in proc.stdout
     assert "does not serve the length" not in proc.stdout + proc.stderr
