@@ -21,6 +21,8 @@ def clean(runs_dir, json_):
     memory. `clean` finds such servers and stops their whole process tree, but only when
     the pid still belongs to that server (same start time) and the autotune that started
     it is gone; it never kills by name. Every tune start does the same first.
+    A server `tune --keep-serving` handed over is yours: it is listed (kept_serving)
+    and left running; `autotune stop RUN` stops it.
 
     \b
     It also marks runs and sweeps that a killed autotune left `running` as
