@@ -204,6 +204,8 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
     figures.append(_band_figure("ceiling", shape, settings, kv, low, high, label,
                                 lambda b: kv_pool.max_model_len(shape, settings, max(0, int(b)), limit),
                                 "the longest --max-model-len vLLM accepts (its refusal's estimate)"))
+    if length_limit and figures[-1].value == length_limit:
+        figures[-1].source += f"; capped at the model's own maximum ({length_limit:,})"
     if target is not None:
         figures.append(_gmu_for(shape, settings, device, calibration, target, kv_cache_memory_bytes))
     if concurrency_at is not None:

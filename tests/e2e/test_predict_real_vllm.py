@@ -133,7 +133,8 @@ def test_ceilings_at_two_other_gmu_values_are_predicted_within_2_percent(kind_mo
         early = {f["name"]: f for f in before["figures"]}["ceiling"]["value"]
         predicted = figures["ceiling"]["value"]
         error = (predicted - real) / real
-        print(f"\n{kind} gmu {gmu}: measured ceiling {real:,}; predicted {predicted:,} ({error:+.2%}) with the node "
+        calibrated_at = calibration["command"]["argv"][-1]
+        print(f"\n{kind} gmu {gmu} (calibrated at {calibrated_at}): measured ceiling {real:,}; predicted {predicted:,} ({error:+.2%}) with the node "
               f"memory the worker saw ({seen['device']['memory_bytes'] / 2**30:.2f} GiB), band "
               f"{figures['ceiling']['low']:,}..{figures['ceiling']['high']:,}; before the boot {early:,} "
               f"({(early - real) / real:+.2%}, node {before['device']['memory_bytes'] / 2**30:.2f} GiB); "
