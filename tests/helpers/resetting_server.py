@@ -5,6 +5,7 @@ stands in for that one fault. After the N resets it answers like a vLLM that is 
 /health 200 and /v1/models with the --max-model-len it was given.
 
     python resetting_server.py --port P --max-model-len L [--resets N] [--status 503]
+                               [--api-key K | --api-key-file F]
 
 --status answers the first N requests with that HTTP status instead of a reset.
 """
@@ -21,9 +22,13 @@ args_parser.add_argument("--max-model-len", type=int, required=True)
 args_parser.add_argument("--resets", type=int, default=2)
 args_parser.add_argument("--status", type=int, default=None)
 args_parser.add_argument("--model", default="resetting-model")
+# A key on /v1/* as vLLM's middleware wants it: given (--api-key) or read from a file autotune cannot see.
+args_parser.add_argument("--api-key", default=None)
+args_parser.add_argument("--api-key-file", default=None)
 args, _ = args_parser.parse_known_args()
 
 broken = {"left": args.resets}
+KEY = args.api_key or (open(args.api_key_file).read().strip() if args.api_key_file else None)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -39,6 +44,11 @@ class Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
+            return
+        if KEY and self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {KEY}":
+            self.send_response(401)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
             return
         if self.path == "/health":
             body = b""
