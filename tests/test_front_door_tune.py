@@ -70,3 +70,15 @@ def test_a_recorded_reference_without_its_variable_is_bad_input_before_anything_
                                       "--api-key", "${VLLM_API_KEY}"])
     assert result.exit_code == 1 and "takes VLLM_API_KEY from the environment" in result.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_https_is_verified_over_tls_and_tls_autotune_cannot_see_is_a_front_door_diagnosis(tmp_path):
+    from autotune.testing.selfsigned import make_self_signed
+
+    keyfile, certfile = make_self_signed(tmp_path / "tls")
+    record, _ = run_tune(tmp_path, "--ssl-keyfile", str(keyfile), "--ssl-certfile", str(certfile))
+    assert record["result"]["verdict"] == "verified", record["result"]
+    assert record["attempts"][0]["verification"]["door"]["url"].startswith("https://127.0.0.1:")
+    record, _ = run_tune(tmp_path, "--hidden-tls", str(keyfile), str(certfile))
+    assert record["result"]["verdict"] == "front_door", record["result"]
+    assert "speaks https, but the serve command autotune read has no" in record["result"]["diagnosis"]["cause"]

@@ -25,6 +25,10 @@ args_parser.add_argument("--model", default="resetting-model")
 # A key on /v1/* as vLLM's middleware wants it: given (--api-key) or read from a file autotune cannot see.
 args_parser.add_argument("--api-key", default=None)
 args_parser.add_argument("--api-key-file", default=None)
+# https as vLLM serves it (both files), or under other names autotune does not read (a wrapper's TLS).
+args_parser.add_argument("--ssl-keyfile", default=None)
+args_parser.add_argument("--ssl-certfile", default=None)
+args_parser.add_argument("--hidden-tls", nargs=2, metavar=("KEYFILE", "CERTFILE"), default=None)
 args, _ = args_parser.parse_known_args()
 
 broken = {"left": args.resets}
@@ -70,6 +74,13 @@ class Handler(BaseHTTPRequestHandler):
 
 
 server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+tls = (args.ssl_keyfile, args.ssl_certfile) if args.ssl_keyfile and args.ssl_certfile else args.hidden_tls
+if tls:
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls[1], tls[0])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 # The line vLLM 0.32 prints once it listens (entry.py), with its usual prefix.
 print(f"(APIServer pid=1) INFO 11-30 12:00:00 [entry.py:140] Starting vLLM server on http://127.0.0.1:{args.port}",
       flush=True)
