@@ -82,3 +82,21 @@ def test_https_is_verified_over_tls_and_tls_autotune_cannot_see_is_a_front_door_
     record, _ = run_tune(tmp_path, "--hidden-tls", str(keyfile), str(certfile))
     assert record["result"]["verdict"] == "front_door", record["result"]
     assert "speaks https, but the serve command autotune read has no" in record["result"]["diagnosis"]["cause"]
+
+
+def test_show_masks_the_secrets_of_a_record_written_before_they_were_scrubbed(tmp_path):
+    fixture = Path(__file__).parent / "fixtures" / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
+    old = json.loads(fixture.read_text())
+    old_key = "sk-written-in-2025-777"
+    for argv in [old["command"]["argv"], old["result"]["final_argv"], *(a["argv"] for a in old["attempts"])]:
+        argv += ["--api-key", old_key]
+    run_dir = tmp_path / "runs" / old["run_id"]
+    run_dir.mkdir(parents=True)
+    (run_dir / "run.json").write_text(json.dumps(old))
+    before = (run_dir / "run.json").read_text()
+    for args in (["show", old["run_id"]], ["show", old["run_id"], "--json"], ["show", old["run_id"], "--emit", "command"]):
+        result = CliRunner().invoke(cli, [*args, "--runs-dir", str(tmp_path / "runs")])
+        assert result.exit_code == 0, result.output
+        assert old_key not in result.output
+    assert '--api-key "${VLLM_API_KEY}"' in result.output
+    assert (run_dir / "run.json").read_text() == before  # shown masked, not rewritten
