@@ -13,13 +13,16 @@ import importlib
 import click
 
 from autotune import __version__
+from autotune.cli import strict
 
 class AutotuneGroup(click.Group):
-    """`autotune --target N -- CMD` is short for `autotune tune --target N -- CMD`."""
+    """`autotune --target N -- CMD` is short for `autotune tune --target N -- CMD`; options before a
+    command name are that command's (`autotune --runs-dir X compare`); see cli/strict.py."""
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["tune", *args]
+        args = strict.route(args, self.commands)
+        if args and args[0] in ("tune", "sweep"):
+            strict.check_not_a_command(strict.serve_command_of(args[1:], self.commands[args[0]]), self.commands)
         return super().parse_args(ctx, args)
 
 

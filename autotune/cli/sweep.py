@@ -42,15 +42,18 @@ class GmuListType(click.ParamType):
         return values
 
 
-@click.command("sweep", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command("sweep", context_settings={"allow_interspersed_args": False})  # unknown options: a usage error
 @click.option("--gmu", "gmu_values", type=GmuListType(), required=True,
               help="The --gpu-memory-utilization values, comma-separated (0.90,0.94,0.98).")
 @click.option("--target", "-t", type=LengthType(), required=True,
               help="The context length to try at each value (65536, 64K = 65536, 64k = 64000).")
-@click.option("--strategy", type=click.Choice(["refusal", "auto"]), default="refusal", show_default=True,
-              help="refusal: boot the prediction (or the target), relaunch at vLLM's ceiling when refused; "
-                   "the sweep's predictions save boots only on this path. auto: vLLM's --max-model-len auto "
-                   "(one boot per value where vLLM supports it; predictions are not used).")
+@click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
+              help="auto: vLLM's --max-model-len auto where the installed vLLM serves its fit (one boot per "
+                   "value), else the refusal path. refusal: boot each value's prediction from the values "
+                   "before it (or the target), relaunch at vLLM's ceiling when refused.")
+@click.option("--probe", type=click.Choice(["quick", "full", "none"]), default="none", show_default=True,
+              help="After each value's ceiling boots, prove it with real requests (see `autotune tune --help`); "
+                   "none by default: a near-ceiling prefill of 100K+ tokens on a CPU takes minutes.")
 @boot_options("Give up on one value after this many boots.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the PNG here (default: sweep.png in the sweep folder, when matplotlib is installed).")
@@ -58,8 +61,8 @@ class GmuListType(click.ParamType):
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
 @runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_timeout, max_boots, plot, json_, quiet,
-              runs_dir, serve_command):
+def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, stall_timeout, max_boots, plot, json_,
+              quiet, runs_dir, serve_command):
     """Tune SERVE_COMMAND at several --gpu-memory-utilization values and fit the line.
 
     \b
@@ -69,13 +72,15 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
     the others.
 
     \b
-    Boots: on the refusal path a value costs 2 boots (the target is refused, vLLM's
-    ceiling verifies). Once a value is measured, the next one's ceiling is predicted
-    (from the device memory x gmu budget after one value, from the least-squares fit after
-    two) and booted first: if it verifies within 1% of the KV pool, that value took one
-    boot; if it is too high, vLLM refuses it and its estimate takes over (two boots, as
-    without a prediction). The output says which boots were saved. The default strategy
-    is refusal so that the predictions matter; --strategy auto lets vLLM fit each value.
+    Boots: where the installed vLLM serves its own fit (--max-model-len auto, 0.20+),
+    --strategy auto (the default) takes one boot per value. On the refusal path the first
+    value costs 2 boots (the target is refused, vLLM's ceiling verifies); then each value's
+    ceiling is predicted (from the device memory x gmu budget after one value, from the
+    least-squares fit after two) and booted first, never above the prediction: the boot's
+    own KV pool less the slack vLLM showed for the first value says where the ceiling is,
+    and within 1% of it the value took one boot; further below, the next boot is there;
+    above it, vLLM refuses and its estimate takes over (two boots, as without a
+    prediction). The output says which boots were saved.
 
     \b
     Example:
@@ -96,7 +101,8 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
     if os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         click.echo("Warning: VLLM_CPU_KVCACHE_SPACE is set: on vLLM's CPU backend it fixes the KV pool and "
                    "gmu will not change it", err=True)
-    opts = sweep_mod.SweepOptions(gmu_values=gmu_values, target=target, strategy=strategy, gpu=gpu, force=force,
+    opts = sweep_mod.SweepOptions(gmu_values=gmu_values, target=target, strategy=strategy, probe=probe, gpu=gpu,
+                                  force=force,
                                   allow_risky_gmu=allow_risky_gmu, stall_timeout_s=stall_timeout,
                                   max_boots=max_boots, plot=str(plot) if plot else None)
     try:
@@ -105,7 +111,7 @@ def sweep_cmd(gmu_values, target, strategy, gpu, force, allow_risky_gmu, stall_t
         raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
     say = sayer(quiet)
     say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
-        f"strategy {strategy}")
+        f"strategy {sweep['strategy']}: {sweep['strategy_reason']}")
     run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, warn),
               sweep_dir, json_, quiet)
 

@@ -15,7 +15,7 @@ from autotune.cli.card import echo_card
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(context_settings={"allow_interspersed_args": False})  # unknown options: a usage error (cli/strict.py)
 @click.option("--target", "-t", type=LengthType(allow_max=True), required=True,
               help="The context length you want (65536, 64K = 65536, 64k = 64000), or `max` for the "
                    "model's own maximum.")

@@ -44,7 +44,7 @@ class Loop:
         try:
             while True:
                 step = strategy.next_step(self.target, self.summaries, opts.max_boots, self.plan, opts.start_at,
-                                          opts.back_off)
+                                          opts.back_off, opts.slack)
                 if isinstance(step, strategy.Stop):
                     break
                 self._boot(step)

@@ -29,6 +29,7 @@ class TuneOptions:
     reused_from: str | None = None  # the run whose command was reused
     extra_env: dict[str, str] = field(default_factory=dict)  # set for vLLM on top of env (GPU pinning)
     start_at: int | None = None  # first length to boot instead of the target (a sweep's prediction)
+    slack: int | None = None  # vLLM's pool minus its ceiling, as a sweep's group showed it (strategy.next_step)
     kind: str = "tune"  # tune | sweep-point | reproduce
     strategy: str = "auto"  # auto: the fastest the installed vLLM allows; refusal: the refusal path only
     reach: bool = False  # when the ceiling is short of the target, try the levers (levers.py)
@@ -58,7 +59,7 @@ def from_record(record: RunRecord, run_dir: Path, env: dict[str, str] | None) ->
                        max_boots=options.get("max_boots", 6), env=env, reused_from=command.get("reused_from"),
                        extra_env={**{k: v for k, v in options.get("extra_env", {}).items() if v != "***"},
                                   **record.get("gpus", {}).get("environment", {})},
-                       start_at=options.get("start_at"), kind=record.get("kind", "tune"),
+                       start_at=options.get("start_at"), slack=options.get("slack"), kind=record.get("kind", "tune"),
                        strategy=options.get("strategy", "auto"), links=record.get("links", {}),
                        probe=options.get("probe", "quick"), back_off=options.get("back_off", False),
                        reach=options.get("reach", False), max_gmu=options.get("max_gmu", 0.95),

@@ -9,6 +9,7 @@ not reached yet run as they would have.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,6 +20,7 @@ from autotune.store import cleanup
 from autotune.store.record import RunRecord, SweepPoint
 from autotune.analysis import compare as cmp
 from autotune.vllm import servecmd
+from autotune.vllm import versions as vllminfo
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
@@ -33,23 +35,27 @@ Say = Callable[[str], None]
 class SweepOptions:
     gmu_values: list[float]
     target: int
-    strategy: str = "refusal"
+    strategy: str = "auto"  # as asked; sweep.json's "strategy" is what it became (strategy.sweep_plan)
     gpu: str | None = None
     force: bool = False
     allow_risky_gmu: bool = False
     stall_timeout_s: float = 1200.0
     max_boots: int = 6
     plot: str | None = None  # where to write the PNG; None: sweep.png in the sweep folder
+    probe: str = "none"  # each value's probe (quick | full | none): a 100K+ token prefill on a CPU takes minutes
 
 
 def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, dict]:
     """The sweep folder and its first sweep.json (state running, no points yet)."""
     model = servecmd.model_of(argv)
+    strategy, strategy_reason = strategy_mod.sweep_plan(
+        opts.strategy, vllminfo.auto_fit_mode(vllminfo.detect_version(argv, dict(os.environ))))
     sweep_dir = new_dir(Path(runs_dir), model)
     sweep = {
         "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
         "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": opts.target,
-        "serve_argv": servecmd.without_flag(argv, cmp.GMU_FLAG), "strategy": opts.strategy,
+        "serve_argv": servecmd.without_flag(argv, cmp.GMU_FLAG), "strategy": strategy,
+        "strategy_reason": strategy_reason,
         "gmu_values": list(opts.gmu_values), "options": asdict(opts), "owner": cleanup.owner_stamp(),
         "points": [], "boots_used": 0, "boots_without_predictions": None,
         "boots_2k": 2 * len(opts.gmu_values), "boots_saved": 0, "fit": None, "plot": None,
@@ -101,7 +107,8 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                 if i <= len(sweep["points"]):
                     continue  # finished before an interruption: kept as it is
                 prediction = _prediction(records, gmu) if opts.strategy == "refusal" else None
-                start_at, aim = cmp.sweep_start_at(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
+                planned = cmp.sweep_aim(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
+                start_at, aim = planned.start_at, planned.reason
                 member = members.get(i)
                 try:
                     if member is not None:
@@ -111,7 +118,8 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                         record = tune_mod.tune(tune_mod.TuneOptions(
                             target=opts.target, serve_argv=servecmd.with_flag(argv, cmp.GMU_FLAG, gmu),
                             runs_dir=runs_dir, stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots,
-                            start_at=start_at, kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
+                            start_at=start_at, slack=planned.slack_tokens, probe=opts.probe,
+                            kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
                             force=opts.force, allow_risky_gmu=opts.allow_risky_gmu,
                             links={"sweep_id": sweep["sweep_id"], "sweep_index": i}), progress)
                 except PreflightFailed as exc:
@@ -153,8 +161,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
 
 def _say_plan(say: Say, i: int, n: int, gmu: float, prediction, start_at, aim: str, strategy: str) -> None:
     if strategy != "refusal":
-        say(f"sweep {i}/{n}: gmu {gmu:g}: --strategy {strategy}: the fewest boots this vLLM allows (predictions "
-            "are used with --strategy refusal only)")
+        say(f"sweep {i}/{n}: gmu {gmu:g}: --strategy {strategy}: vLLM fits the length itself, one boot")
         return
     if prediction is not None and prediction.ceiling is not None:
         say(f"sweep {i}/{n}: gmu {gmu:g}: predicted ceiling {prediction.ceiling:,} ({prediction.basis})")

@@ -108,7 +108,7 @@ def _options_kept(opts: TuneOptions) -> dict:
     """What run.json keeps of the options, so that resume continues as the run began."""
     return {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots, "probe": opts.probe,
             "back_off": opts.back_off, "keep_serving": opts.keep_serving, "strategy": opts.strategy,
-            "start_at": opts.start_at, "reach": opts.reach, "max_gmu": opts.max_gmu,
+            "start_at": opts.start_at, "slack": opts.slack, "reach": opts.reach, "max_gmu": opts.max_gmu,
             "allow_kv_quant": opts.allow_kv_quant, "extra_env": redact_env(opts.extra_env)}
 
 
