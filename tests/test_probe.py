@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.run import launch
-from autotune.run import probe
-from autotune.run.probe import (ProbeFailure, filler_text, growth_summary, next_char_count, next_try,
-                            prompt_budget, size_prompt, within_margin)
+from autotune.run import probe, probe_memory, prompt
+from autotune.run.probe_memory import growth_summary
+from autotune.run.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
+                                 within_margin)
 
 CEILING = 16256
 
@@ -48,9 +49,9 @@ def test_next_length_scales_by_the_token_ratio_rounded_down():
 
 def test_next_try_follows_the_line_through_the_last_two_tries():
     # 1 BOS token + 1 token per 3 characters: the line through two tries hits the goal exactly
-    assert probe.secant_char_count((300, 101), (600, 201), 1001) == 3000
+    assert prompt.secant_char_count((300, 101), (600, 201), 1001) == 3000
     assert next_try([(300, 101), (600, 201)], 1001, short_chars=600, long_chars=None) == 3000
-    assert probe.secant_char_count((300, 101), (300, 101), 1001) is None  # one point is no line
+    assert prompt.secant_char_count((300, 101), (300, 101), 1001) is None  # one point is no line
 
 
 def test_next_try_stays_between_what_fits_and_what_does_not():
@@ -85,7 +86,7 @@ def test_size_prompt_with_the_tiny_models_real_tokenizer(tiny_model):
 
     for max_model_len in (200, 4096, 16256, 131072):
         budget = prompt_budget(max_model_len, 4)
-        margin = probe.default_margin(max_model_len)
+        margin = prompt.default_margin(max_model_len)
         sized = size_prompt(budget, margin, count, salt="autotune probe 1a2b3c4d 1")
         assert sized.within_margin, (max_model_len, sized.tokens, budget)
         assert count(sized.text) == sized.tokens
@@ -145,7 +146,7 @@ def test_cpu_memory_is_the_rss_of_the_whole_process_tree(tmp_path):
     parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
         deadline = time.monotonic() + 20
-        reader = probe.MemoryReader(parent.pid, None)
+        reader = probe_memory.MemoryReader(parent.pid, None)
         while time.monotonic() < deadline:
             tree = launch.process_tree(parent.pid)
             if len(tree) == 2 and (reader.read_bytes() or 0) > 64 << 20:
@@ -156,16 +157,16 @@ def test_cpu_memory_is_the_rss_of_the_whole_process_tree(tmp_path):
         assert reader.device == "cpu" and total > own + (60 << 20)
     finally:
         launch.stop_tree(parent.pid, None, stages=((signal.SIGKILL, 5.0),))
-    assert probe.MemoryReader(parent.pid, None).read_bytes() is None  # gone: unknown, not zero
+    assert probe_memory.MemoryReader(parent.pid, None).read_bytes() is None  # gone: unknown, not zero
 
 
 def test_gpu_memory_without_nvml_is_unavailable_not_an_error():
-    reader = probe.MemoryReader(os.getpid(), [0])
+    reader = probe_memory.MemoryReader(os.getpid(), [0])
     assert reader.device == "gpu"
     value = reader.read_bytes()
     if reader.unavailable:  # this machine: no NVIDIA driver (or nvidia-ml-py missing)
         assert value is None
-        rec = probe.memory_record(reader, value, value, None)
+        rec = probe_memory.memory_record(reader, value, value, None)
         assert rec["unavailable_reason"] == reader.unavailable and rec["growth_flagged"] is None
     else:  # a machine with a GPU 0
         assert value > 0

@@ -26,7 +26,6 @@ returns ok False and the reason.
 from __future__ import annotations
 
 import json
-import math
 import threading
 import time
 import uuid
@@ -36,187 +35,18 @@ from typing import Callable
 import httpx
 
 from autotune.run import client as client_mod
-from autotune.run import launch
 from autotune.run import verify
+from autotune.run.probe_memory import MemoryReader, PeakSampler, memory_record
+from autotune.run.prompt import ProbeFailure, SizedPrompt, default_margin, filler_text, prompt_budget, size_prompt
 
 QUICK = "quick"
 FULL = "full"
 MODES = (QUICK, FULL)
 
 MAX_TOKENS = 4  # output tokens per request: enough to see decoding start, cheap everywhere
-# How far below the budget (max_model_len - MAX_TOKENS) the prompt may land: 32 tokens, or
-# 0.2% of the length above 16K (a 1M-token context gets a 2K margin). Tokenizers are
-# near-linear on the filler text, so two to four /tokenize calls land inside it.
-MIN_MARGIN_TOKENS = 32
-
-
-def default_margin(max_model_len: int) -> int:
-    return max(MIN_MARGIN_TOKENS, max_model_len // 500)
-
-
-MAX_TOKENIZE_CALLS = 6
-# Growth of used memory across the probe above which it is flagged.
-# GPU: vLLM preallocates the KV pool and the activation budget at boot, so a served request
-# should add nothing (a reference user saw 0 bytes on a 58.5K request); 256 MiB is beyond
-# allocator noise and far below a real leak or an unplanned allocation.
-GPU_GROWTH_THRESHOLD_GIB = 0.25
-# CPU: the server tree's RSS grows on the first long request as pages it touches for the
-# first time become resident (measured on vLLM 0.32 CPU, tiny model, 16,240-token prompt:
-# +0.06 to +0.08 GiB on the first request, ~0 on the next ones: see docs/probe.md).
-# 0.5 GiB leaves room for that and catches a real runaway.
-CPU_GROWTH_THRESHOLD_GIB = 0.5
-MEMORY_SAMPLE_S = 0.25
-
 REQUEST_TIMEOUT_S = 600.0  # one long request: prefill of the whole context on a slow CPU
 SMALL_TIMEOUT_S = 30.0  # /v1/models, /tokenize
 BODY_EXCERPT = 300
-
-GIB = 2**30
-
-# The filler: varied words and a running number, so that no tokenizer collapses it into a
-# few tokens per repetition, and (with the salt at the start) two prompts never share a
-# prefix-cache block, so the second near-ceiling request really prefills again.
-_FILLER_SENTENCES = (
-    "The probe fills the context with ordinary text to prove the server serves it.",
-    "Memory is shared between weights, activations and the KV cache of every request.",
-    "A long prompt is read once in prefill, and then each new token is decoded in turn.",
-    "Numbers like 3.14159, 2718 and 1,048,576 appear in documents as often as words.",
-)
-
-
-class ProbeFailure(Exception):
-    """A request the probe needed did not succeed; its message is the probe's reason."""
-
-
-# ---------------------------------------------------------------------------
-# Prompt sizing (pure)
-# ---------------------------------------------------------------------------
-
-
-def filler_text(n_chars: int, salt: str = "") -> str:
-    """Exactly n_chars characters of filler, starting with the salt (deterministic)."""
-    if n_chars <= 0:
-        return ""
-    parts = [f"[{salt}] " if salt else ""]
-    size = len(parts[0])
-    i = 0
-    while size < n_chars:
-        piece = f"{i}. {_FILLER_SENTENCES[i % len(_FILLER_SENTENCES)]} "
-        parts.append(piece)
-        size += len(piece)
-        i += 1
-    return "".join(parts)[:n_chars]
-
-
-def prompt_budget(max_model_len: int, max_tokens: int) -> int:
-    """The most prompt tokens a request with max_tokens output may have."""
-    return max_model_len - max_tokens
-
-
-def within_margin(tokens: int, budget: int, margin: int) -> bool:
-    return budget - margin <= tokens <= budget
-
-
-def next_char_count(chars: int, tokens: int, goal_tokens: int) -> int:
-    """Characters to try next, scaling the last try by the ratio of tokens wanted to tokens got.
-
-    Rounded down: overshooting costs a whole extra tokenize call, undershooting by a few
-    tokens is what the margin is for.
-    """
-    if tokens <= 0:
-        return max(1, chars * 2)
-    return max(1, math.floor(chars * goal_tokens / tokens))
-
-
-def secant_char_count(p1: tuple[int, int], p2: tuple[int, int], goal_tokens: int) -> int | None:
-    """Characters for goal_tokens on the line through two (chars, tokens) tries: a fixed
-    part (BOS, a template) plus tokens per character. None when the two do not define a line."""
-    (c1, t1), (c2, t2) = p1, p2
-    if c1 == c2 or t1 == t2:
-        return None
-    return max(1, math.floor(c1 + (goal_tokens - t1) * (c2 - c1) / (t2 - t1)))
-
-
-def next_try(tries: list[tuple[int, int]], goal_tokens: int, short_chars: int, long_chars: int | None) -> int | None:
-    """The next length to tokenize after `tries` ((chars, tokens), oldest first), kept strictly
-    between the longest try known to fit (short_chars) and the shortest known to be too long
-    (long_chars); None when no length is left between them.
-
-    From two or more tries the line through the last one and the one farthest from it in
-    length (exact for a tokenizer that is linear plus a fixed part; the far one, because
-    token boundaries make the slope between two close lengths noisy), from one try the
-    ratio; where that would leave the interval (a tokenizer that is not linear there) the
-    midpoint.
-    """
-    chars, tokens = tries[-1]
-    proposal = None
-    if len(tries) >= 2:
-        far = max(tries[:-1], key=lambda t: abs(t[0] - chars))
-        proposal = secant_char_count(far, tries[-1], goal_tokens)
-    if proposal is None:
-        proposal = next_char_count(chars, tokens, goal_tokens)
-    upper = long_chars if long_chars is not None else math.inf
-    if short_chars < proposal < upper:
-        return proposal
-    if long_chars is None:
-        return max(short_chars + 1, chars * 2)
-    middle = (short_chars + long_chars) // 2
-    return middle if short_chars < middle < long_chars else None
-
-
-@dataclass
-class SizedPrompt:
-    text: str
-    tokens: int  # as the server's tokenizer counts them
-    budget: int
-    margin: int
-    tokenize_calls: int
-
-    @property
-    def within_margin(self) -> bool:
-        return within_margin(self.tokens, self.budget, self.margin)
-
-
-def size_prompt(budget: int, margin: int, count_tokens: Callable[[str], int], salt: str = "",
-                max_calls: int = MAX_TOKENIZE_CALLS, first_chars: int | None = None) -> SizedPrompt:
-    """The longest filler text whose token count lies in [budget - margin, budget].
-
-    count_tokens is the server's tokenizer (one /tokenize call each). The first try guesses
-    4 characters per token (or first_chars) only to get a scale; every later length comes
-    from the counts. It aims at the middle of the margin so a rounding wobble stays inside.
-    If the calls run out, it returns the best try at or below the budget (never above: that
-    request would be refused), which the caller sees as not within_margin.
-    """
-    if budget < 1:
-        raise ValueError(f"no room for a prompt: budget {budget} tokens")
-    margin = max(0, min(margin, budget - 1))
-    goal = budget - margin // 2
-    chars = first_chars or max(1, goal * 4)
-    best: tuple[int, str] | None = None  # (tokens, text) of the longest try within budget
-    short_chars, long_chars = 0, None
-    tries: list[tuple[int, int]] = []
-    calls = 0
-    while calls < max_calls:
-        text = filler_text(chars, salt)
-        tokens = count_tokens(text)
-        calls += 1
-        tries.append((chars, tokens))
-        if tokens <= budget:
-            short_chars = max(short_chars, chars)
-            if best is None or tokens > best[0]:
-                best = (tokens, text)
-            if tokens >= budget - margin:
-                break
-        else:
-            long_chars = chars if long_chars is None else min(long_chars, chars)
-        following = next_try(tries, goal, short_chars, long_chars)
-        if following is None:
-            break
-        chars = following
-    if best is None:
-        raise ProbeFailure(f"could not build a prompt of at most {budget} tokens in {calls} /tokenize calls")
-    return SizedPrompt(text=best[1], tokens=best[0], budget=budget, margin=margin, tokenize_calls=calls)
-
 
 # ---------------------------------------------------------------------------
 # HTTP (loopback only, every call bounded)
@@ -355,123 +185,6 @@ def stream_completion(server: verify.Server, payload: dict, timeout: float) -> S
 def _cut_short(what: str, result: StreamResult, sent: float) -> str:
     stage = "before the first token" if result.first_token_at is None else "while decoding"
     return f"POST /v1/completions: {what} {stage} after {time.monotonic() - sent:.1f} s"
-
-
-# ---------------------------------------------------------------------------
-# Memory (thin: NVML or psutil, tolerant of absence)
-# ---------------------------------------------------------------------------
-
-
-class MemoryReader:
-    """Used memory of the pinned GPUs (NVML), or the RSS of the server's process tree."""
-
-    def __init__(self, server_pid: int, gpu_indices: list[int] | None):
-        self.server_pid = server_pid
-        self.gpu_indices = list(gpu_indices or [])
-        self.device = "gpu" if self.gpu_indices else "cpu"
-        self.unavailable: str | None = None
-        self._nvml = None
-        self._handles = []
-        if self.device == "gpu":
-            try:
-                import pynvml
-
-                pynvml.nvmlInit()
-                self._nvml = pynvml
-                self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.gpu_indices]
-            except ImportError:
-                self.unavailable = "nvidia-ml-py is not installed"
-            except Exception as exc:  # pynvml.NVMLError and its many subclasses
-                self.unavailable = f"NVML: {exc}"
-
-    @property
-    def source(self) -> str:
-        if self.device == "gpu":
-            return f"NVML used memory of GPU {', '.join(map(str, self.gpu_indices))}"
-        return "RSS summed over the server's process tree (psutil)"
-
-    @property
-    def threshold_gib(self) -> float:
-        return GPU_GROWTH_THRESHOLD_GIB if self.device == "gpu" else CPU_GROWTH_THRESHOLD_GIB
-
-    def read_bytes(self) -> int | None:
-        if self.unavailable:
-            return None
-        if self.device == "gpu":
-            try:
-                return sum(self._nvml.nvmlDeviceGetMemoryInfo(h).used for h in self._handles)
-            except Exception as exc:  # NVMLError
-                self.unavailable = f"NVML: {exc}"
-                return None
-        total = 0
-        procs = launch.process_tree(self.server_pid)
-        if not procs:
-            return None
-        for proc in procs:
-            try:
-                total += proc.memory_info().rss
-            except Exception:  # psutil.Error: a process that just ended holds nothing
-                continue
-        return total
-
-    def close(self) -> None:
-        if self._nvml is not None:
-            try:
-                self._nvml.nvmlShutdown()
-            except Exception:
-                pass
-
-
-class PeakSampler:
-    """Samples the reader in a thread while requests run; keeps the maximum."""
-
-    def __init__(self, reader: MemoryReader, every_s: float = MEMORY_SAMPLE_S):
-        self.reader = reader
-        self.every_s = every_s
-        self.peak: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="probe-memory", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            value = self.reader.read_bytes()
-            if value is not None and (self.peak is None or value > self.peak):
-                self.peak = value
-            self._stop.wait(self.every_s)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-
-def memory_record(reader: MemoryReader, before: int | None, after: int | None, peak: int | None) -> dict:
-    """The memory part of the probe record (pure apart from the reader's description)."""
-    rec = {"device": reader.device, "source": reader.source, "threshold_gib": reader.threshold_gib}
-    if reader.device == "gpu":
-        rec["gpu_indices"] = reader.gpu_indices
-    if reader.unavailable:
-        rec["unavailable_reason"] = reader.unavailable
-    rec.update(growth_summary(before, after, peak, reader.threshold_gib))
-    return rec
-
-
-def growth_summary(before: int | None, after: int | None, peak: int | None, threshold_gib: float) -> dict:
-    def gib(value):
-        return None if value is None else round(value / GIB, 3)
-
-    # growth_flagged is None (not False) when memory could not be read: unknown is not fine.
-    out = {"before_gib": gib(before), "after_gib": gib(after), "peak_gib": gib(peak),
-           "growth_gib": None, "peak_growth_gib": None, "growth_flagged": None}
-    if before is not None and after is not None:
-        out["growth_gib"] = round((after - before) / GIB, 3)
-        out["growth_flagged"] = (after - before) / GIB > threshold_gib
-    if before is not None and peak is not None:
-        out["peak_growth_gib"] = round((max(peak, after or 0) - before) / GIB, 3)
-    return out
 
 
 # ---------------------------------------------------------------------------
