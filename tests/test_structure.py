@@ -20,7 +20,6 @@ DATA_TABLES = {"autotune/vllm/catalog.py"}
 MODULES_OVER = {
     "autotune/analysis/compare.py",  # issue 15: compare, predictions, reproduce verdicts in one module
     "autotune/run/preflight.py",  # issue 12: the preflight rules
-    "autotune/run/probe.py",  # issue 16: the probe and its HTTP
     "autotune/vllm/logparse.py",  # issue 11: the log grammar, being split into vllm/log*.py
 }
 FUNCTIONS_OVER = {
