@@ -23,3 +23,18 @@ def test_sizes_come_from_short_flags_or_from_vllms_non_default_args():
     got = ranks.kv_by_rank(["my-wrapper.sh"], facts)
     assert got["ranks"] == 4 and got["available_kv_gib_total"] == 6.0
     assert ranks.describe(got).endswith("(TP 2 x PP 2) = 6.0 GiB in all")
+
+
+def test_the_summary_says_which_figure_is_per_rank_and_which_is_the_total():
+    from autotune.cli.summary import render_summary
+
+    record = {"run_id": "r2", "target": 65_536, "links": {"reproduces": "r1"},
+              "attempts": [{"index": 1, "max_model_len": 32_640, "outcome": "verified"}],
+              "result": {"verdict": "verified", "verified": True, "ceiling": 32_640, "available_kv_gib": 0.12,
+                         "kv_cache_tokens": 32_768,
+                         "ranks": ranks.kv_by_rank(["vllm", "serve", "m", "-tp", "2"],
+                                                   {"available_kv_gib": 0.12, "kv_cache_tokens": 32_768})}}
+    text = render_summary(record)
+    assert "KV cache: 0.12 GiB available per rank x 2 ranks (TP 2) = 0.24 GiB in all" in text
+    assert "32,768 tokens across all ranks (each holds its share of every token)" in text
+    assert "reproduces r1" in text

@@ -160,3 +160,12 @@ def test_outdated_with_nothing_recorded_on_another_vllm_exits_0(_runs_dir):
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
     assert "nothing to reproduce" in result.stderr
     assert not _runs_dir.exists() or not any(_runs_dir.iterdir())  # no run written
+
+
+def test_runs_says_which_run_a_reproduce_reproduces():
+    from autotune.cli.show import run_row
+    from autotune.store.record import RunRecord
+
+    row = run_row(RunRecord.from_dict({**record("run-02", gmu=0.9, kv=3.0, ceiling=4096), "kind": "reproduce",
+                                       "links": {"reproduces": "run-01"}}))
+    assert row["reproduces"] == "run-01" and row["verdict"] == "verified; reproduces run-01"

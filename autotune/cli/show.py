@@ -70,6 +70,7 @@ def run_row(record: RunRecord) -> dict:
     """One line of `autotune runs` from a run record (pure)."""
     result = record.result if isinstance(record.result, Result) else Result()
     started = record.get("started_at") or ""
+    reproduces = (record.get("links") or {}).get("reproduces")
     return {
         "run_id": record.get("run_id"),
         "kind": record.get("kind", "tune"),
@@ -78,7 +79,8 @@ def run_row(record: RunRecord) -> dict:
         "model": record.get("model"),
         "target": record.get("target"),
         "ceiling": result.get("ceiling"),
-        "verdict": _verdict(record, result),
+        "verdict": _verdict(record, result) + (f"; reproduces {reproduces}" if reproduces else ""),
+        "reproduces": reproduces,
         "boots": len(record.get("attempts") or []),
         "vllm_version": record.get("vllm_version"),
         "available_kv_gib": result.get("available_kv_gib"),

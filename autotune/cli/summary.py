@@ -6,6 +6,7 @@ from pathlib import Path
 
 from typing import Mapping
 
+from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
@@ -130,6 +131,15 @@ def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
     return lines
 
 
+def _serving_line(serving: Mapping, run_id: str | None) -> str:
+    """Where the server --keep-serving handed over serves, and how to stop it; or that it no longer runs."""
+    if serving.get("stopped"):
+        return (f"  serving:  no longer (was {serving.get('url')}, pid {serving.get('pid')}; "
+                f"{serving['stopped'].get('by')})")
+    return (f"  serving:  {serving.get('url')} (pid {serving.get('pid')}); yours now: "
+            f"`autotune clean` leaves it running, `autotune stop {run_id}` stops it")
+
+
 def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
@@ -157,13 +167,20 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     else:
         kind = f" ({r.error_kind})" if r.get("error_kind") else ""
         lines.append(f"No verified ceiling: {verdict}{kind}. {r.get('reason', '')}".rstrip())
+    ranks = r.get("ranks")
     if r.available_kv_gib is not ABSENT:
         where = _where(r.get("available_kv_gib_source"))
-        lines.append(f"  KV cache: {r.available_kv_gib} GiB available" + (f"  ({where})" if where else ""))
+        what = kv_ranks.describe(ranks) if ranks else f"{r.available_kv_gib} GiB available"
+        lines.append(f"  KV cache: {what}" + (f"  ({where})" if where else ""))
     if r.kv_cache_tokens is not ABSENT:
         where = _where(r.get("kv_cache_tokens_source"))
         pad = "  KV cache: " if r.available_kv_gib is ABSENT else "            "
-        lines.append(f"{pad}{r.kv_cache_tokens:,} tokens" + (f"  ({where})" if where else ""))
+        across = " across all ranks (each holds its share of every token)" if ranks else ""
+        lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
+    links = record.get("links") or {}
+    if links.get("reproduces"):
+        lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
+                     f"{record.get('run_id')}` puts them side by side)")
     if r.get("diagnosis"):
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")
@@ -186,13 +203,8 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
                          f"asked again (first: {retries[0].get('error')})")
     if record.get("vllm_version"):
         lines.append(f"  vLLM:     {record.vllm_version}")
-    serving = r.get("serving")
-    if serving and serving.get("stopped"):
-        lines.append(f"  serving:  no longer (was {serving.get('url')}, pid {serving.get('pid')}; "
-                     f"{serving['stopped'].get('by')})")
-    elif serving:
-        lines.append(f"  serving:  {serving.get('url')} (pid {serving.get('pid')}); yours now: "
-                     f"`autotune clean` leaves it running, `autotune stop {record.get('run_id')}` stops it")
+    if r.get("serving"):
+        lines.append(_serving_line(r.get("serving"), record.get("run_id")))
     for w in summary_warnings(record):
         lines.append(f"  Warning: {w['message']}")
         if w.get("cause"):

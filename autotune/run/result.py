@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
 from autotune.run import verify
 from autotune.run.launch import ServerProcess
@@ -29,6 +30,9 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
                     boots=len(record.attempts))
     if done:
         _from_last_boot(result, done[-1], verified)
+        ranks = kv_ranks.kv_by_rank(argv, done[-1].facts if isinstance(done[-1].facts, dict) else {})
+        if ranks:
+            result.ranks = ranks
     if verified:
         final_argv = servecmd.with_max_model_len(argv, stop.ceiling)
         # The command to keep uses the user's own port (a recovery may have moved it) or none.

@@ -202,6 +202,7 @@ class Result(Part):
     error_kind: str = ABSENT
     diagnosis: dict | None = ABSENT
     probe: dict = ABSENT
+    ranks: dict = ABSENT  # with TP/PP: available KV per rank and in total (analysis/ranks.py)
     final_argv: list = ABSENT
     files: list = ABSENT
     reached_with_levers: str = ABSENT
