@@ -70,6 +70,7 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
         assert run["result"]["ceiling"] < TARGET  # every value is limited by the KV cache
         assert len(run["attempts"]) == p["boots"]
     boots = sum(p["boots"] for p in points)
+    print("\n--- refusal-path sweep ---\n" + "\n".join(line for line in stderr.splitlines() if "sweep" in line))
     assert boots == on_disk["boots_used"] and on_disk["boots_saved"] == 2 * len(GMU) - boots
     assert points[0]["start_at"] is None  # nothing to predict from yet
     assert points[0]["boots"] == 2  # the target, refused; vLLM's estimate
@@ -113,6 +114,7 @@ def test_compare_over_the_sweep_folder_prints_the_fit_and_the_verdicts(sweep):
 def test_an_auto_sweep_fits_each_value_in_one_boot(auto_sweep):
     data, runs_dir, stderr = auto_sweep
     record = data["sweep"]
+    print("\n--- auto sweep ---\n" + "\n".join(line for line in stderr.splitlines() if "sweep" in line))
     assert record["strategy"] == "auto" and [p["boots"] for p in record["points"]] == [1, 1, 1]
     assert {p["verdict"] for p in record["points"]} == {"verified"}
     assert "fits each value's length itself" in stderr
