@@ -185,7 +185,8 @@ def compare_cmd(runs, runs_dir, json_, plot):
     Inside a group with two or more gmu values the line
         available KV GiB = a x gmu - b
     is fitted by least squares (a ~ usable device memory, b ~ weights + fixed overhead), and
-    every pair of runs gets a verdict:
+    each run gets a verdict against the previous run of its group (a reproduce against the
+    run it reproduces):
         explained by gmu (expected Δ X GiB, observed Δ Y GiB)
         unexplained Δ Z GiB
     The expected change is the change of the budget vLLM computes, device memory x gmu
@@ -193,8 +194,10 @@ def compare_cmd(runs, runs_dir, json_, plot):
     between runs); without a known device memory, the fitted slope from 3 runs on. The tolerance is the
     larger of 0.02 GiB and 5% of the figure (vLLM boots differ by up to ~5%), or 3 robust
     standard deviations of the runs around the line when 3 or more runs show more spread.
-    Groups that differ in anything else are listed as not comparable, with the keys named;
-    the same command on two vLLM versions is reported as a vLLM change.
+    A group that differs in anything else is listed as not comparable with its nearest
+    earlier group, with the keys named; the same command on two vLLM versions, and a
+    reproduce on another vLLM, is reported as a vLLM change. Time and memory grow
+    linearly with the runs (10,000 runs: seconds).
 
     \b
     Examples:
