@@ -160,3 +160,11 @@ def test_cli_errors_are_clear(tmp_path):
                                   "--device-memory", "8"])
     assert missing.exit_code == 1 and "not a model folder" in missing.output
     assert "Traceback" not in missing.output
+
+
+def test_only_the_newest_vllm_calibrates():
+    runs = [{"run_id": "old", "vllm_version": "0.31.0"}, {"run_id": "new", "vllm_version": "0.32.0"},
+            {"run_id": "unknown", "vllm_version": None}]
+    kept, note = estimate.newest_version_only(runs)
+    assert [r["run_id"] for r in kept] == ["new", "unknown"] and "left out older vLLM runs: old" in note
+    assert estimate.newest_version_only(runs[1:]) == (runs[1:], None)

@@ -347,3 +347,17 @@ def _mismatch(row, model: str, device: Device, version: str | None, settings: di
 
 def _model_name(model: str | None) -> str:
     return (model or "").rstrip("/").split("/")[-1]
+
+
+def newest_version_only(runs: list[dict]) -> tuple[list[dict], str | None]:
+    """The runs of the newest vLLM version among them (an upgrade moves the overhead), and a note
+    naming the runs left out, if any."""
+    from autotune.analysis.compare import version_tuple
+
+    versions = {r.get("vllm_version") for r in runs if r.get("vllm_version")}
+    if len(versions) <= 1:
+        return runs, None
+    newest = max(versions, key=lambda v: version_tuple(v) or ())
+    kept = [r for r in runs if r.get("vllm_version") in (newest, None)]
+    left = [r["run_id"] for r in runs if r not in kept]
+    return kept, f"calibrated on vLLM {newest} only; left out older vLLM runs: {', '.join(left)}"

@@ -42,6 +42,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
     except mf.ModelFilesError:
         return None
     chosen, _ = estimate.calibration_runs(records, serve.model, device, None, cmp.settings_of(argv, env))
+    chosen, _ = estimate.newest_version_only(chosen)
     if not chosen:
         return None
     version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)

@@ -64,6 +64,8 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
     chosen, skipped = estimate.calibration_runs(records, serve.model, device, None,
                                                 cmp.settings_of(argv, dict(os.environ)))
+    chosen, version_note = estimate.newest_version_only(chosen)
+    skipped.extend([version_note] if version_note else [])
     version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
     settings.null_block = kv_pool.reserves_null_block(version)
     calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)
@@ -73,7 +75,8 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
     measured = next((r for r in chosen if use_gmu is not None and r["gmu"] == use_gmu), None)
     prediction = estimate.predict(str(folder), shape, weights, device, settings, calibration, use_gmu,
                                   serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured)
-    prediction.notes.extend(f"not calibrated on {line}" for line in skipped)
+    prediction.notes.extend(line if line.startswith("calibrated on") else f"not calibrated on {line}"
+                            for line in skipped)
     return prediction
 
 
