@@ -23,7 +23,6 @@ MODULES_OVER = {
     "autotune/vllm/logparse.py",  # issue 11: the log grammar, being split into vllm/log*.py
 }
 FUNCTIONS_OVER = {
-    "autotune/run/probe.py:_run_requests",  # issue 16
     "autotune/cli/predict.py:predict_cmd",  # issue 14: the predict command grows a model-file prediction
 }
 RECORD_DICT_PARAMS = {

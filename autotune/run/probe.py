@@ -297,6 +297,41 @@ def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int,
     return record
 
 
+def _long_and_short(session: _Session, model: str, second: SizedPrompt, short_prompt: str, short_delay: float,
+                    max_tokens: int, request_timeout_s: float, emit: Callable[..., None]):
+    """The second near-ceiling request, and a short one sent short_delay seconds into it (in its
+    prefill); (long result, short result)."""
+    results: dict[str, StreamResult] = {}
+
+    def run_long():
+        results["long"] = session.complete(model, second.text, max_tokens)
+
+    thread = threading.Thread(target=run_long, name="probe-long-2", daemon=True)
+    emit("probe_request", role="long_repeat", prompt_tokens=second.tokens)
+    thread.start()
+    time.sleep(short_delay)
+    emit("probe_request", role="short_during_prefill", prompt_tokens=None)
+    short = session.complete(model, short_prompt, max_tokens)
+    emit("probe_request_done", role="short_during_prefill", ok=short.ok, ttft_s=_r(short.ttft_s), reason=short.reason)
+    thread.join(timeout=request_timeout_s + 5)
+    long2 = results.get("long") or StreamResult(False, "the second long request did not finish", time.monotonic())
+    return long2, short
+
+
+def _head_of_line(long2: StreamResult, short: StreamResult) -> dict:
+    """How long the short request waited behind the long one's prefill."""
+    return {
+        "short_sent_after_long_s": round(short.sent_at - long2.sent_at, 3),
+        "sent_during_long_prefill": long2.first_token_at is None or short.sent_at < long2.first_token_at,
+        "short_wait_s": _r(short.ttft_s),  # time to first token of the short request
+        "long_ttft_s": _r(long2.ttft_s),
+        # With max-num-seqs 1 (or no chunked prefill) the short request's first token comes
+        # only after the long one's: it waited for the whole prefill.
+        "waited_for_long_prefill": (short.first_token_at is not None and long2.first_token_at is not None
+                                    and short.first_token_at >= long2.first_token_at),
+    }
+
+
 def _run_requests(record: dict, server: verify.Server, budget: int, margin: int, max_tokens: int, mode: str,
                   request_timeout_s: float, small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
     session = _Session(server, request_timeout_s)
@@ -337,39 +372,14 @@ def _run_requests(record: dict, server: verify.Server, budget: int, margin: int,
         record["reason"] = str(exc)
         return
     # Send the short one well inside the long one's prefill (the first request timed it).
-    short_delay = min(1.0, (res.ttft_s or 1.0) / 4)
-    results: dict[str, StreamResult] = {}
-
-    def run_long():
-        results["long"] = session.complete(model, second.text, max_tokens)
-
-    thread = threading.Thread(target=run_long, name="probe-long-2", daemon=True)
-    emit("probe_request", role="long_repeat", prompt_tokens=second.tokens)
-    thread.start()
-    time.sleep(short_delay)
-    emit("probe_request", role="short_during_prefill", prompt_tokens=None)
     short_prompt = filler_text(64, salt=f"autotune probe {nonce} short")
-    results["short"] = session.complete(model, short_prompt, max_tokens)
-    emit("probe_request_done", role="short_during_prefill", ok=results["short"].ok,
-         ttft_s=_r(results["short"].ttft_s), reason=results["short"].reason)
-    thread.join(timeout=request_timeout_s + 5)
-    long2_res = results.get("long") or StreamResult(False, "the second long request did not finish", time.monotonic())
+    long2_res, short_res = _long_and_short(session, model, second, short_prompt, min(1.0, (res.ttft_s or 1.0) / 4),
+                                           max_tokens, request_timeout_s, emit)
     long2 = _request_record("long_repeat", long2_res, second, t0)
     emit("probe_request_done", role="long_repeat", ok=long2_res.ok, ttft_s=long2["ttft_s"], reason=long2_res.reason)
-    short = _request_record("short_during_prefill", results["short"], None, t0)
+    short = _request_record("short_during_prefill", short_res, None, t0)
     record["requests"] += [long2, short]
-
-    sent_in_prefill = (long2_res.first_token_at is None or results["short"].sent_at < long2_res.first_token_at)
-    record["head_of_line"] = {
-        "short_sent_after_long_s": round(results["short"].sent_at - long2_res.sent_at, 3),
-        "sent_during_long_prefill": sent_in_prefill,
-        "short_wait_s": short["ttft_s"],  # time to first token of the short request
-        "long_ttft_s": long2["ttft_s"],
-        # With max-num-seqs 1 (or no chunked prefill) the short request's first token comes
-        # only after the long one's: it waited for the whole prefill.
-        "waited_for_long_prefill": (results["short"].first_token_at is not None and long2_res.first_token_at is not None
-                                    and results["short"].first_token_at >= long2_res.first_token_at),
-    }
+    record["head_of_line"] = _head_of_line(long2_res, short_res)
     if long2["ok"] and res.ttft_s and long2_res.ttft_s:
         record["repeat_ttft_ratio"] = round(long2_res.ttft_s / res.ttft_s, 2)
     record["repeatable"] = bool(long2["ok"])
