@@ -458,8 +458,9 @@ def _unknown_failure(result: dict, provenance: dict | None) -> dict | None:
     if not isinstance(stated, str) or not stated:
         return {"kind": "unknown", "cause": "the boot failed and its log shows no known failure and no exception",
                 "fix": "read the end of the log; the lines before it name the cause"}
-    return {"kind": "unknown", "cause": f"the boot failed with an exception autotune does not know{at}: {stated}",
-            "fix": "read the traceback that ends there; the frames above the exception line name the cause"}
+    return {"kind": "unknown", "cause": f"the boot failed and the log ends in a failure autotune does not know{at}: "
+                                        f"{stated}",
+            "fix": "read the log up to that line: the traceback or error above it names the cause"}
 
 
 _TRACEBACK_START = "Traceback (most recent call last)"

@@ -35,14 +35,14 @@ def implausible(result: dict) -> list[dict]:
     if not isinstance(result, dict):
         return out
     requested = result.get("max_model_len_requested")
-    for key, what in (("estimated_max_model_len", "estimate"), ("kv_cache_max_tokens", "KV capacity")):
+    for key, what in (("estimated_max_model_len", "an estimate"), ("kv_cache_max_tokens", "a KV capacity")):
         value = result.get(key)
         if not _is_int(value):
             continue
         if value <= 0:
-            flag(key, f"a {what} of {value} tokens")
+            flag(key, f"{what} of {value} tokens")
         elif _is_int(requested) and value >= requested:
-            flag(key, f"a {what} not below the refused length {requested}")
+            flag(key, f"{what} not below the refused length {requested}")
     derived = result.get("derived_max_model_len")
     if _is_int(derived) and _is_int(requested) and derived >= requested:
         flag("derived_max_model_len", f"a model maximum not below the refused length {requested}")

@@ -64,7 +64,7 @@ SCHEMA_KEYS: tuple[str, ...] = (
 
 TEXT_MAX = 400  # Fact.text length
 _EXCEPTION_MAX = 250  # the stated cause: the start of the final exception line (its Fact.text shows it whole)
-MAX_BOOTS_KEPT = 200  # earlier boots whose results are kept (all are counted)
+MAX_BOOTS_KEPT = 32  # earlier boots whose results are kept (all are counted): bounded memory
 _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 # Facts the API server prints before the engine starts: a banner or arguments line after only
 # these is the same boot (several API servers, a banner printed twice).
@@ -120,7 +120,7 @@ class _Boot:
         self.trace = TraceState()
         self.first_line = first_line
         self.last_line = first_line
-        self.last_stamp = ""  # the latest vLLM timestamp ("MM-DD HH:MM:SS") seen in this boot
+        self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
 
     def copy(self) -> "_Boot":
         other = _Boot.__new__(_Boot)
@@ -210,8 +210,15 @@ class BootLogParser:
         return self._new
 
     def close(self) -> None:
-        """The log has ended: a boot that ends inside a traceback or on an ERROR line is an error."""
+        """The log has ended: a boot that ends inside a traceback or on an ERROR line is an error,
+        and that last line is its stated cause (``exception``) unless an exception line is."""
         self._ended = True
+        boot, trace = self._boot, self._boot.trace
+        if not boot.ready and trace.tail in ("traceback", "error") and trace.tail_line:
+            current = boot.facts.get("exception")
+            if current is None or current.line_no < trace.tail_line:
+                boot.facts["exception"] = Fact("exception", trace.tail_text[:_EXCEPTION_MAX], trace.tail_line,
+                                               trace.tail_text[:TEXT_MAX])
 
     @property
     def facts(self) -> dict[str, Fact]:
@@ -355,17 +362,15 @@ class BootLogParser:
             level = "WARNING"  # logged at ERROR, yet harmless ("Cannot use FA version ...")
         boot = self._boot
         if full:
-            stamp = _STAMP_RE.search(line, 0, start + 1)
-            stamp_text = stamp.group(1) if stamp is not None else ""
-            # A paste may put the sizing lines before the arguments: an arguments or engine line
-            # stamped earlier than this boot's latest line is part of it (a banner never is).
-            in_order = kind != "args" or stamp_text >= boot.last_stamp[: len(stamp_text)]
-            if boot.engine_started and in_order and self._starts_boot(line, start, kind):
-                self._new_boot()
-                boot = self._boot
+            if (kind == "args" or "version" in line) and self._starts_boot(line, start, kind) and boot.engine_started:
+                # A paste may put the sizing lines before the arguments: an arguments or engine line
+                # stamped earlier than this boot's last figure is part of it (a banner never is).
+                stamp = _STAMP_RE.search(line, 0, start + 1)
+                stamp_text = stamp.group(1) if stamp is not None else ""
+                if kind != "args" or stamp_text >= boot.last_stamp[: len(stamp_text)]:
+                    self._new_boot()
+                    boot = self._boot
             boot.last_line = self._line_no  # not undone: a rejoined line ends where its tail ends
-            if stamp_text > boot.last_stamp:
-                boot.last_stamp = stamp_text
             if not boot.ready:
                 # An echo (arguments, config) is never part of a traceback, whatever it quotes.
                 message = line[start:] if kind == "other" else "(echo)"
@@ -386,15 +391,17 @@ class BootLogParser:
             self._on_echo(line, start)
             return kind
         errors_allowed = level not in ("INFO", "DEBUG")
-        for needles, handler, error_text in _RULES:
-            if error_text and not errors_allowed:
-                continue
-            for needle in needles:
-                if needle in masked:
+        found = set(_NEEDLES_RE.findall(masked))
+        if found:
+            for needles, handler, error_text in _RULES:
+                if (errors_allowed or not error_text) and not found.isdisjoint(needles):
                     handler(self, masked, start)
-                    break
         if hit is not None and (errors_allowed or not hit[0].fatal):
             self._signature(hit[0], hit[1].span())
+        if self._new and self._new[-1].line_no == self._line_no:
+            stamp = _STAMP_RE.search(line, 0, start + 1)  # the time of this boot's latest figure
+            if stamp is not None and stamp.group(1) > boot.last_stamp:
+                boot.last_stamp = stamp.group(1)
         return kind
 
     def _masked(self, line: str) -> str:
@@ -753,6 +760,10 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Starting vLLM ", "Uvicorn running on "), BootLogParser._on_listen, False),
     ((P.STARTUP_COMPLETE,), BootLogParser._on_startup_complete, False),
 )
+
+
+# One search finds which needles a line holds (most lines hold none).
+_NEEDLES_RE = re.compile("|".join(re.escape(n) for needles, _, _ in _RULES for n in needles))
 
 
 # ---------------------------------------------------------------------------

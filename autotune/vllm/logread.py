@@ -9,6 +9,7 @@ A line longer than MAX_LINE_BYTES is cut there and the rest of it skipped. Stdli
 from __future__ import annotations
 
 import gzip
+import io
 from typing import BinaryIO, Iterator
 
 __all__ = ["MAX_LINE_BYTES", "open_log", "read_lines"]
@@ -37,6 +38,10 @@ def read_lines(handle: BinaryIO) -> Iterator[tuple[bytes, bool]]:
     buffer = handle.read(_BLOCK)
     if not buffer:
         return
+    if buffer[:2] == _GZIP_MAGIC and not isinstance(handle, gzip.GzipFile):
+        # A compressed stream that open_log did not open (stdin): decompress it on the fly.
+        yield from read_lines(gzip.GzipFile(fileobj=_Prepended(buffer, handle), mode="rb"))  # type: ignore[arg-type]
+        return
     separator = b"\n" if b"\n" in buffer or b"\r" not in buffer else b"\r"
     skipping = False
     while True:
@@ -60,3 +65,24 @@ def read_lines(handle: BinaryIO) -> Iterator[tuple[bytes, bool]]:
         buffer = rest + block
     if rest and not skipping:
         yield rest, False
+
+
+class _Prepended(io.RawIOBase):
+    """A stream whose first bytes were already read: those bytes, then the rest of the stream."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head = head
+        self._rest = rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

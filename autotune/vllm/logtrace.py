@@ -49,6 +49,8 @@ class TraceState:
         stripped = message.strip()
         if not stripped or _PREFIX_ONLY_RE.fullmatch(stripped) is not None:
             return self
+        if self.open and stripped.strip("^~ ") == "":
+            return self  # Python 3.11+ error markers under a frame's code: the frame says more
         if level in ("INFO", "DEBUG"):
             # vLLM prints tracebacks unprefixed or at ERROR/WARNING; an INFO line only quotes one.
             return self if self.tail == "other" and not self.open else replace(
