@@ -201,6 +201,11 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
     figures.append(_band_figure("kv_cache_tokens", shape, settings, kv, low, high, label,
                                 lambda b: kv_pool.pool(shape, settings, max(0, int(b))).kv_cache_tokens,
                                 "vLLM's 'KV cache size' line at this --max-model-len"))
+    if shape.state_bytes_per_sequence or any(g.kind == "sliding" for g in shape.groups):
+        figures.append(_band_figure("pool_tokens", shape, settings, kv, low, high, label,
+                                    lambda b: kv_pool.pool(shape, settings, max(0, int(b))).pool_tokens,
+                                    "the pool: blocks x block tokens (vLLM's 'KV cache size' is concurrency x "
+                                    "length for this model)"))
     figures.append(_band_figure("ceiling", shape, settings, kv, low, high, label,
                                 lambda b: kv_pool.max_model_len(shape, settings, max(0, int(b)), limit),
                                 "the longest --max-model-len vLLM accepts (its refusal's estimate)"))

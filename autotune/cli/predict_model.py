@@ -82,7 +82,7 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
 
 LABELS = {"weights": "weights", "kv_bytes_per_token": "KV per token", "state_bytes_per_sequence": "state per sequence",
           "available_kv": "available KV", "kv_bytes_per_token_at_length": "KV per token at length",
-          "kv_cache_tokens": "KV cache tokens", "ceiling": "ceiling", "gmu_for_target": "gmu for target"}
+          "kv_cache_tokens": "KV cache tokens", "pool_tokens": "pool tokens", "ceiling": "ceiling", "gmu_for_target": "gmu for target"}
 
 
 def value_text(f: estimate.Figure, v) -> str:
