@@ -97,6 +97,10 @@ def unwrap(line: str) -> str:
 # --- prefixes before vLLM's message ------------------------------------------------------
 # One prefix at a time, tried in a loop; each is anchored at the current position.
 _PREFIXES = (
+    # Python logging of other tools: "2026-03-18:10:13:34 INFO     [evaluator:236] ",
+    # "2025-06-19T11:30:10+08:00 - gpustack.worker - INFO - "
+    r"\d{4}-\d\d-\d\d[: T]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+(?:-\s+[\w.]{1,100}\s+-\s+)?"
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:-\s+)?(?:\[[^\]]{1,200}\]\s)?",
     # RFC 3339 (kubectl --timestamps, docker logs -t): 2026-07-08T22:40:03.166647879Z
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+",
     # journald / syslog: "авг 18 14:15:02 host python3[28145]: ", "Nov 30 10:00:01 host vllm[1]: "
@@ -119,13 +123,15 @@ _PREFIXES = (
     # (<= 0.7), with the level/date trimmed by a paste: "[kv_cache_utils.py:868] ".
     r"(?:(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:\d\d-\d\d\s+)?(?:\d\d:\d\d:\d\d(?:[.,]\d+)?\s+)?)?"
     r"\[?[\w.\-/]{1,200}:\d{1,6}\] ",
-    # a level word alone ("ERROR 06-30 13:53:19 " with the file part lost)
-    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+\d\d-\d\d\s+\d\d:\d\d:\d\d\s+",
+    # a level word and a time alone ("ERROR 06-30 13:53:19 " with the file part lost; Cloud
+    # Logging's "ERROR 2024-01-10T09:30:29.874350070Z ")
+    r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?:\d\d-\d\d\s+\d\d:\d\d:\d\d"
+    r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+",
 )
 _PREFIX_RE = re.compile("|".join(f"(?:{p})" for p in _PREFIXES))
 # vLLM's logger marker anywhere in the line: the message starts after the first one.
 _LOGGER_MARKER_RE = re.compile(r"\.py:\d{1,6}\] ")  # the end of "file.py:N] " (a literal: fast to find)
-_LEVEL_RE = re.compile(r"(?<![\w.])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s+|\s+\d\d-\d\d\s)")
+_LEVEL_RE = re.compile(r"(?<![\w.])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s+|\s+\d\d-\d\d\s|\s+\d{4}-\d\d-\d\d|\s+-\s|\s+\[)")
 
 
 def message_start(line: str) -> int:

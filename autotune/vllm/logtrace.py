@@ -25,6 +25,8 @@ __all__ = ["TraceState", "EXCEPTION_LINE_RE"]
 _HEADER = "Traceback (most recent call last)"
 # A frame: '  File "/x/y.py", line 12, in f' (an excerpt may start in the middle of a traceback).
 _FRAME_RE = re.compile(r'\s*File "[^"]{1,1000}", line \d+')
+# A line of a pretty-printed JSON log entry (Cloud Logging, kubectl -o json): no new record.
+_JSON_LINE_RE = re.compile(r'[{}\[\]]+,?$|"[^"]{1,200}"\s*:')
 # What is left of a line cut inside its prefix ("ERROR 04-09 05", "(EngineCore pid="): no message.
 _PREFIX_ONLY_RE = re.compile(
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)?[\s\d:\-]*|\(?[\w\-]{1,64}(?: [\w\-]{1,64}){0,3} pid=?\d*\)?")
@@ -51,6 +53,8 @@ class TraceState:
             return self
         if self.open and stripped.strip("^~ ") == "":
             return self  # Python 3.11+ error markers under a frame's code: the frame says more
+        if not self.open and _JSON_LINE_RE.match(stripped) is not None:
+            return self  # a structured-logging copy of the line before ('"message": "ValueError: ..."')
         if level in ("INFO", "DEBUG"):
             # vLLM prints tracebacks unprefixed or at ERROR/WARNING; an INFO line only quotes one.
             return self if self.tail == "other" and not self.open else replace(
