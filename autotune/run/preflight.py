@@ -568,6 +568,8 @@ def disagreeing_flags(argv: Sequence[str], non_default_args: Mapping | None,
         used = printed[dest]
         if isinstance(used, (dict, list)) or isinstance(value, (dict, list)):
             continue
+        if isinstance(used, str) and used and set(used) == {"*"}:
+            continue  # vLLM prints a secret masked (--api-key as ***): nothing to compare
         value = _as_vllm_reads(dest, value)
         if value is None:
             continue  # a value autotune cannot read as vLLM does: nothing certain to say
