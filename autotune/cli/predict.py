@@ -25,7 +25,7 @@ from autotune.cli.records import load_records
               help="As --model, with the settings of this serve command (--kv-cache-dtype, -tp, -pp, "
                    "--max-model-len, --kv-cache-memory-bytes, --gpu-memory-utilization, ...).")
 @click.option("--target", type=LengthType(), help="With --model/--command: the gmu that reaches this length (65536, 64K).")
-@click.option("--concurrency-at", type=click.IntRange(min=1), metavar="LENGTH",
+@click.option("--concurrency-at", type=LengthType(), metavar="LENGTH",
               help="With --model/--command: how many sequences of LENGTH tokens fit at once.")
 @click.option("--device", "device_kind", type=click.Choice(["cpu", "gpu"]),
               help="With --model/--command: the device to predict for (default: the first GPU, else the CPU node).")
