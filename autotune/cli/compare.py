@@ -145,7 +145,8 @@ def render_report(report: cmp.Report, with_runs: bool = True) -> str:
         lines.append("")
         lines.append("vLLM changes (same command, another vLLM version):")
         for vc in report.version_changes:
-            lines.append(f"  {labels[vc.older]} -> {labels[vc.newer]}: {vc.text}")
+            again = f" ({labels[vc.newer]} reproduces {labels[vc.older]})" if vc.reproduces else ""
+            lines.append(f"  {labels[vc.older]} -> {labels[vc.newer]}{again}: {vc.text}")
     elif any(nc["vllm_change_only"] for nc in report.not_comparable):
         lines.append("")
         lines.append("vLLM changes: the groups differ only in the vLLM version, but no command was run on both "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from dataclasses import asdict
 
 import click
@@ -158,7 +159,9 @@ def render_reproduction(v: rep_mod.Reproduction) -> str:
     else:
         lines.append("  non-default args: every flag vLLM listed before is still listed")
     if v.new_files:
-        lines.append("  new files: " + ", ".join(str(path) for path in v.new_files.values()))
+        folders = {str(Path(path).parent) for path in v.new_files.values()}
+        names = ", ".join(Path(path).name for path in v.new_files.values())
+        lines.append(f"  new files: {names}" + (f"\n             in {folders.pop()}/" if len(folders) == 1 else ""))
     lines.append(f"  exit code {v.exit_code}")
     return "\n".join(lines)
 
