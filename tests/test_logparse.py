@@ -125,7 +125,7 @@ def test_fixture_provenance_points_at_the_right_line(json_path: Path):
             f"{key}: text is not from line {entry['line']}")
         if _is_number(value):
             assert str(value) in text.replace(",", ""), f"{key}={value} not shown in {text!r}"
-        elif isinstance(value, str) and key not in ("error_kind", "post_ready_error_kind"):
+        elif isinstance(value, str) and key not in ("error_kind", "post_ready_error_kind", "compile_cache"):  # labels, not text
             assert value in text, key
     if "error_kind" in result:
         # The provenance of error_kind is the signature line itself.
