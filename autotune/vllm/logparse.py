@@ -713,6 +713,16 @@ class BootLogParser:
         if found is not None:
             self._set_num("cuda_graph_estimated_gib", found, 1)
 
+    def _on_compile(self, line: str, start: int) -> None:
+        """compile_cache: "cold" once any graph is compiled (it wins over graphs loaded), else "warm"."""
+        cold = P.COMPILE_COLD_RE.search(line, start)
+        if cold is not None:
+            self._set("compile_cache", "cold", cold.span(), replace=True)
+            return
+        warm = P.COMPILE_WARM_RE.search(line, start)
+        if warm is not None:
+            self._set("compile_cache", "warm", warm.span())  # never replaces a "cold"
+
     def _on_listen(self, line: str, start: int) -> None:
         found = self._at(P.LISTEN_RE, line, start)
         if found is not None:
@@ -757,6 +767,8 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Mamba cache blocks (",), BootLogParser._on_mamba, True),
     (("Free memory on device",), BootLogParser._on_free_memory, True),
     (("Estimated CUDA graph memory: ",), BootLogParser._on_graph_estimate, False),
+    (("Directly load ", "Compiling a graph for ", "Cache the graph ", "saved AOT compiled"), BootLogParser._on_compile,
+     False),
     (("Starting vLLM ", "Uvicorn running on "), BootLogParser._on_listen, False),
     ((P.STARTUP_COMPLETE,), BootLogParser._on_startup_complete, False),
 )

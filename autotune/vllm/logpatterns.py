@@ -122,6 +122,13 @@ FREE_MEMORY_RE = _re(
 GRAPH_RE = _re(r"Graph capturing finished in \d+ secs, took (" + NUM + r") GiB")
 GRAPH_ESTIMATE_RE = _re(r"Estimated CUDA graph memory: (" + NUM + r") GiB")
 
+# torch.compile cache (compilation/backends.py, decorators.py): warm "Directly load the compiled
+# graph(s) for compile range ... from the cache" / "Directly load AOT compilation from path";
+# cold "Compiling a graph for compile range|dynamic shape ... takes", "Cache the graph of compile
+# range ... for later use", "saved AOT compiled function". A cold cache costs KV tokens (issue 14).
+COMPILE_WARM_RE = _re(r"Directly load (?:the compiled graph|AOT compilation)")
+COMPILE_COLD_RE = _re(r"Compiling a graph for |Cache the graph (?:of compile range|for dynamic shape)|saved AOT compiled function")
+
 # Server listening: 0.7.3-0.17 "Starting vLLM API server [0 ]on URL", 0.18+ "Starting vLLM server on
 # URL"; <=0.7.2 only uvicorn's "Uvicorn running on URL"; uvicorn "Application startup complete."
 LISTEN_RE = _re(r"Starting vLLM (?:API )?server(?: \d+)? on (\S{1,300})|Uvicorn running on (\S{1,300})")
