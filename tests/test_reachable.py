@@ -32,3 +32,24 @@ def test_no_calibrating_run_or_a_fixed_pool_refuses_nothing(gqa):
     assert reachable.problem(fixed, {}, 5_000_000, [record(gqa)], DEVICE) is None
     assert reachable.problem(argv_for(gqa, 0.5), {"VLLM_CPU_KVCACHE_SPACE": "1"}, 5_000_000, [record(gqa)],
                              DEVICE) is None
+
+
+def test_tune_refuses_before_booting_with_the_figures(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from autotune.analysis import device_memory
+    from autotune.cli.main import cli
+
+    model = gqa_folder(tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 100_000_000}))
+    runs = tmp_path / "runs"
+    (runs / "r1").mkdir(parents=True)
+    (runs / "r1" / "run.json").write_text(json.dumps({**record(model), "schema_version": 1, "state": "finished"}))
+    monkeypatch.setattr(device_memory, "detect", lambda *a, **k: DEVICE)
+    result = CliRunner().invoke(cli, ["--runs-dir", str(runs), "tune", "--target", "50000000", "--probe", "none", "--",
+                                      *argv_for(model, 0.5)], env={"AUTOTUNE_RUNS_DIR": str(runs)})
+    assert result.exit_code == 8, result.output
+    assert "target_beyond_prediction" in result.output and "a ceiling of at most" in result.output

@@ -101,8 +101,8 @@ def _local(model: str):
 
 
 def attach(attempt, argv: list[str], emit) -> dict | None:
-    """Check one finished boot (a store.record.Attempt) and keep the result in its "prediction"
-    key; a mismatch is emitted as a warning. Never raises: a check must not stop a tune."""
+    """Check one finished boot (a store.record.Attempt) and keep the result as its `prediction`;
+    a mismatch is emitted as a warning. Never raises: a check must not stop a tune."""
     try:
         facts = attempt.facts if isinstance(attempt.facts, dict) else {}
         result = check(argv, facts)
@@ -110,7 +110,7 @@ def attach(attempt, argv: list[str], emit) -> dict | None:
         result = {"checked": False, "why": f"the check failed: {exc.__class__.__name__}: {exc}"}
     if result is None:
         return None
-    attempt.other["prediction"] = result
+    attempt.prediction = result
     if result.get("warning"):
         emit("warning", text=f"boot {attempt.index}: {result['warning']}")
     return result

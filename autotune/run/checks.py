@@ -16,6 +16,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     Raises PreflightFailed (nothing booted) unless --force; a bad --gpu raises GpuSelectorError."""
     from autotune.host import gpus
     from autotune.host.machine import gpu_facts
+    from autotune.analysis import reachable
     from autotune.run import preflight as rules
 
     inventory, _ = gpu_facts()
@@ -33,6 +34,9 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         opts.target = derived or (1 << 24)
     problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
+    beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
+                                                             opts.allow_risky_gmu)
+    problems += [rules.Problem(**beyond)] if beyond else []  # a calibrated prediction: cannot fit at any gmu
     if problems and not opts.force:
         raise PreflightFailed(problems)
     for problem in problems:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from autotune.analysis import boot_check
 from autotune.run import checks
 from autotune.run import launch
 from autotune.run import marker
@@ -69,6 +70,7 @@ class Loop:
         record.attempts.append(attempt)
         record.vllm_version = record.vllm_version or attempt.fact("vllm_version")
         checks.check_flags(attempt, attempt_argv, emit)
+        boot_check.attach(attempt, attempt_argv, emit)  # vLLM's KV figures against the model's files
         fix = checks.recovery(attempt, attempt_argv, record, self.opts, emit)
         if fix is not None:
             self._apply(fix)  # this attempt does not count for the strategy

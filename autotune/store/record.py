@@ -161,6 +161,7 @@ class Attempt(Part):
     recovery: dict = ABSENT
     no_recovery: str = ABSENT
     cleanup: dict = ABSENT  # an interrupted boot recorded from its server marker
+    prediction: dict = ABSENT  # the model files' KV figures against vLLM's (analysis/boot_check.py)
 
     @classmethod
     def interrupted(cls, index: int, log: str | None, argv, pid, **how) -> "Attempt":
