@@ -36,7 +36,7 @@ RECORD_DICT_PARAMS = {
     "autotune/run/probe.py:_run_requests",  # issue 16: the probe's own record, not a run record
     # issue 15: comparisons and reproductions read the JSON form of runs
     *(f"autotune/analysis/compare.py:{name}" for name in (
-        "used_gpus", "tokens_per_gib_of", "run_row", "sweep_point_outcome", "_final_facts")),
+        "used_gpus", "tokens_per_gib_of", "run_row", "sweep_point_outcome")),
     *(f"autotune/analysis/reproduce.py:{name}" for name in ("probe_of", "configuration_key", "_final_facts")),
     "autotune/run/reproduce.py:installed",
 }
