@@ -80,6 +80,10 @@ def test_kv_bytes_per_token_from_the_files_equal_vllms(kind_model, fixed_pool_ru
     assert predicted.kv_cache_tokens == tokens
     assert predicted.bytes_per_token_at_length == pytest.approx(vllm_per_token, rel=1e-9)
     assert fixed_pool_run["result"]["ceiling"] == kv_pool.max_model_len(shape, settings, available, TARGET)
+    # The tune's own check of this boot (boot_check, recorded in the attempt) agrees.
+    check = fixed_pool_run["attempts"][-1]["prediction"]
+    assert check["matches"] and check["kv_cache_tokens"]["predicted"] == tokens
+    assert ("pool" in check) == (kind in ("sliding", "hybrid"))
 
 
 def gmu_values() -> tuple[float, list[float]]:
