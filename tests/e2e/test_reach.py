@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import vllm_serve_argv
+from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
 
@@ -25,23 +25,24 @@ def runs(runs_dir):
 
 
 def test_reach_raises_gmu_in_one_predicted_boot(tiny_model, tmp_path):
-    # Far enough above the ceiling at gmu 0.10 that walking up in 0.01 steps takes several boots
-    # whatever this VM's NUMA node memory is today (it grows: 9 to 12 GiB seen). The probe is not
-    # what this tests, and a 150K-token prefill takes minutes on CPU.
+    # The first boot leaves ~0.3 GiB of KV (~39K tokens), far enough below the target (1.14 GiB) that
+    # walking up in 0.01 steps takes several boots whatever this VM's NUMA node memory is today.
+    # The probe is not what this tests, and a 150K-token prefill takes minutes on CPU.
+    start = cpu_gmu_leaving(0.3)
     proc = autotune(tmp_path, "--target", str(TARGET), "--reach", "--probe", "none", "--",
-                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", "0.10"))
+                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = runs(tmp_path)
     (parent,) = [r for r in records.values() if r["kind"] == "tune"]
     reach = parent["reach"]
     assert reach["reached"] is True
     (step,) = reach["steps"]  # one lever boot, predicted, not walked
-    assert step["lever"] == "gmu" and 0.10 < step["value"] <= 0.95
+    assert step["lever"] == "gmu" and start < step["value"] <= 0.95
     child = records[step["run_id"]]
     assert child["kind"] == "reach-step" and child["links"]["reach_of"] == parent["run_id"]
     assert parent["result"]["ceiling"] == TARGET and parent["result"]["target_reached"]
     # walking gmu up in 0.01 steps would have needed this many boots to get as high
-    walked = math.ceil(round((step["value"] - 0.10) / 0.01, 6))
+    walked = math.ceil(round((step["value"] - start) / 0.01, 6))
     assert reach["boots"] < walked
     command = (tmp_path / parent["run_id"] / "command.sh").read_text()
     assert f"--gpu-memory-utilization {step['value']}" in command and f"--max-model-len {TARGET}" in command
@@ -50,8 +51,12 @@ def test_reach_raises_gmu_in_one_predicted_boot(tiny_model, tmp_path):
 
 def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
     # Levers 1 and 2 are already at their floor and gmu may not rise enough: no lever boot is spent.
-    proc = autotune(tmp_path, "--target", "200000", "--reach", "--max-gmu", "0.12", "--",
-                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", "0.10", "--max-num-batched-tokens",
+    # ~0.3 GiB of KV at the start, and 0.02 more gmu adds under 1 GiB on any node this VM has shown,
+    # while 200,000 tokens need 1.53 GiB.
+    start = cpu_gmu_leaving(0.3)
+    max_gmu = round(start + 0.02, 2)
+    proc = autotune(tmp_path, "--target", "200000", "--reach", "--max-gmu", str(max_gmu), "--",
+                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start), "--max-num-batched-tokens",
                                      "512", "--enable-chunked-prefill"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (record,) = runs(tmp_path).values()
@@ -59,6 +64,6 @@ def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
     assert reach["reached"] is False and reach["steps"] == [] and reach["boots"] == 0
     text = "; ".join(reach["explanation"])
     assert "200,000 tokens need ~" in text and "GiB short" in text
-    assert "raising gpu-memory-utilization to 0.12 (--max-gmu) would give ~" in text and "not enough" in text
+    assert f"raising gpu-memory-utilization to {max_gmu} (--max-gmu) would give ~" in text and "not enough" in text
     assert f"stopped at {record['result']['ceiling']:,}" in text
     assert "not enough" in proc.stdout

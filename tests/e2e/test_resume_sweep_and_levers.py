@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import vllm_serve_argv
+from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
 
@@ -115,8 +115,10 @@ def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, t
 
 
 def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
+    # ~0.25 GiB of KV (~33K tokens) at the first boot, whatever the node's memory: the 60,000-token
+    # target (0.46 GiB) needs a lever run.
     proc = start(tmp_path, "--target", "60000", "--reach", "--probe", "none", "--",
-                 *vllm_serve_argv(model, "--gpu-memory-utilization", "0.10"))
+                 *vllm_serve_argv(model, "--gpu-memory-utilization", str(cpu_gmu_leaving(0.25))))
     child_dir = wait_for_boot(tmp_path, lambda r: r.get("kind") == "reach-step")
     proc.kill()  # SIGKILL: autotune gets no chance to stop the lever run's server or mark anything
     proc.communicate(timeout=30)
