@@ -6,6 +6,7 @@ import json
 import pytest
 
 from autotune.store import redact
+from autotune.store.record import RunRecord
 
 ARGV = ["vllm", "serve", "m", "--api-key", "sk-live-abcdef123", "--hf-token=hf_tokenvalue42",
         "--ssl-keyfile", "/etc/tls/server.key", "--tokenizer", "https://me:pa55word99@hub.example/t?token=qwerty12345&x=1",
@@ -62,7 +63,7 @@ def test_old_records_are_masked_from_their_own_commands():
     old = {"command": {"argv": ["vllm", "serve", "m", "--api-key", "sk-old-record-1"]},
            "attempts": [{"argv": ["vllm", "serve", "m", "--api-key", "sk-old-record-1"],
                          "log_tail": ["api_key: sk-old-record-1"]}]}
-    shown = redact.record_scrubber(old).obj(old)
+    shown = redact.record_scrubber(RunRecord.from_dict(old)).obj(old)
     assert "sk-old-record-1" not in json.dumps(shown)
 
 

@@ -26,13 +26,6 @@ FUNCTIONS_OVER = {
     "autotune/cli/predict.py:predict_cmd",  # issue 14: the predict command grows a model-file prediction
 }
 RECORD_DICT_PARAMS = {
-    # issue 16: the paste-ready files render from the JSON form of the record
-    *(f"autotune/store/emit.py:{name}" for name in (
-        "final_argv", "verified_on", "provenance_line", "shell_env", "secret_names", "set_first_line", "cwd_of",
-        "command_line", "render_command", "render_yaml", "pinned_gpus", "_gpu_names", "render_compose",
-        "exec_start", "render_systemd", "render", "render_all", "write_all")),
-    "autotune/store/redact.py:record_scrubber",  # issue 16
-    "autotune/store/kept.py:note_serving",  # issue 16: kept servers
     "autotune/run/probe.py:_run_requests",  # issue 16: the probe's own record, not a run record
     # issue 15: comparisons and reproductions read the JSON form of runs
     *(f"autotune/analysis/compare.py:{name}" for name in (

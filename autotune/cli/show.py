@@ -44,16 +44,17 @@ def show(run, runs_dir, json_, emit_kind):
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
     folder, run_record = load_one(run, runs_dir)
-    record = run_record.to_dict()  # the JSON form: printed, and rendered into the paste-ready files
-    # A record written before autotune scrubbed secrets is masked when read (redact.py); a kept
-    # server's entry says whether it still runs (kept.py).
-    record = kept.note_serving(redact.record_scrubber(record).obj(record), folder)
+    # What is printed and rendered into the paste-ready files: a record written before autotune
+    # scrubbed secrets is masked when read (redact.py); a kept server's entry says whether it
+    # still runs (kept.py).
+    scrubbed = redact.record_scrubber(run_record).obj(run_record.to_dict())
+    shown = kept.note_serving(RunRecord.from_dict(scrubbed), folder)
     if json_:
-        click.echo(json.dumps(record, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(shown.to_dict(), indent=2, ensure_ascii=False))
         return
     if emit_kind:
         try:
-            click.echo(emit.render(record, emit.KINDS[emit_kind]), nl=False)
+            click.echo(emit.render(shown, emit.KINDS[emit_kind]), nl=False)
         except emit.NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return

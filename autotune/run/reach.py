@@ -201,4 +201,4 @@ class LeverSearch:
         result.drop("probe")  # a probe at the lower length says nothing of this one
         if r.get("probe"):
             result.probe = r.probe
-        result.files = write_paste_ready(self.run_dir, self.record.to_dict())
+        result.files = write_paste_ready(self.run_dir, self.record)

@@ -40,7 +40,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
                       else servecmd.without_flag(final_argv, servecmd.PORT))
         result.final_argv = final_argv
         record.result = result
-        result.files = write_paste_ready(run_dir, record.to_dict())
+        result.files = write_paste_ready(run_dir, record)
     if kept is not None:
         handed = kept_servers.kept_marker(run_dir) or {}
         result.serving = {"pid": kept.pid, "port": port,

@@ -23,7 +23,7 @@ compose (from the environment or .env) and in the systemd unit (from its Environ
 vllm-config.yaml cannot expand one, so its usage line passes such options on the command
 line. Each file says which variables to set.
 
-Everything here except ``write_all`` is pure: a run record (run.json as a dict) in, text out.
+Everything here except ``write_all`` is pure: a run record (RunRecord, store/record.py) in, text out.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from autotune.store import artifact
 from autotune.vllm import servecmd
 from autotune.vllm.servecmd import VllmCommand
 from autotune.store import redact
+from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 
 COMMAND = "command.sh"
@@ -69,7 +70,7 @@ class NotEmittable(Exception):
 # Reading the verified command
 # ---------------------------------------------------------------------------
 
-def final_argv(record: dict) -> list[str]:
+def final_argv(record: RunRecord) -> list[str]:
     """The verified command, each secret in it as a `${NAME}` reference (even in a record
     written before autotune scrubbed its records)."""
     result = record.get("result") or {}
@@ -97,14 +98,14 @@ def parse_vllm_command(argv: list[str]) -> VllmCommand:
 # Shared pieces
 # ---------------------------------------------------------------------------
 
-def verified_on(record: dict) -> str:
+def verified_on(record: RunRecord) -> str:
     """The UTC date the command was verified (the last attempt's end), else the run's start."""
     attempts = record.get("attempts") or []
     stamp = (attempts[-1].get("ended_at") if attempts else None) or record.get("started_at") or ""
     return stamp[:10] or "unknown date"
 
 
-def provenance_line(record: dict) -> str:
+def provenance_line(record: RunRecord) -> str:
     return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
             f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
             f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; "
@@ -115,13 +116,13 @@ def fmt_int(value) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def shell_env(record: dict) -> dict[str, str]:
+def shell_env(record: RunRecord) -> dict[str, str]:
     """The recorded environment for a shell: secrets (recorded as ***) become $NAME."""
     env = record.get("environment") or {}
     return {k: (f"${k}" if is_secret(k) else str(v)) for k, v in env.items()}
 
 
-def secret_names(record: dict) -> list[str]:
+def secret_names(record: RunRecord) -> list[str]:
     """Every variable the files expect the user to set: secrets of the environment, then the
     references in the command."""
     names = [k for k in (record.get("environment") or {}) if is_secret(k)]
@@ -132,7 +133,7 @@ def secret_names(record: dict) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def set_first_line(record: dict) -> list[str]:
+def set_first_line(record: RunRecord) -> list[str]:
     """The comment that says which variables to set, when there are any."""
     names = secret_names(record)
     if not names:
@@ -141,7 +142,7 @@ def set_first_line(record: dict) -> list[str]:
             "only a reference to it"]
 
 
-def cwd_of(record: dict) -> str | None:
+def cwd_of(record: RunRecord) -> str | None:
     return (record.get("command") or {}).get("cwd")
 
 
@@ -179,14 +180,14 @@ def shell_word(arg: str) -> str:
     return f'"{escaped}"'
 
 
-def command_line(record: dict) -> str:
+def command_line(record: RunRecord) -> str:
     """The verified command as ONE shell line, environment first."""
     env = shell_env(record)
     head = [f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in env.items()]
     return " ".join(head + [shell_word(a) for a in final_argv(record)])
 
 
-def render_command(record: dict) -> str:
+def render_command(record: RunRecord) -> str:
     lines = [f"# {provenance_line(record)}", *set_first_line(record), command_line(record)]
     return "\n".join(lines) + "\n"
 
@@ -214,7 +215,7 @@ def yaml_scalar(value: object) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def render_yaml(record: dict) -> str:
+def render_yaml(record: RunRecord) -> str:
     argv = final_argv(record)
     if servecmd.has_flag(argv, servecmd.CONFIG):
         # vLLM reads the file under the flags (flags win): one file holds the merged options.
@@ -264,7 +265,7 @@ def image_tag(version: str | None) -> str:
     return f"{IMAGE}:v{version.split('+')[0]}"
 
 
-def pinned_gpus(record: dict) -> list[str] | None:
+def pinned_gpus(record: RunRecord) -> list[str] | None:
     """The GPU ids the run was pinned to (CUDA_VISIBLE_DEVICES as recorded), or None."""
     value = (record.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
     if value is None or value == "":
@@ -272,7 +273,7 @@ def pinned_gpus(record: dict) -> list[str] | None:
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
-def _gpu_names(record: dict, ids: list[str]) -> list[str]:
+def _gpu_names(record: RunRecord, ids: list[str]) -> list[str]:
     gpus = (record.get("machine") or {}).get("gpus") or []
     named = []
     for gid in ids:
@@ -290,7 +291,7 @@ def _compose_value(text: str) -> str:
                       ensure_ascii=False)
 
 
-def render_compose(record: dict) -> str:
+def render_compose(record: RunRecord) -> str:
     argv = final_argv(record)
     cmd = parse_vllm_command(argv)
     cwd = cwd_of(record)
@@ -390,7 +391,7 @@ def systemd_word(arg: str) -> str:
     return f'"{escaped}"'
 
 
-def exec_start(record: dict) -> str:
+def exec_start(record: RunRecord) -> str:
     argv = final_argv(record)
     program = argv[0]
     if "/" in program and not program.startswith("/"):
@@ -399,7 +400,7 @@ def exec_start(record: dict) -> str:
     return " ".join(systemd_word(a) for a in [program, *argv[1:]])
 
 
-def render_systemd(record: dict) -> str:
+def render_systemd(record: RunRecord) -> str:
     argv = final_argv(record)
     model = servecmd.model_of(argv) or "the model"
     cwd = cwd_of(record)
@@ -445,12 +446,12 @@ def render_systemd(record: dict) -> str:
 RENDERERS = {COMMAND: render_command, YAML: render_yaml, COMPOSE: render_compose, SYSTEMD: render_systemd}
 
 
-def render(record: dict, name: str) -> str:
+def render(record: RunRecord, name: str) -> str:
     """One file's text; raises NotEmittable with the reason when this run cannot give it."""
     return RENDERERS[name](record)
 
 
-def render_all(record: dict) -> tuple[dict[str, str], dict[str, str]]:
+def render_all(record: RunRecord) -> tuple[dict[str, str], dict[str, str]]:
     """(files that can be written: name -> text, files that cannot: name -> why)."""
     texts: dict[str, str] = {}
     skipped: dict[str, str] = {}
@@ -462,7 +463,7 @@ def render_all(record: dict) -> tuple[dict[str, str], dict[str, str]]:
     return texts, skipped
 
 
-def write_all(run_dir: Path, record: dict) -> list[str]:
+def write_all(run_dir: Path, record: RunRecord) -> list[str]:
     """Write every file this run can give into run_dir (atomically); return their names."""
     texts, _ = render_all(record)
     for name, text in texts.items():

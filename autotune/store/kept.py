@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autotune.run import launch
 from autotune.store import artifact
+from autotune.store.record import RunRecord
 from autotune.store.server_file import MARKER, Cleaned
 
 
@@ -111,8 +112,8 @@ def _record_stop(run_dir: Path, how: dict) -> None:
     artifact.save_run(run_dir, record)
 
 
-def note_serving(record: dict, run_dir: Path | None) -> dict:
-    """record (run.json's JSON form) with result.serving saying "stopped" when its kept server
+def note_serving(record: RunRecord, run_dir: Path | None) -> RunRecord:
+    """record with result.serving saying "stopped" when its kept server
     no longer runs (for show: the record says what was kept, this says what runs now)."""
     serving_rec = (record.get("result") or {}).get("serving")
     if isinstance(serving_rec, dict) and not serving_rec.get("stopped") and run_dir is not None \

@@ -23,6 +23,8 @@ import fnmatch
 import re
 from typing import Mapping, Sequence
 
+from autotune.store.record import Attempt, RunRecord
+
 MASK = "***"
 SECRET_PATTERNS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "*_TOKEN", "*_KEY", "*_SECRET", "*PASSWORD*")
 # Options whose value is a secret, and the variable that stands for it. vLLM itself reads
@@ -216,12 +218,12 @@ def scrubbing(emit):
     return scrubbed
 
 
-def record_scrubber(record: dict) -> Scrubber:
+def record_scrubber(record: RunRecord) -> Scrubber:
     """A scrubber for a record written by any autotune, from the secrets its own commands show
     (`show` uses it: records from before secrets were scrubbed are masked when read)."""
     found: dict[str, str] = {}
     commands = [(record.get("command") or {}).get("argv"), (record.get("result") or {}).get("final_argv")]
-    commands += [a.get("argv") for a in record.get("attempts") or [] if isinstance(a, dict)]
+    commands += [a.get("argv") for a in record.get("attempts") or [] if isinstance(a, Attempt)]
     for argv in commands:
         if isinstance(argv, list):
             found.update(find_secrets([str(a) for a in argv]))

@@ -26,6 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.store import emit
+from autotune.store.record import RunRecord
 from autotune.cli.main import cli
 from autotune.cli.progress import render_summary
 from tests.conftest import vllm_serve_argv
@@ -117,7 +118,7 @@ def test_the_run_folder_holds_the_four_paste_ready_files(tuned):
     names = ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service"]
     assert tuned.record["result"]["files"] == names
     for name in names:
-        assert (tuned.run_dir / name).read_text() == emit.render(tuned.record, name)
+        assert (tuned.run_dir / name).read_text() == emit.render(RunRecord.from_dict(tuned.record), name)
 
 
 @pytest.mark.parametrize("kind", sorted(emit.KINDS))
