@@ -81,17 +81,7 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
         if not groups:
             seen = sorted({r.max_num_seqs or "(vLLM's default)" for r in report.runs})
             raise click.ClickException(f"no run with --max-num-seqs {max_num_seqs}; the runs have: {', '.join(seen)}")
-    predictions = []
-    skipped = []
-    for group in groups:
-        p = cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
-        if p is None:
-            why = ("gmu does not size the KV cache in these runs" if not group.gmu_sets_kv
-                   else "one gmu value and no device memory to move it by" if
-                   any(rows[i].available_kv_gib is not None for i in group.run_ids) else "no run with a KV figure")
-            skipped.append((group, why))
-        else:
-            predictions.append((group, p))
+    predictions, skipped = _predict_groups(groups, rows, gmu)
     if not predictions:
         whys = "; ".join(f"{g.group_id}: {why}" for g, why in skipped)
         raise click.ClickException(f"nothing to predict from ({whys})")
@@ -105,18 +95,39 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
     for i, (group, p) in enumerate(predictions):
         if i:
             click.echo("")
-        click.echo(f"{group.group_id} ({describe_group(group, rows)}) at gmu {gmu:g}:")
-        click.echo(f"  available KV: {p.available_kv_gib:.2f} GiB")
-        if p.kv_cache_tokens is not None:
-            click.echo(f"  KV tokens:    {p.kv_cache_tokens:,}")
-        if p.ceiling is not None:
-            bound = "at most " if p.ceiling_is_upper_bound else ""
-            click.echo(f"  ceiling:      {bound}--max-model-len {p.ceiling:,}")
-        click.echo(f"  from: {p.basis}")
-        if group.ceiling_slack_tokens is not None:
-            click.echo(f"  the measured ceilings sat {group.ceiling_slack_tokens:,} tokens under the KV token count")
+        _echo_prediction(group, p, rows, gmu)
     for group, why in skipped:
         click.echo(f"({group.group_id}: no prediction: {why})", err=True)
+
+
+def _predict_groups(groups, rows: dict, gmu: float) -> tuple[list, list]:
+    """([(group, prediction)], [(group, why there is none)]) for each comparable group."""
+    predictions = []
+    skipped = []
+    for group in groups:
+        p = cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
+        if p is None:
+            why = ("gmu does not size the KV cache in these runs" if not group.gmu_sets_kv
+                   else "one gmu value and no device memory to move it by" if
+                   any(rows[i].available_kv_gib is not None for i in group.run_ids) else "no run with a KV figure")
+            skipped.append((group, why))
+        else:
+            predictions.append((group, p))
+    return predictions, skipped
+
+
+def _echo_prediction(group, p, rows: dict, gmu: float) -> None:
+    """One group's prediction as text."""
+    click.echo(f"{group.group_id} ({describe_group(group, rows)}) at gmu {gmu:g}:")
+    click.echo(f"  available KV: {p.available_kv_gib:.2f} GiB")
+    if p.kv_cache_tokens is not None:
+        click.echo(f"  KV tokens:    {p.kv_cache_tokens:,}")
+    if p.ceiling is not None:
+        bound = "at most " if p.ceiling_is_upper_bound else ""
+        click.echo(f"  ceiling:      {bound}--max-model-len {p.ceiling:,}")
+    click.echo(f"  from: {p.basis}")
+    if group.ceiling_slack_tokens is not None:
+        click.echo(f"  the measured ceilings sat {group.ceiling_slack_tokens:,} tokens under the KV token count")
 
 
 COMMANDS = [predict_cmd]

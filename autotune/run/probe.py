@@ -332,36 +332,38 @@ def _head_of_line(long2: StreamResult, short: StreamResult) -> dict:
     }
 
 
-def _run_requests(record: dict, server: verify.Server, budget: int, margin: int, max_tokens: int, mode: str,
+def _run_requests(probe_record: dict, server: verify.Server, budget: int, margin: int, max_tokens: int, mode: str,
                   request_timeout_s: float, small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
+    """Send the probe's requests, filling in probe_record (the probe's own record, attempt.probe
+    in run.json: not a run record) as they answer."""
     session = _Session(server, request_timeout_s)
     # A salt unique to this probe starts every prompt: vLLM's prefix cache would otherwise
     # answer a repeated prompt (an earlier probe's, or the first long one) without prefill.
     nonce = uuid.uuid4().hex[:8]
     try:
         model = _model_id(server, small_timeout_s)
-        record["model"] = model
+        probe_record["model"] = model
         count = tokenizer_of(server, model, small_timeout_s)
         first = size_prompt(budget, margin, count, salt=f"autotune probe {nonce} 1")
     except ProbeFailure as exc:
-        record["reason"] = str(exc)
+        probe_record["reason"] = str(exc)
         return
-    record["prompt_within_margin"] = first.within_margin
+    probe_record["prompt_within_margin"] = first.within_margin
 
     emit("probe_request", role="long", prompt_tokens=first.tokens)
     res = session.complete(model, first.text, max_tokens)
     emit("probe_request_done", role="long", ok=res.ok, ttft_s=_r(res.ttft_s), reason=res.reason)
     long1 = _request_record("long", res, first, t0)
-    record["requests"].append(long1)
+    probe_record["requests"].append(long1)
     for key in ("prompt_tokens", "completion_tokens", "ttft_s", "total_s", "prefill_tokens_per_s"):
-        record[key] = long1.get(key)
+        probe_record[key] = long1.get(key)
     if not res.ok:
-        record["reason"] = f"the near-ceiling request ({first.tokens} prompt tokens) failed: {res.reason}"
+        probe_record["reason"] = f"the near-ceiling request ({first.tokens} prompt tokens) failed: {res.reason}"
         return
     if mode == QUICK:
-        record["ok"] = True
-        record["reason"] = (f"{long1['prompt_tokens']} prompt tokens + {long1['completion_tokens']} output tokens "
-                            f"served at max_model_len {record['max_model_len']}")
+        probe_record["ok"] = True
+        probe_record["reason"] = (f"{long1['prompt_tokens']} prompt tokens + {long1['completion_tokens']} output "
+                                  f"tokens served at max_model_len {probe_record['max_model_len']}")
         return
 
     # full: a second near-ceiling request (with another salt, so the prefix cache cannot
@@ -369,7 +371,7 @@ def _run_requests(record: dict, server: verify.Server, budget: int, margin: int,
     try:
         second = size_prompt(budget, margin, count, salt=f"autotune probe {nonce} 2", first_chars=len(first.text))
     except ProbeFailure as exc:
-        record["reason"] = str(exc)
+        probe_record["reason"] = str(exc)
         return
     # Send the short one well inside the long one's prefill (the first request timed it).
     short_prompt = filler_text(64, salt=f"autotune probe {nonce} short")
@@ -378,17 +380,19 @@ def _run_requests(record: dict, server: verify.Server, budget: int, margin: int,
     long2 = _request_record("long_repeat", long2_res, second, t0)
     emit("probe_request_done", role="long_repeat", ok=long2_res.ok, ttft_s=long2["ttft_s"], reason=long2_res.reason)
     short = _request_record("short_during_prefill", short_res, None, t0)
-    record["requests"] += [long2, short]
-    record["head_of_line"] = _head_of_line(long2_res, short_res)
+    probe_record["requests"] += [long2, short]
+    probe_record["head_of_line"] = _head_of_line(long2_res, short_res)
     if long2["ok"] and res.ttft_s and long2_res.ttft_s:
-        record["repeat_ttft_ratio"] = round(long2_res.ttft_s / res.ttft_s, 2)
-    record["repeatable"] = bool(long2["ok"])
+        probe_record["repeat_ttft_ratio"] = round(long2_res.ttft_s / res.ttft_s, 2)
+    probe_record["repeatable"] = bool(long2["ok"])
     if not long2["ok"]:
-        record["reason"] = f"the second near-ceiling request ({second.tokens} prompt tokens) failed: {long2['reason']}"
+        probe_record["reason"] = (f"the second near-ceiling request ({second.tokens} prompt tokens) failed: "
+                                  f"{long2['reason']}")
         return
     if not short["ok"]:
-        record["reason"] = f"the short request sent during prefill failed: {short['reason']}"
+        probe_record["reason"] = f"the short request sent during prefill failed: {short['reason']}"
         return
-    record["ok"] = True
-    record["reason"] = (f"two near-ceiling requests ({long1['prompt_tokens']} and {long2['prompt_tokens']} prompt "
-                        f"tokens) and a short one during prefill served at max_model_len {record['max_model_len']}")
+    probe_record["ok"] = True
+    probe_record["reason"] = (f"two near-ceiling requests ({long1['prompt_tokens']} and {long2['prompt_tokens']} "
+                              f"prompt tokens) and a short one during prefill served at max_model_len "
+                              f"{probe_record['max_model_len']}")
