@@ -22,11 +22,8 @@ MODULES_OVER = {
     "autotune/run/preflight.py",  # issue 12: the preflight rules
     "autotune/vllm/logparse.py",  # issue 11: the log grammar, being split into vllm/log*.py
 }
-FUNCTIONS_OVER = {
-    "autotune/cli/predict.py:predict_cmd",  # issue 14: the predict command grows a model-file prediction
-}
+FUNCTIONS_OVER: set[str] = set()  # none left
 RECORD_DICT_PARAMS = {
-    "autotune/run/probe.py:_run_requests",  # issue 16: the probe's own record, not a run record
     # issue 15: comparisons and reproductions read the JSON form of runs
     *(f"autotune/analysis/compare.py:{name}" for name in (
         "used_gpus", "tokens_per_gib_of", "run_row", "sweep_point_outcome")),
