@@ -8,6 +8,7 @@ from click.testing import CliRunner
 
 from autotune.store import artifact
 from autotune.analysis import compare as cmp
+from autotune.store.record import as_run_record
 from autotune.cli.main import cli
 
 RTX_3090 = ("NVIDIA GeForce RTX 3090", 24.0)
@@ -44,6 +45,16 @@ def record(run_id, *, gmu=None, kv=None, tokens=None, ceiling=None, target=500_0
         "result": {"verdict": verdict, "verified": verified, "ceiling": ceiling if verified else None,
                    "final_argv": argv + ["--max-model-len", str(ceiling)] if verified and ceiling else None},
     }
+
+
+
+def row_of(rec):
+    """compare's row of a hand-made record (run_row takes the typed record, as artifact.load gives it)."""
+    return cmp.run_row(as_run_record(rec))
+
+
+def outcome_of(rec, start_at):
+    return cmp.sweep_point_outcome(as_run_record(rec), start_at)
 
 
 def pair(report, older, newer):
@@ -159,14 +170,14 @@ def test_gpu_identity_follows_the_gpus_vllm_saw():
     both = ((RTX_3090[0], 24.0), (RTX_4090[0], 23.99))
     rec = record("run-01", gmu=0.9, kv=3.0, gpus=both)
     rec["gpus"] = {"indices": [1], "source": "--gpu"}  # what tune recorded when it pinned one
-    row = cmp.run_row(rec)
+    row = row_of(rec)
     assert row.device == "NVIDIA GeForce RTX 4090 23.99 GiB" and row.device_memory_gib == 23.99
-    row = cmp.run_row(record("run-01", gmu=0.9, kv=3.0, gpus=both,
+    row = row_of(record("run-01", gmu=0.9, kv=3.0, gpus=both,
                              env={"CUDA_VISIBLE_DEVICES": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}))
     assert row.device == "NVIDIA GeForce RTX 3090 24.0 GiB"
-    row = cmp.run_row(record("run-01", gmu=0.9, kv=3.0, gpus=(RTX_3090, RTX_3090)))
+    row = row_of(record("run-01", gmu=0.9, kv=3.0, gpus=(RTX_3090, RTX_3090)))
     assert row.device == "2x NVIDIA GeForce RTX 3090 24.0 GiB" and row.device_memory_gib == 24.0
-    row = cmp.run_row(record("run-01", gmu=0.9, kv=3.0, gpus=both))
+    row = row_of(record("run-01", gmu=0.9, kv=3.0, gpus=both))
     assert row.device_memory_gib is None and row.device_memory_source == "GPUs of different sizes"
 
 
@@ -187,7 +198,7 @@ def test_a_fixed_kv_pool_makes_gmu_irrelevant():
     ("0.32.0", {"VLLM_CPU_KVCACHE_SPACE": "4"}, False),
 ])
 def test_when_gmu_sizes_the_cpu_kv_cache(version, env, sets_kv):
-    assert cmp.run_row(record("run-01", gmu=0.2, kv=1.0, gpus=(), version=version, env=env)).gmu_sets_kv is sets_kv
+    assert row_of(record("run-01", gmu=0.2, kv=1.0, gpus=(), version=version, env=env)).gmu_sets_kv is sets_kv
 
 
 @pytest.mark.parametrize("version, gmu, source", [
@@ -203,7 +214,7 @@ def test_default_gmu_by_version(version, gmu, source):
 
 def test_a_gmu_flag_is_read_in_either_spelling():
     rec = record("run-01", kv=3.0, extra=["--gpu_memory_utilization=0.85"])
-    row = cmp.run_row(rec)
+    row = row_of(rec)
     assert (row.gmu, row.gmu_source) == (0.85, "flag")
 
 
@@ -268,7 +279,7 @@ def test_tolerance(a, b, spread, gib, source):
 
 
 def test_the_data_spread_is_robust_to_one_bad_run():
-    rows = [cmp.run_row(record(f"run-0{i}", gmu=g, kv=kv)) for i, (g, kv) in
+    rows = [row_of(record(f"run-0{i}", gmu=g, kv=kv)) for i, (g, kv) in
             enumerate([(0.9, 3.0), (0.92, 3.49), (0.94, 3.95), (0.96, 4.44), (0.98, 2.0)], 1)]
     spread = cmp.data_spread(rows, cmp.Expectation("budget", 24.0, "device"))
     # intercepts 18.6, 18.59, 18.61, 18.6, 21.52: the median deviation ignores the last one
@@ -276,10 +287,10 @@ def test_the_data_spread_is_robust_to_one_bad_run():
 
 
 def test_tokens_per_gib_prefers_a_refusals_large_figure():
-    row = cmp.run_row(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, kv_needed=3.81, target=500_000))
+    row = row_of(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, kv_needed=3.81, target=500_000))
     assert row.tokens_per_gib == pytest.approx(500_000 / 3.81)
     assert row.tokens_per_gib_source == "a refusal: 500,000 tokens need 3.81 GiB"
-    row = cmp.run_row(record("run-01", gmu=0.15, kv=0.5, tokens=65_536))
+    row = row_of(record("run-01", gmu=0.15, kv=0.5, tokens=65_536))
     assert row.tokens_per_gib == 131_072 and row.tokens_per_gib_source == "65,536 KV tokens in 0.5 GiB"
 
 
@@ -393,13 +404,13 @@ def tuned(outcomes, start_at, ceiling, target=500_000):
 
 
 def test_a_sweep_point_fitted_by_vllms_auto_says_so():
-    out = cmp.sweep_point_outcome({**tuned([("auto", "verified", 130_944)], None, 130_944), "plan": "auto"}, None)
+    out = outcome_of({**tuned([("auto", "verified", 130_944)], None, 130_944), "plan": "auto"}, None)
     assert (out["boots"], out["boots_without_prediction"], out["saved"]) == (1, 1, 0)  # nothing for predictions to save
     assert out["note"] == "vLLM's --max-model-len auto fitted it (1 boot; no prediction used)"
 
 
 def test_a_boot_cut_short_by_an_interruption_is_used_but_not_held_against_the_prediction():
-    out = cmp.sweep_point_outcome(tuned([(94_500, "interrupted", None), (94_500, "verified", None)], 94_500, 94_500),
+    out = outcome_of(tuned([(94_500, "interrupted", None), (94_500, "verified", None)], 94_500, 94_500),
                                   94_500)
     assert (out["boots"], out["boots_interrupted"], out["saved"]) == (2, 1, 1)
     assert out["note"].startswith("saved the boot at the target")
@@ -416,7 +427,7 @@ def test_a_boot_cut_short_by_an_interruption_is_used_but_not_held_against_the_pr
 ])
 def test_sweep_point_outcome(outcomes, start_at, ceiling, boots, saved, note):
     target = 4096 if ceiling == 4096 else 500_000
-    out = cmp.sweep_point_outcome(tuned(outcomes, start_at, ceiling, target), start_at)
+    out = outcome_of(tuned(outcomes, start_at, ceiling, target), start_at)
     assert (out["boots"], out["saved"]) == (boots, saved)
     assert note in out["note"]
 

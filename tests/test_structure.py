@@ -18,18 +18,11 @@ MAX_MODULE_LINES = 500
 DATA_TABLES = {"autotune/vllm/catalog.py"}
 # Still over the limits, owned by work in progress (issue number in the comment).
 MODULES_OVER = {
-    "autotune/analysis/compare.py",  # issue 15: compare, predictions, reproduce verdicts in one module
     "autotune/run/preflight.py",  # issue 12: the preflight rules
     "autotune/vllm/logparse.py",  # issue 11: the log grammar, being split into vllm/log*.py
 }
 FUNCTIONS_OVER: set[str] = set()  # none left
-RECORD_DICT_PARAMS = {
-    # issue 15: comparisons and reproductions read the JSON form of runs
-    *(f"autotune/analysis/compare.py:{name}" for name in (
-        "used_gpus", "tokens_per_gib_of", "run_row", "sweep_point_outcome")),
-    *(f"autotune/analysis/reproduce.py:{name}" for name in ("probe_of", "configuration_key", "_final_facts")),
-    "autotune/run/reproduce.py:installed",
-}
+RECORD_DICT_PARAMS: set[str] = set()  # none left
 
 
 def modules() -> dict[str, Path]:

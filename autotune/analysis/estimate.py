@@ -314,11 +314,12 @@ def calibration_runs(records: list[dict], model: str, device: Device, vllm_versi
                      settings: dict[str, str]) -> tuple[list[dict], list[str]]:
     """The verified runs that measure this configuration's overhead, as calibrate() reads them, and
     why the others were left out (one line each)."""
-    from autotune.analysis import compare as cmp
+    from autotune.analysis.run_row import run_row
+    from autotune.store.record import as_run_record
 
     chosen, skipped = [], []
     for record in records:
-        row = cmp.run_row(record)
+        row = run_row(as_run_record(record))
         why = _mismatch(row, model, device, vllm_version, settings)
         if why:
             skipped.append(f"{row.run_id}: {why}")
@@ -357,7 +358,7 @@ def _model_name(model: str | None) -> str:
 def newest_version_only(runs: list[dict]) -> tuple[list[dict], str | None]:
     """The runs of the newest vLLM version among them (an upgrade moves the overhead), and a note
     naming the runs left out, if any."""
-    from autotune.analysis.compare import version_tuple
+    from autotune.analysis.run_row import version_tuple
 
     versions = {r.get("vllm_version") for r in runs if r.get("vllm_version")}
     if len(versions) <= 1:

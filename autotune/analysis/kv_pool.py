@@ -82,7 +82,7 @@ def reserves_null_block(vllm_version: str | None) -> bool:
     """Whether a vLLM version checks lengths against the pool less one block. Seen in 0.32.0; not in
     0.20.2 (the seed machine: 65,536 tokens need 4.16 GiB, estimate 61,152 from 3.9 GiB) nor in the
     ~0.11 CPU log (4.00 GiB: estimate 37,376 = all 292 blocks). Assumed from 0.21 on; unknown: yes."""
-    from autotune.analysis.compare import version_tuple
+    from autotune.analysis.run_row import version_tuple
 
     parsed = version_tuple(vllm_version)
     return parsed is None or parsed >= (0, 21)

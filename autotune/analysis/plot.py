@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.analysis.compare import Report, predict
+from autotune.analysis.compare import Report
+from autotune.analysis.gmu_predict import predict
 
 
 class PlotUnavailable(Exception):

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.analysis.compare import (EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, TOLERANCE_FRACTION,
-                                       run_row, tolerance_for)
+from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER
+from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
+from autotune.analysis.run_row import run_row
+from autotune.store.record import RunRecord, as_run_record
 from autotune.vllm import servecmd
 
 TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slower or faster
@@ -73,8 +75,9 @@ def reproduce_verdict(old: dict, new: dict) -> Reproduction:
     node's memory in a VM with hot-plugged memory): that change of budget is expected, and
     only the rest counts for the verdict. The figures themselves are reported as measured.
     """
-    o, n = run_row(old), run_row(new)
-    o_facts, n_facts = _final_facts(old), _final_facts(new)
+    old_run, new_run = as_run_record(old), as_run_record(new)
+    o, n = run_row(old_run), run_row(new_run)
+    o_facts, n_facts = _final_facts(old_run), _final_facts(new_run)
     o_args = o_facts.get("non_default_args") or {}
     n_args = n_facts.get("non_default_args") or {}
     gone = sorted(k for k in o_args if k not in n_args) if n_args else []
@@ -95,7 +98,7 @@ def reproduce_verdict(old: dict, new: dict) -> Reproduction:
         if target:
             expected = min(o.ceiling + expected, target) - o.ceiling
         changes.append(_change("ceiling", o.ceiling, n.ceiling, expected, TOLERANCE_FRACTION * o.ceiling))
-    probe, timing = probe_changes(old, new)
+    probe, timing = probe_changes(old_run, new_run)
     changes.extend(timing)
     verdict, reason = _verdict(new, changes, probe)
     if budget_moved and verdict != "error":
@@ -131,16 +134,16 @@ def _verdict(new: dict, changes: list[dict], probe: dict) -> tuple[str, str]:
     return "same", "no change beyond tolerance"
 
 
-def probe_of(record: dict) -> dict | None:
+def probe_of(record: RunRecord) -> dict | None:
     """The probe of a run's final boot (None: it ran none)."""
     result = record.get("result") or {}
     if result.get("probe"):
-        return result["probe"]
+        return result.get("probe")
     attempts = record.get("attempts") or []
     return attempts[-1].get("probe") if attempts else None
 
 
-def probe_changes(old: dict, new: dict) -> tuple[dict, list[dict]]:
+def probe_changes(old: RunRecord, new: RunRecord) -> tuple[dict, list[dict]]:
     """The two probes side by side, and their timing changes where both probed alike.
 
     TTFT is lower-is-better, prefill tokens/s higher-is-better; both are compared only when the
@@ -173,7 +176,7 @@ def _ok(probe: dict | None) -> bool | None:
     return None if not probe else bool(probe.get("ok"))
 
 
-def _final_facts(record: dict) -> dict:
+def _final_facts(record: RunRecord) -> dict:
     attempts = record.get("attempts") or []
     return dict(attempts[-1].get("facts") or {}) if attempts else {}
 
@@ -207,7 +210,7 @@ def _num(value) -> str:
 
 # ---- which runs are outdated ---------------------------------------------------------------------
 
-def configuration_key(record: dict) -> tuple:
+def configuration_key(record: RunRecord) -> tuple:
     """What makes two runs the same configuration to re-measure: the command (without the
     lengths and ports autotune sets) and the environment that changes vLLM."""
     argv = list((record.get("command") or {}).get("argv") or [])
@@ -219,16 +222,17 @@ def configuration_key(record: dict) -> tuple:
 
 def outdated(records: list[dict], installed_version) -> list[tuple[dict, str]]:
     """The newest verified run of each configuration whose vLLM is not the installed one, with
-    that version. `installed_version(record)` says which vLLM the run's command would start now
+    that version. `installed_version(run_record)` says which vLLM the run's command would start now
     (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
-    newest: dict[tuple, dict] = {}
+    newest: dict[tuple, tuple[dict, RunRecord]] = {}
     for record in sorted(records, key=lambda r: (r.get("started_at") or "", r.get("run_id") or "")):
         if record.get("kind") == "sweep-point" or not (record.get("result") or {}).get("verified"):
             continue
-        newest[configuration_key(record)] = record
+        typed = as_run_record(record)
+        newest[configuration_key(typed)] = (record, typed)
     out = []
-    for record in newest.values():
-        now = installed_version(record)
+    for record, typed in newest.values():
+        now = installed_version(typed)
         if now is not None and record.get("vllm_version") != now:
             out.append((record, now))
     return out

@@ -17,6 +17,7 @@ from typing import Callable
 from autotune.analysis import reproduce as rep
 from autotune.run import tune as tune_mod
 from autotune.run.options import Emit, TuneOptions
+from autotune.store.record import RunRecord, as_run_record
 from autotune.store.redact import MASK
 from autotune.vllm import versions as vllminfo
 
@@ -42,7 +43,7 @@ def plan(old: dict, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: fl
                               f"(its verdict: {result.get('verdict')})")
     env, missing = rep.reproduction_env(old.get("environment") or {}, env_now, tune_mod.RELEVANT_ENV_PREFIXES, MASK)
     options = old.get("options") or {}
-    recorded_probe = options.get("probe") or (rep.probe_of(old) or {}).get("mode")
+    recorded_probe = options.get("probe") or (rep.probe_of(as_run_record(old)) or {}).get("mode")
     if probe is not None:
         mode, source = probe, "--probe"
     elif recorded_probe:
@@ -66,11 +67,11 @@ def reproduce(old: dict, plan_: Plan, progress: Emit) -> tuple[dict, rep.Reprodu
     return new, verdict
 
 
-def installed_version_finder(env_now: dict[str, str]) -> Callable[[dict], str | None]:
+def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], str | None]:
     """installed(record): the vLLM version the record's command starts now (asked once per program)."""
     cache: dict[tuple, str | None] = {}
 
-    def installed(record: dict) -> str | None:
+    def installed(record: RunRecord) -> str | None:
         argv = list((record.get("command") or {}).get("argv") or [])
         if not argv:
             return None

@@ -1,6 +1,6 @@
 """A gmu sweep: one tune per --gpu-memory-utilization value, linked by sweep.json; resumable.
 
-Composition only, like run/tune.py: the predictions and the fit come from compare.py, each
+Composition only, like run/tune.py: the predictions and the fit come from analysis/ (compare, sweep_plan), each
 value's boots from run/tune.py. `autotune sweep` creates and runs one; `autotune resume`
 continues an interrupted one: finished values are kept as they are, the value whose run
 was interrupted has that run resumed (its finished boots are not repeated), and the values
@@ -17,7 +17,7 @@ from typing import Callable
 from autotune import __version__
 from autotune.store import artifact
 from autotune.store import cleanup
-from autotune.store.record import RunRecord, SweepPoint
+from autotune.store.record import RunRecord, SweepPoint, as_run_record
 from autotune.analysis import compare as cmp
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
@@ -135,7 +135,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                     save(sweep_dir, sweep)
                     continue
                 records.append(record)
-                outcome = cmp.sweep_point_outcome(record, start_at)
+                outcome = cmp.sweep_point_outcome(as_run_record(record), start_at)
                 result = record.get("result") or {}
                 point = SweepPoint(gmu=gmu, run_id=record["run_id"], verdict=result.get("verdict"),
                                    ceiling=result.get("ceiling"), start_at=start_at, start_at_reason=aim,

@@ -1,0 +1,88 @@
+"""What a group's measured runs predict at another gmu (pure): available KV, KV tokens, the ceiling."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from autotune.analysis.run_groups import Group
+from autotune.analysis.run_row import Row
+
+
+@dataclass
+class Prediction:
+    group_id: str
+    gmu: float
+    available_kv_gib: float
+    kv_cache_tokens: int | None
+    ceiling: int | None  # the longest --max-model-len expected to boot
+    ceiling_is_upper_bound: bool  # no measured run was KV-limited: the ceiling is at most the KV tokens
+    basis: str  # the fit or slope the prediction comes from
+    warnings: list[str]
+    error_tokens: float | None = None  # the token line's residual spread (3 runs or more)
+    device: str = ""  # the group's device label ("cpu ..." or a GPU)
+    slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
+
+
+def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
+    """Available KV, KV tokens and the ceiling at `gmu`, from a group's measured runs.
+
+    Two or more gmu values: the least-squares lines. One gmu value: the budget's change
+    (device memory x gmu) from the runs measured there. Where the device memory is known the
+    lines run against the budget, at the newest run's device memory. None when neither works.
+    """
+    points = [r for r in rows if r.gmu is not None and r.available_kv_gib is not None]
+    if not points or not group.gmu_sets_kv:
+        return None
+    warnings: list[str] = []
+    fit = group.fit
+    tpg = group.tokens_per_gib
+    memory_now = next((r.device_memory_gib for r in reversed(points) if r.device_memory_gib is not None), None)
+    if fit is not None:
+        x = memory_now * gmu if fit.x == "budget" else gmu
+        kv = fit.kv_a * x - fit.kv_b
+        basis = (f"least squares over {fit.runs} runs at gmu {fit.gmu_min:g}-{fit.gmu_max:g}: "
+                 f"available KV = {fit.a_gib:.2f} x gmu - {fit.b_gib:.2f} GiB")
+        if fit.tokens_a is not None:
+            tokens = fit.tokens_a * x - fit.tokens_b
+            per = "GiB of budget (device memory x gmu)" if fit.x == "budget" else "unit of gmu"
+            basis += f"; KV tokens: {fit.tokens_a:,.0f} per {per}"
+        else:
+            tokens = kv * tpg if tpg else None
+        low, high = fit.gmu_min, fit.gmu_max
+    elif group.expectation.mode == "budget":
+        budget = memory_now * gmu
+        kv = statistics.mean(r.available_kv_gib + budget - r.budget_gib for r in points)
+        with_tokens = [r for r in points if r.kv_cache_tokens is not None]
+        tokens = (statistics.mean(r.kv_cache_tokens + (budget - r.budget_gib) * tpg for r in with_tokens)
+                  if with_tokens and tpg else None)
+        basis = f"one gmu value measured ({points[0].gmu:g}), moved by the budget: device memory x gmu"
+        if tpg:
+            basis += f"; {tpg:,.0f} tokens per GiB ({group.tokens_per_gib_source})"
+        low = high = points[0].gmu
+    else:
+        return None
+    if fit is None or fit.x == "budget":
+        memories = {r.device_memory_gib for r in points}
+        basis += (f"; device memory {memory_now} GiB" if len(memories) == 1 else
+                  f"; device memory taken as {memory_now} GiB, the newest run's (the runs saw "
+                  f"{min(memories)}-{max(memories)} GiB)")
+    if gmu < low - 1e-9 or gmu > high + 1e-9:
+        measured = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+        warnings.append(f"gmu {gmu:g} is outside the measured range ({measured}): this is an extrapolation")
+    if kv <= 0:
+        warnings.append(f"the line gives {kv:.2f} GiB at gmu {gmu:g}: nothing would be left for the KV cache")
+    ceiling = None
+    upper = False
+    if tokens is not None:
+        tokens = max(0, int(tokens))
+        if group.ceiling_slack_tokens is not None:
+            ceiling = max(0, tokens - group.ceiling_slack_tokens)
+        else:
+            ceiling, upper = tokens, True
+            warnings.append("no measured run was limited by KV (each reached its target): "
+                            "the ceiling is at most the KV token count")
+    return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
+                      ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
+                      error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
+                      slack_tokens=None if upper else group.ceiling_slack_tokens)

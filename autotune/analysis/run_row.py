@@ -1,0 +1,239 @@
+"""One run record as compare sees it (pure): the Row, its device, gmu, settings and KV figures.
+
+The settings that move the KV figure (every serve option and memory environment variable but
+the neutral ones) are the group key of analysis/run_groups.py.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from autotune.host import gpus as gpus_mod
+from autotune.store.record import RunRecord
+from autotune.vllm import servecmd, versions
+
+GMU_FLAG = "--gpu-memory-utilization"
+
+# Options that do not change how memory is shared out: where the server listens, what it
+# logs, how it answers. Everything else in the serve command is part of "the settings".
+NEUTRAL_OPTIONS = frozenset({
+    "model", "port", "host", "max-model-len", "gpu-memory-utilization", "served-model-name", "api-key",
+    "uvicorn-log-level", "disable-log-requests", "enable-log-requests", "disable-log-stats",
+    "disable-uvicorn-access-log", "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "root-path",
+    "allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials", "chat-template",
+    "response-role", "tool-call-parser", "enable-auto-tool-choice", "reasoning-parser", "download-dir",
+    "middleware", "log-config-file", "trust-remote-code",
+})
+# Environment variables that can change the memory split. Logging switches are left out.
+MEMORY_ENV_PREFIXES = ("VLLM_", "PYTORCH_CUDA_ALLOC_CONF")
+NEUTRAL_ENV = frozenset({"VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH",
+                         "VLLM_NO_USAGE_STATS", "VLLM_DO_NOT_TRACK", "VLLM_API_KEY", "VLLM_LOG_STATS_INTERVAL"})
+
+
+# ---- one run as compare sees it -------------------------------------------------------------
+
+@dataclass
+class Row:
+    run_id: str
+    started_at: str | None
+    kind: str
+    vllm_version: str | None
+    device: str  # "NVIDIA GeForce RTX 3090 24.0 GiB", "2x NVIDIA H100 80GB HBM3 79.2 GiB", "cpu 23.5 GiB RAM"
+    device_memory_gib: float | None  # what vLLM multiplies gmu by (one GPU's memory; the CPU node's)
+    device_memory_source: str
+    model: str | None
+    gmu: float | None
+    gmu_source: str  # "flag", "vLLM 0.32.0 default", or why it is unknown
+    gmu_sets_kv: bool  # False when the KV pool is fixed another way (--kv-cache-memory-bytes, ...)
+    gmu_note: str | None
+    max_num_seqs: str | None
+    max_num_batched_tokens: str | None
+    kv_cache_dtype: str | None
+    settings: dict[str, str]  # every setting but gmu that can move the KV figure (options and env)
+    weights_gib: float | None
+    available_kv_gib: float | None
+    kv_cache_tokens: int | None
+    ceiling: int | None  # the verified ceiling
+    target: int | None
+    verdict: str | None
+    tokens_per_gib: float | None  # KV tokens per GiB, from this run's own figures
+    tokens_per_gib_source: str | None
+    ceiling_from_vllm: bool = True  # False when the ceiling is a sweep's accepted prediction
+    links: dict = field(default_factory=dict)
+
+    @property
+    def budget_gib(self) -> float | None:
+        """The memory vLLM grants itself: device memory x gmu (None where unknown or moot)."""
+        if self.device_memory_gib is None or self.gmu is None or not self.gmu_sets_kv:
+            return None
+        return self.device_memory_gib * self.gmu
+
+    @property
+    def kv_limited(self) -> bool:
+        """The ceiling is where the KV cache ran out (not the target, which fitted)."""
+        return self.ceiling is not None and self.target is not None and self.ceiling < self.target
+
+    def key(self) -> dict:
+        """What must be equal for two runs to be compared (gmu is allowed to differ)."""
+        return {"model": self.model, "device": self.device, "vllm_version": self.vllm_version,
+                **{f"setting {k}": v for k, v in self.settings.items()}}
+
+
+def version_tuple(version: str | None) -> tuple[int, ...] | None:
+    if not version:
+        return None
+    parts = re.findall(r"\d+", version.split("+")[0])[:3]
+    return tuple(int(p) for p in parts) if parts else None
+
+
+def default_gmu(vllm_version: str | None) -> tuple[float | None, str]:
+    """vLLM's default gmu for a version, and how it was decided."""
+    gmu = versions.default_gmu(vllm_version)  # the one rule (0.9, 0.92 from 0.20)
+    if gmu is None:
+        return None, "no --gpu-memory-utilization and the vLLM version is unknown, so its default is too"
+    other = "0.9 before 0.20" if gmu == versions.HIGHEST_DEFAULT_GMU else "0.92 from 0.20"
+    return gmu, f"vLLM {vllm_version} default ({gmu}; {other})"
+
+
+def used_gpus(record: RunRecord) -> list[dict]:
+    """The GPUs the run's vLLM saw: the NVML indices tune recorded, else what the recorded
+    environment's CUDA_VISIBLE_DEVICES names (gpus.visible_gpus), else all of them."""
+    machine = record.get("machine") or {}
+    inventory = list(machine.get("gpus") or [])
+    if not inventory:
+        return []
+    indices = (record.get("gpus") or {}).get("indices")
+    if indices:
+        chosen = [g for i in indices for g in inventory if g.get("index") == i]
+        if chosen:
+            return chosen
+    env = dict(record.get("environment") or {})
+    if "CUDA_VISIBLE_DEVICES" not in env and machine.get("cuda_visible_devices") is not None:
+        env["CUDA_VISIBLE_DEVICES"] = machine["cuda_visible_devices"]
+    seen = gpus_mod.visible_gpus(env, inventory)
+    return list(seen.gpus) if seen is not None and seen.gpus else inventory
+
+
+def device_of(machine: dict, gpus: list[dict], facts: dict) -> tuple[str, float | None, str]:
+    """(device label, the memory vLLM multiplies gmu by, where that figure came from)."""
+    if gpus:
+        names = sorted({(g.get("name") or "GPU", g.get("memory_total_gib")) for g in gpus},
+                       key=lambda t: (str(t[0]), t[1] or 0))
+        label = ", ".join(f"{name} {mem} GiB" if mem is not None else name for name, mem in names)
+        if len(gpus) > 1 and len(names) == 1:
+            label = f"{len(gpus)}x {label}"
+        mems = {g.get("memory_total_gib") for g in gpus}
+        if len(mems) == 1 and None not in mems:
+            return label, float(mems.pop()), "the GPU's total memory (NVML)"
+        return label, None, "GPUs of different sizes"
+    ram = ((machine or {}).get("host") or {}).get("ram_total_gib")
+    label = f"cpu {ram} GiB RAM" if ram is not None else "cpu"
+    node = facts.get("cpu_node_total_gib")
+    if node is not None:
+        return label, float(node), "the NUMA node's memory as vLLM printed it"
+    return label, None, "not in the log (the CPU backend prints it from vLLM 0.20)"
+
+
+def settings_of(argv: list[str], environment: dict) -> dict[str, str]:
+    options = servecmd.long_options(argv)
+    settings = {f"--{k}": _text(v) for k, v in options.items() if k not in NEUTRAL_OPTIONS}
+    for name, value in (environment or {}).items():
+        if name.startswith(MEMORY_ENV_PREFIXES) and name not in NEUTRAL_ENV:
+            settings[f"env {name}"] = str(value)
+    return dict(sorted(settings.items()))
+
+
+def _text(value) -> str:
+    return "true" if value is True else str(value)
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def tokens_per_gib_of(record: RunRecord, facts: dict) -> tuple[float | None, str | None]:
+    """KV tokens per GiB for this model and settings, as precisely as the run shows it.
+
+    A refusal prints the GiB needed for the requested length (8.0 GiB for 1,048,576 tokens):
+    a large number, so its two-decimal rounding costs little. Failing that, the KV pool's
+    token count over its GiB figure (a small GiB number: rounding can cost a few percent).
+    """
+    best = None
+    for attempt in record.get("attempts") or []:
+        f = attempt.get("facts") or {}
+        need, length = f.get("kv_needed_gib"), f.get("max_model_len_requested")
+        if need and length and (best is None or need > best[0]):
+            best = (need, length)
+    if best is not None:
+        return best[1] / best[0], f"a refusal: {best[1]:,} tokens need {best[0]} GiB"
+    tokens, gib = facts.get("kv_cache_tokens"), facts.get("available_kv_gib")
+    if tokens and gib:
+        return tokens / gib, f"{tokens:,} KV tokens in {gib} GiB"
+    return None, None
+
+
+def run_row(record: RunRecord) -> Row:
+    """One run record (as artifact.load returns it) as a comparison row."""
+    command = record.get("command") or {}
+    argv = servecmd.with_config(list(command.get("argv") or []), command.get("cwd"))  # --config's values count
+    result = record.get("result") or {}
+    attempts = record.get("attempts") or []
+    facts = dict((attempts[-1].get("facts") or {}) if attempts else {})
+    for key in ("available_kv_gib", "kv_cache_tokens", "weights_gib"):
+        if facts.get(key) is None and result.get(key) is not None:
+            facts[key] = result[key]
+    version = record.get("vllm_version") or facts.get("vllm_version")
+    environment = record.get("environment") or {}
+    device, memory, memory_source = device_of(record.get("machine") or {}, used_gpus(record), facts)
+
+    flag = servecmd.flag_value(argv, GMU_FLAG)
+    if flag is not None:
+        gmu = _float(flag)
+        gmu_source = "flag" if gmu is not None else f"unreadable {GMU_FLAG} {flag!r}"
+    else:
+        gmu, gmu_source = default_gmu(version)
+    gmu_sets_kv, gmu_note = True, None
+    on_cpu = device.startswith("cpu")
+    known = versions.profile(version)
+    if servecmd.has_flag(argv, "--kv-cache-memory-bytes"):
+        gmu_sets_kv, gmu_note = False, "the KV pool is fixed by --kv-cache-memory-bytes"
+    elif on_cpu and environment.get("VLLM_CPU_KVCACHE_SPACE"):
+        gmu_sets_kv, gmu_note = False, "the KV pool is fixed by VLLM_CPU_KVCACHE_SPACE"
+    elif on_cpu and known is not None and not known.cpu_gmu_sizes_kv:
+        gmu_sets_kv, gmu_note = False, "before vLLM 0.20 the CPU backend ignores gmu (VLLM_CPU_KVCACHE_SPACE sizes KV)"
+
+    tpg, tpg_source = tokens_per_gib_of(record, facts)
+    verified = bool(result.get("verified"))
+    final_basis = attempts[-1].get("basis") if attempts else None
+    return Row(
+        run_id=record.get("run_id") or "?",
+        started_at=record.get("started_at"),
+        kind=record.get("kind") or "tune",
+        vllm_version=version,
+        device=device,
+        device_memory_gib=memory,
+        device_memory_source=memory_source,
+        model=record.get("model"),
+        gmu=gmu,
+        gmu_source=gmu_source,
+        gmu_sets_kv=gmu_sets_kv,
+        gmu_note=gmu_note,
+        max_num_seqs=servecmd.flag_value(argv, "--max-num-seqs"),
+        max_num_batched_tokens=servecmd.flag_value(argv, "--max-num-batched-tokens"),
+        kv_cache_dtype=servecmd.flag_value(argv, "--kv-cache-dtype"),
+        settings=settings_of(argv, environment),
+        weights_gib=facts.get("weights_gib"),
+        available_kv_gib=facts.get("available_kv_gib"),
+        kv_cache_tokens=facts.get("kv_cache_tokens"),
+        ceiling=result.get("ceiling") if verified else None,
+        target=record.get("target"),
+        verdict=result.get("verdict"),
+        tokens_per_gib=tpg,
+        tokens_per_gib_source=tpg_source,
+        ceiling_from_vllm=final_basis not in ("start_at", "room"),
+        links=dict(record.get("links") or {}),
+    )

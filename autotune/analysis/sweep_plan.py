@@ -1,0 +1,112 @@
+"""Where a sweep point boots first, from its prediction, and what the prediction saved (pure)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autotune.analysis.gmu_predict import Prediction
+from autotune.store.record import RunRecord
+
+# How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
+# keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its
+# estimate verifies next (2 boots, as without a prediction); when L verifies, the boot's own pool K
+# says where the ceiling is, K - s, and L is accepted when within ROOM_TOLERANCE of it; further
+# below, the next boot is at K - s (2 boots). One boot is saved inside the window
+# [C / (1 + ROOM_TOLERANCE), C], whatever the size of the pool; both misses cost one boot more.
+#
+# So the aim is never above the prediction (a good prediction is vLLM's ceiling, and a boot just
+# above it is a refusal): it sits d tokens under the predicted ceiling, where d = min(W/2, 2 sigma)
+# for a window W wide and a prediction error sigma: a precise prediction is booted almost as is
+# (refused with ~2% chance), a vague one at the middle of the window.
+#
+# The error of a prediction is the token line's residual spread where 3 or more runs show it;
+# from fewer runs it is not known, and a prior is used, as a fraction of the pool. On vLLM's CPU
+# backend our sweeps' predictions from one or two points were off by 10-400 tokens in pools of
+# 25,000-178,000 (up to 0.4%, when the memory the node reports moved); the prior is 0.2%. On GPUs
+# the profiling of activation memory varies between boots (vllm#54383 reports up to ~5%): 1%.
+SWEEP_PRIOR_ERROR_FRACTION = {"cpu": 0.002, "gpu": 0.01}
+AIM_SIGMAS = 2.0  # how far under the predicted ceiling a boot aims, in prediction errors (at most W/2)
+
+
+@dataclass(frozen=True)
+class SweepAim:
+    start_at: int | None  # the first boot's length; None: the target
+    reason: str
+    slack_tokens: int | None = None  # for the tune: the ceiling a verified boot's pool shows is pool - slack
+
+
+def _phi_cdf(z: float) -> float:
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float) -> SweepAim:
+    """The length a sweep point boots first (None: the target), why, and the slack to read its pool with."""
+    if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
+        return SweepAim(None, "no prediction: booting the target")
+    if prediction.ceiling_is_upper_bound:
+        return SweepAim(None, "no measured run was limited by KV, so the ceiling is not predicted: booting the target")
+    if prediction.ceiling >= target:
+        return SweepAim(None, f"the target {target:,} is predicted to fit: booting it")
+    slack = prediction.slack_tokens if prediction.slack_tokens is not None else \
+        prediction.kv_cache_tokens - prediction.ceiling
+    window = prediction.ceiling * room_tolerance / (1 + room_tolerance)
+    prior = SWEEP_PRIOR_ERROR_FRACTION["cpu" if prediction.device.startswith("cpu") else "gpu"]
+    sigma = prediction.error_tokens or prior * prediction.kv_cache_tokens
+    below = min(window / 2, AIM_SIGMAS * sigma)
+    aim = int(prediction.ceiling - below)
+    if aim <= 0:
+        return SweepAim(None, f"the aim {aim:,} is not a length: booting the target")
+    p_one = _phi_cdf((window - below) / sigma) - _phi_cdf(-below / sigma) if sigma > 0 else 1.0
+    p_refused = _phi_cdf(-below / sigma) if sigma > 0 else 0.0
+    return SweepAim(aim, (f"{below:,.0f} tokens under the predicted ceiling {prediction.ceiling:,}: a boot within "
+                          f"{room_tolerance:.0%} under vLLM's ceiling is accepted at once (~{p_one:.0%} with a "
+                          f"prediction error of {sigma:,.0f} tokens); above it vLLM refuses (~{p_refused:.0%}), "
+                          f"further below its pool less the {slack:,}-token slack is booted next"), slack)
+
+
+def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: float) -> tuple[int | None, str]:
+    """The length a sweep point boots first (None: the target), and why (see sweep_aim)."""
+    aim = sweep_aim(prediction, target, room_tolerance)
+    return aim.start_at, aim.reason
+
+
+def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
+    """Boots a sweep point used, against the two of the refusal path, and which one was saved."""
+    everything = record.get("attempts") or []
+    # A boot cut short by an interruption (the sweep was resumed) cost time but decided nothing:
+    # it counts as used, not against the predictions.
+    attempts = [a for a in everything if a.get("outcome") != "interrupted"]
+    cut_short = len(everything) - len(attempts)
+    result = record.get("result") or {}
+    boots = len(attempts)
+    ceiling = result.get("ceiling") if result.get("verified") else None
+    target = record.get("target")
+    first = attempts[0] if attempts else {}
+    # Without a prediction a point costs 2 boots when the target is refused (the target, then
+    # vLLM's ceiling) and 1 when the target fits.
+    baseline = 1 if ceiling is not None and target is not None and ceiling >= target else 2
+    if record.get("plan") in ("auto", "auto_probe"):
+        baseline = boots  # vLLM fits the length itself: predictions have nothing to save
+        note = f"vLLM's --max-model-len auto fitted it ({boots} boot{'s' if boots != 1 else ''}; no prediction used)"
+    elif start_at is None:
+        note = "no prediction yet: booted the target first"
+    elif first.get("outcome") == "verified" and boots == 1:
+        note = (f"saved the boot at the target: the first boot, at {start_at:,} (aimed from the prediction), "
+                f"verified and was accepted as the ceiling")
+    elif first.get("outcome") == "refused":
+        est = first.get("ceiling")
+        note = (f"the first boot, at {start_at:,} (aimed from the prediction), was too high: vLLM refused it"
+                + (f" (its estimate: {est:,}, {start_at - est:+,} tokens off)" if est else "")
+                + "; no boot saved")
+    elif first.get("outcome") == "verified":
+        note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat more than 1% "
+                f"under the ceiling its KV pool shows: booted again higher; no boot saved")
+    else:
+        note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.get('outcome')}"
+    outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,
+               "note": note}
+    if cut_short:
+        outcome["boots_interrupted"] = cut_short
+        outcome["note"] += f"; plus {cut_short} boot{'s' if cut_short != 1 else ''} cut short by an interruption"
+    return outcome
