@@ -38,140 +38,33 @@ from __future__ import annotations
 import re
 from collections import deque
 from copy import deepcopy
-from dataclasses import dataclass
 from typing import BinaryIO, Callable, Iterable
 
 from autotune.vllm import catalog
 from autotune.vllm import logpatterns as P
-from autotune.vllm.logargs import model_names, parse_dict_repr, parse_namespace_repr
-from autotune.vllm.logcheck import ceiling_from, implausible
+from autotune.vllm.logboot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, read_number, text_window
+from autotune.vllm.logcheck import ceiling_from
 from autotune.vllm.logclean import clean_line, is_continuation, level_of, line_kind, message_start, unwrap
+from autotune.vllm.loghandlers import MASK, LineHandlers
 from autotune.vllm.logread import MAX_LINE_BYTES, open_log, read_lines
-from autotune.vllm.logtrace import TraceState
 
 __all__ = [
     "SCHEMA_KEYS", "Fact", "BootLogParser", "parse_lines", "parse_file", "parse_stream",
     "ceiling_from", "clean_line", "MAX_LINE_BYTES", "TEXT_MAX", "MAX_BOOTS_KEPT",
 ]
 
-# The `autotune parse --json` contract, in this order.
-SCHEMA_KEYS: tuple[str, ...] = (
-    "vllm_version", "non_default_args", "attention_backend", "weights_gib", "available_kv_gib",
-    "kv_cache_tokens", "max_concurrency", "max_concurrency_tokens", "gpu_blocks", "cpu_blocks",
-    "max_model_len_requested", "kv_needed_gib", "refusal_available_kv_gib", "estimated_max_model_len",
-    "kv_cache_max_tokens", "outcome", "error_kind",
-)
-
-TEXT_MAX = 400  # Fact.text length
 _EXCEPTION_MAX = 250  # the stated cause: the start of the final exception line (its Fact.text shows it whole)
 MAX_BOOTS_KEPT = 32  # earlier boots whose results are kept (all are counted): bounded memory
 _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
-# Facts the API server prints before the engine starts: a banner or arguments line after only
-# these is the same boot (several API servers, a banner printed twice).
-_API_SERVER_KEYS = frozenset({"vllm_version", "non_default_args", "args_namespace", "max_model_len_resolved",
-                              "warning_kinds", "attention_fallback_reason"})
 # vLLM's logger timestamp (all versions): "09-15 10:05:40".
 _STAMP_RE = re.compile(r"(?<![\d-])(\d\d-\d\d \d\d:\d\d:\d\d)\b")
-_MASK = "\u2591"  # hides a model name: no regex (ASCII-only) matches it
-_QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.){0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"")
 
 
-@dataclass(frozen=True)
-class Fact:
-    key: str
-    value: object  # int/float/str/dict/list/bool, JSON-serialisable
-    line_no: int  # 1-based line number in the stream
-    text: str  # the cleaned line (at most TEXT_MAX chars, a window around the value)
-
-
-def _num(text: str) -> int | float | None:
-    """A number as printed: thousands separators dropped; int if no decimal point."""
-    try:
-        text = text.replace(",", "")
-        return float(text) if "." in text else int(text)
-    except (ValueError, OverflowError):
-        return None
-
-
-def _window(line: str, start: int, end: int) -> str:
-    """At most TEXT_MAX chars of ``line``, showing the span [start, end)."""
-    if len(line) <= TEXT_MAX or end <= TEXT_MAX:
-        return line[:TEXT_MAX]
-    lo = max(0, min(start - 100, len(line) - TEXT_MAX))
-    return line[lo : lo + TEXT_MAX]
-
-
-class _Boot:
-    """One boot's facts and what its outcome depends on."""
-
-    __slots__ = ("facts", "backend_strong", "available_from_cpu", "kv_line", "ready", "refusal",
-                 "cause", "death", "models", "trace", "first_line", "last_line", "last_stamp")
-
-    def __init__(self, first_line: int = 1) -> None:
-        self.facts: dict[str, Fact] = {}
-        self.backend_strong = False
-        self.available_from_cpu = False
-        self.kv_line = 0  # line of the first KV sizing figure (0: none)
-        self.ready = False  # the server said it listens / answered
-        self.refusal: Fact | None = None  # error_kind fact of the first refusal
-        self.cause: Fact | None = None  # first specific fatal cause
-        self.death: Fact | None = None  # first generic engine-death line
-        self.models: tuple[str, ...] = ()  # model names and paths to mask
-        self.trace = TraceState()
-        self.first_line = first_line
-        self.last_line = first_line
-        self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
-
-    def copy(self) -> "_Boot":
-        other = _Boot.__new__(_Boot)
-        for name in self.__slots__:
-            setattr(other, name, getattr(self, name))
-        other.facts = dict(self.facts)
-        return other
-
-    @property
-    def engine_started(self) -> bool:
-        return bool(self.facts.keys() - _API_SERVER_KEYS) or self.ready or self.fatal or self.trace.exception_line > 0
-
-    @property
-    def fatal(self) -> bool:
-        return self.refusal is not None or self.cause is not None or self.death is not None
-
-    def outcome(self, ended: bool) -> str:
-        if self.refusal is not None:
-            return "refused"
-        if self.cause is not None or self.death is not None:
-            return "error"
-        if self.ready:
-            return "ready"
-        if ended and (self.trace.ends_in_failure or 0 < self.kv_line < self.trace.exception_line):
-            return "error"
-        return "ready" if self.kv_line else "incomplete"
-
-    def result(self, ended: bool) -> dict:
-        out: dict = {}
-        for key in SCHEMA_KEYS:
-            if key == "outcome":
-                out[key] = self.outcome(ended)
-            elif key in self.facts:
-                out[key] = deepcopy(self.facts[key].value)
-        for key, fact in self.facts.items():
-            if key not in out:
-                out[key] = deepcopy(fact.value)
-        flagged = implausible(out)
-        if flagged:
-            out["implausible"] = flagged
-        return out
-
-    def provenance(self) -> dict:
-        return {key: {"line": fact.line_no, "text": fact.text} for key, fact in self.facts.items()}
-
-
-class BootLogParser:
+class BootLogParser(LineHandlers):
     """Streaming: feed lines one by one; keeps state; never raises."""
 
     def __init__(self) -> None:
-        self._boot = _Boot()
+        self._boot = Boot()
         self._earlier: deque[dict] = deque(maxlen=MAX_BOOTS_KEPT)
         self._boots_total = 1
         self._line_no = 0
@@ -316,7 +209,7 @@ class BootLogParser:
         if value is None or (key in self._boot.facts and not replace):
             return
         self._boot_touch()
-        fact = Fact(key, value, self._line_no, _window(self._line, span[0], span[1]))
+        fact = Fact(key, value, self._line_no, text_window(self._line, span[0], span[1]))
         self._boot.facts[key] = fact
         self._new.append(fact)
 
@@ -327,16 +220,16 @@ class BootLogParser:
             return  # an ASCII digit run followed by another script's digit is no number
         if self._cut and end >= len(line):
             return  # the digit run may continue past the cut
-        self._set(key, _num(found.group(group)), found.span(group))
+        self._set(key, read_number(found.group(group)), found.span(group))
 
     def _new_boot(self) -> None:
         self._boot_touch()
         self._earlier.append(self._summary(self._boot, self._boots_total, True))
         self._boots_total += 1
-        self._boot = _Boot(self._line_no)
+        self._boot = Boot(self._line_no)
 
     @staticmethod
-    def _summary(boot: _Boot, number: int, ended: bool) -> dict:
+    def _summary(boot: Boot, number: int, ended: bool) -> dict:
         return {"boot": number, "first_line": boot.first_line, "last_line": boot.last_line,
                 "result": boot.result(ended), "provenance": boot.provenance()}
 
@@ -407,7 +300,7 @@ class BootLogParser:
     def _masked(self, line: str) -> str:
         for name in self._boot.models:
             if name in line:
-                line = line.replace(name, _MASK * len(name))
+                line = line.replace(name, MASK * len(name))
         return line
 
     def _starts_boot(self, line: str, start: int, kind: str) -> bool:
@@ -426,18 +319,6 @@ class BootLogParser:
             return False
         return self._version_at(line, start) is not None
 
-    def _version_at(self, line: str, start: int) -> re.Match[str] | None:
-        msg = line[start:].lstrip(" `")
-        at = len(line) - len(msg)
-        found = P.SERVER_VERSION_RE.match(line, at)
-        if found is None:
-            logo = P.LOGO_VERSION_RE.search(line, at)
-            if logo is not None and line[at : logo.start()].strip(" " + "".join(P.LOGO_CHARS)) == "" and any(
-                c in line[at : logo.start()] for c in P.LOGO_CHARS
-            ):
-                found = logo
-        return found
-
     # -- error_kind bookkeeping ---------------------------------------------
     def _signature(self, kind: catalog.FailureKind, span: tuple[int, int]) -> None:
         boot = self._boot
@@ -448,7 +329,7 @@ class BootLogParser:
             elif kind.kind not in fact.value:  # type: ignore[operator]
                 self._set("warning_kinds", [*fact.value, kind.kind], span, replace=True)  # type: ignore[misc]
             return
-        fact = Fact("error_kind", kind.kind, self._line_no, _window(self._line, *span))
+        fact = Fact("error_kind", kind.kind, self._line_no, text_window(self._line, *span))
         self._boot_touch()
         boot = self._boot
         if kind.kind in _REFUSAL_KINDS:
@@ -471,202 +352,6 @@ class BootLogParser:
         if known is not None and known.kind == "engine_died" and current is not None:
             return
         self._set("exception", text[:_EXCEPTION_MAX], (start, len(line)), replace=True)
-
-    # -- handlers (line, message start) ---------------------------------------
-    def _at(self, regex: re.Pattern[str], line: str, start: int) -> re.Match[str] | None:
-        """``regex`` matched where vLLM's message starts (after its indentation)."""
-        while start < len(line) and line[start] in " \t":
-            start += 1
-        return regex.match(line, start)
-
-    def _on_echo(self, line: str, start: int) -> None:
-        # The arguments and the engine config: their own facts only, and the model names to mask.
-        msg = line[start:].lstrip()
-        begins = len(line) - len(msg)  # each echo is read only where vLLM's message starts
-        if msg.startswith(P.NON_DEFAULT_ARGS) and "non_default_args" not in self._boot.facts:
-            at = begins + len(P.NON_DEFAULT_ARGS)
-            value = parse_dict_repr(line[at:])
-            if value is not None:
-                self._set("non_default_args", value, (at, len(line)))
-                self._add_models(model_names(value))
-        elif msg.startswith(P.NAMESPACE_ARGS) and "args_namespace" not in self._boot.facts:
-            at = begins + len(P.NAMESPACE_ARGS)
-            value = parse_namespace_repr(line[at:])
-            if value is not None:
-                self._set("args_namespace", value, (at, len(line)))
-                self._add_models(model_names(value))
-        found = P.ENGINE_VERSION_RE.match(line, begins)
-        if found is not None and "with config" in line:
-            self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
-            # Only the config's own max_seq_len: quoted values (the model's name) may hold anything.
-            seq = P.MAX_SEQ_LEN_RE.search(_QUOTED_RE.sub(lambda m: _MASK * len(m.group(0)), line))
-            if seq is not None:
-                self._set_num("max_seq_len_engine", seq, 1)
-            self._add_models(m.group(1) for m in P.CONFIG_MODEL_RE.finditer(line, 0, 20000))
-
-    def _add_models(self, names: Iterable[str]) -> None:
-        new = tuple(n for n in names if len(n) >= 4 and n not in self._boot.models)
-        if new:
-            self._boot_touch()
-            self._boot.models = tuple(sorted((*self._boot.models, *new), key=len, reverse=True))
-
-    def _on_version(self, line: str, start: int) -> None:
-        found = self._version_at(line, start)
-        if found is not None:
-            self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
-        served = P.SERVING_MODEL_RE.search(line, start)
-        if served is not None:
-            self._add_models([served.group(1)])
-
-    def _on_engine_start(self, line: str, start: int) -> None:
-        # "Initializing an LLM engine (v0.5.4) with config" with the config on the next lines.
-        found = self._at(P.ENGINE_VERSION_RE, line, start)
-        if found is not None:
-            self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
-
-    def _on_max_model_len_resolved(self, line: str, start: int) -> None:
-        found = self._at(P.MAX_MODEL_LEN_RESOLVED_RE, line, start)
-        if found is not None:
-            self._set_num("max_model_len_resolved", found, 1)
-
-    def _on_backend(self, line: str, start: int) -> None:
-        strong = self._at(P.BACKEND_STRONG_RE, line, start)
-        if strong is not None:
-            if not self._boot.backend_strong:
-                self._boot_touch()
-                self._boot.backend_strong = True
-                self._set("attention_backend", strong.group(1), strong.span(1), replace=True)
-            return
-        generic = self._at(P.BACKEND_GENERIC_RE, line, start)
-        if generic is None or "attention_backend" in self._boot.facts:
-            return
-        name = generic.group(1).strip()
-        if P.NOT_ATTENTION_RE.search(name):
-            return
-        # Forced backend prints the enum repr: "AttentionBackendEnum.FLASH_ATTN" -> FLASH_ATTN.
-        name = name.rsplit(".", 1)[1] if "." in name else name
-        if name:
-            self._set("attention_backend", name, generic.span(1))
-
-    def _on_fallback(self, line: str, start: int) -> None:
-        found = self._at(P.FALLBACK_FA2_RE, line, start) or self._at(P.FALLBACK_FA_VERSION_RE, line, start)
-        if found is not None:
-            self._set("attention_fallback_reason", found.group(0).rstrip(), found.span())
-
-    def _on_took(self, line: str, start: int) -> None:
-        found = self._at(P.WEIGHTS_RE, line, start)
-        if found is not None and "weights_gib" not in self._boot.facts:
-            self._set_num("weights_gib", found, 1)
-            self._set("weights_unit_in_log", found.group(2), found.span(2))
-        found = self._at(P.GRAPH_RE, line, start)
-        if found is not None:
-            self._set_num("cuda_graph_gib", found, 1)
-
-    def _sized(self) -> None:
-        if not self._boot.kv_line:
-            self._boot_touch()
-            self._boot.kv_line = self._line_no
-
-    def _on_kv_tokens(self, line: str, start: int) -> None:
-        found = self._at(P.KV_TOKENS_RE, line, start)
-        if found is None or "kv_cache_tokens" in self._boot.facts:
-            return
-        self._set_num("kv_cache_tokens", found, 2)
-        if found.group(1):
-            self._set("kv_cache_device", found.group(1), found.span(1))
-        self._sized()
-        if line.startswith(", ", found.end()):  # after 0.21 the concurrency follows on the same line
-            self._concurrency(P.CONCURRENCY_RE.match(line, found.end() + 2))
-
-    def _on_concurrency(self, line: str, start: int) -> None:
-        self._concurrency(self._at(P.CONCURRENCY_RE, line, start))
-
-    def _concurrency(self, found: re.Match[str] | None) -> None:
-        if found is not None and "max_concurrency" not in self._boot.facts:
-            self._set_num("max_concurrency_tokens", found, 1)
-            self._set_num("max_concurrency", found, 2)
-
-    def _on_blocks(self, line: str, start: int) -> None:
-        found = self._at(P.BLOCKS_RE, line, start)
-        if found is None:
-            return
-        if found.group(1).upper() == "CPU":
-            # CPU backend: the first number is the KV pool ("# CPU blocks: N" alone in <=0.6,
-            # "# CPU blocks: N, # CPU blocks: 0" in 0.7-0.9 where the second is swap).
-            self._set_num("cpu_blocks", found, 2)
-        else:
-            self._set_num("gpu_blocks", found, 2)
-            if found.group(3) is not None:
-                self._set_num("cpu_blocks", found, 3)
-        self._sized()
-
-    def _on_engine_blocks(self, line: str, start: int) -> None:
-        found = self._at(P.ENGINE_GPU_BLOCKS_RE, line, start)
-        if found is not None:
-            self._set_num("engine_num_gpu_blocks", found, 1)
-            self._sized()
-
-    def _on_available_kv(self, line: str, start: int) -> None:
-        found = self._at(P.AVAILABLE_KV_RE, line, start)
-        if found is None:
-            return
-        value = _num(found.group(1))
-        if self._boot.available_from_cpu:
-            self._boot_touch()
-            self._boot.available_from_cpu = False
-            self._set("available_kv_gib", value, found.span(1), replace=True)
-        else:
-            self._set_num("available_kv_gib", found, 1)
-        if isinstance(value, (int, float)) and value < 0:
-            # Weights and activations took more than the budget; the engine's death follows.
-            entry = catalog.lookup("negative_available_kv")
-            if entry is not None:
-                self._signature(entry, found.span(1))
-
-    def _on_v0_profile(self, line: str, start: int) -> None:
-        msg = line[start:].lstrip()
-        if msg.startswith("Memory profiling"):
-            found = P.V0_KV_CACHE_SIZE_RE.search(line, start)
-            if found is not None:
-                self._set_num("kv_cache_size_gib", found, 1)
-        if msg.startswith(("model weights take", "the rest of the memory", "Memory profiling")):
-            found = P.V0_KV_RESERVED_RE.search(line, start)
-            if found is not None:
-                self._set_num("kv_cache_reserved_gib", found, 1)
-
-    def _on_cpu_kv_set(self, line: str, start: int) -> None:
-        found = self._at(P.CPU_KV_SET_RE, line, start)
-        if found is None or "cpu_kv_gib" in self._boot.facts:
-            return
-        self._set_num("cpu_kv_gib", found, 1)
-        self._set_num("cpu_node_total_gib", found, 2)
-        if found.group(3) is not None:
-            self._set_num("cpu_worker_requested_gib", found, 3)
-            self._set_num("cpu_non_kv_gib", found, 4)
-        # On CPU this is the KV pool; used only until a real "Available KV cache memory" line.
-        if "available_kv_gib" not in self._boot.facts and _num(found.group(1)) is not None:
-            self._set("available_kv_gib", _num(found.group(1)), found.span(1))
-            self._boot_touch()
-            self._boot.available_from_cpu = True
-
-    def _on_cpu_kvcache_space(self, line: str, start: int) -> None:
-        found = self._at(P.CPU_KVCACHE_SPACE_RE, line, start)
-        if found is not None:
-            self._set_num("cpu_kvcache_space_gib", found, 1 if found.group(1) is not None else 2)
-
-    def _on_autofit(self, line: str, start: int) -> None:
-        found = self._at(P.AUTOFIT_REDUCED_RE, line, start)
-        if found is not None:
-            self._set_num("autofit_from", found, 1)
-            self._set_num("autofit_max_model_len", found, 2)
-        else:
-            found = self._at(P.AUTOFIT_FULL_RE, line, start) or self._at(P.AUTOFIT_ATTN_FREE_RE, line, start)
-            if found is not None:
-                self._set_num("autofit_max_model_len", found, 1)
-        if found is not None:
-            available = P.AUTOFIT_AVAILABLE_RE.search(line, found.end())
-            if available is not None:
-                self._set_num("autofit_available_kv_gib", available, 1)
 
     def _on_refusal(self, line: str, start: int) -> None:
         found = P.REFUSAL_V1_RE.search(line, start)
@@ -707,39 +392,6 @@ class BootLogParser:
             if found.group(3) is not None:
                 self._set_num("gmu_requested", found, 3)
                 self._set_num("requested_memory_gib", found, 4)
-
-    def _on_graph_estimate(self, line: str, start: int) -> None:
-        found = self._at(P.GRAPH_ESTIMATE_RE, line, start)
-        if found is not None:
-            self._set_num("cuda_graph_estimated_gib", found, 1)
-
-    def _on_compile(self, line: str, start: int) -> None:
-        """compile_cache: "cold" once any graph is compiled (it wins over graphs loaded), else "warm"."""
-        cold = P.COMPILE_COLD_RE.search(line, start)
-        if cold is not None:
-            self._set("compile_cache", "cold", cold.span(), replace=True)
-            return
-        warm = P.COMPILE_WARM_RE.search(line, start)
-        if warm is not None:
-            self._set("compile_cache", "warm", warm.span())  # never replaces a "cold"
-
-    def _on_listen(self, line: str, start: int) -> None:
-        found = self._at(P.LISTEN_RE, line, start)
-        if found is not None:
-            group = 1 if found.group(1) is not None else 2
-            self._set("listen_url", found.group(group), found.span(group))
-            self._ready(found.span())
-
-    def _on_startup_complete(self, line: str, start: int) -> None:
-        found = self._at(P.STARTUP_COMPLETE_RE, line, start)
-        if found is not None:
-            self._ready(found.span())
-
-    def _ready(self, span: tuple[int, int]) -> None:
-        if not self._boot.ready:
-            self._boot_touch()
-            self._boot.ready = True
-        self._set("server_ready", True, span)
 
 
 # (needles, handler, reads an error message): the handler runs when any needle is a substring

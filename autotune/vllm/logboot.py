@@ -1,0 +1,120 @@
+"""One boot's state in a vLLM boot log: its facts, what its outcome depends on, and its result.
+
+``vllm/logparse.py`` (the streaming parser) keeps one ``Boot`` per boot it has seen and changes
+it line by line; this module holds that state, the verdict and the ``autotune parse --json``
+contract (``SCHEMA_KEYS``), plus the two small readers every figure goes through
+(``read_number``, ``text_window``). Stdlib only; no I/O.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from dataclasses import dataclass
+
+from autotune.vllm.logcheck import implausible
+from autotune.vllm.logtrace import TraceState
+
+# The `autotune parse --json` contract, in this order.
+SCHEMA_KEYS: tuple[str, ...] = (
+    "vllm_version", "non_default_args", "attention_backend", "weights_gib", "available_kv_gib",
+    "kv_cache_tokens", "max_concurrency", "max_concurrency_tokens", "gpu_blocks", "cpu_blocks",
+    "max_model_len_requested", "kv_needed_gib", "refusal_available_kv_gib", "estimated_max_model_len",
+    "kv_cache_max_tokens", "outcome", "error_kind",
+)
+
+TEXT_MAX = 400  # Fact.text length
+# Facts the API server prints before the engine starts: a banner or arguments line after only
+# these is the same boot (several API servers, a banner printed twice).
+API_SERVER_KEYS = frozenset({"vllm_version", "non_default_args", "args_namespace", "max_model_len_resolved",
+                              "warning_kinds", "attention_fallback_reason"})
+
+
+@dataclass(frozen=True)
+class Fact:
+    key: str
+    value: object  # int/float/str/dict/list/bool, JSON-serialisable
+    line_no: int  # 1-based line number in the stream
+    text: str  # the cleaned line (at most TEXT_MAX chars, a window around the value)
+
+
+def read_number(text: str) -> int | float | None:
+    """A number as printed: thousands separators dropped; int if no decimal point."""
+    try:
+        text = text.replace(",", "")
+        return float(text) if "." in text else int(text)
+    except (ValueError, OverflowError):
+        return None
+
+
+def text_window(line: str, start: int, end: int) -> str:
+    """At most TEXT_MAX chars of ``line``, showing the span [start, end)."""
+    if len(line) <= TEXT_MAX or end <= TEXT_MAX:
+        return line[:TEXT_MAX]
+    lo = max(0, min(start - 100, len(line) - TEXT_MAX))
+    return line[lo : lo + TEXT_MAX]
+
+
+class Boot:
+    """One boot's facts and what its outcome depends on."""
+
+    __slots__ = ("facts", "backend_strong", "available_from_cpu", "kv_line", "ready", "refusal",
+                 "cause", "death", "models", "trace", "first_line", "last_line", "last_stamp")
+
+    def __init__(self, first_line: int = 1) -> None:
+        self.facts: dict[str, Fact] = {}
+        self.backend_strong = False
+        self.available_from_cpu = False
+        self.kv_line = 0  # line of the first KV sizing figure (0: none)
+        self.ready = False  # the server said it listens / answered
+        self.refusal: Fact | None = None  # error_kind fact of the first refusal
+        self.cause: Fact | None = None  # first specific fatal cause
+        self.death: Fact | None = None  # first generic engine-death line
+        self.models: tuple[str, ...] = ()  # model names and paths to mask
+        self.trace = TraceState()
+        self.first_line = first_line
+        self.last_line = first_line
+        self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
+
+    def copy(self) -> Boot:
+        other = Boot.__new__(Boot)
+        for name in self.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.facts = dict(self.facts)
+        return other
+
+    @property
+    def engine_started(self) -> bool:
+        return bool(self.facts.keys() - API_SERVER_KEYS) or self.ready or self.fatal or self.trace.exception_line > 0
+
+    @property
+    def fatal(self) -> bool:
+        return self.refusal is not None or self.cause is not None or self.death is not None
+
+    def outcome(self, ended: bool) -> str:
+        if self.refusal is not None:
+            return "refused"
+        if self.cause is not None or self.death is not None:
+            return "error"
+        if self.ready:
+            return "ready"
+        if ended and (self.trace.ends_in_failure or 0 < self.kv_line < self.trace.exception_line):
+            return "error"
+        return "ready" if self.kv_line else "incomplete"
+
+    def result(self, ended: bool) -> dict:
+        out: dict = {}
+        for key in SCHEMA_KEYS:
+            if key == "outcome":
+                out[key] = self.outcome(ended)
+            elif key in self.facts:
+                out[key] = deepcopy(self.facts[key].value)
+        for key, fact in self.facts.items():
+            if key not in out:
+                out[key] = deepcopy(fact.value)
+        flagged = implausible(out)
+        if flagged:
+            out["implausible"] = flagged
+        return out
+
+    def provenance(self) -> dict:
+        return {key: {"line": fact.line_no, "text": fact.text} for key, fact in self.facts.items()}
