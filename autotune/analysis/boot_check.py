@@ -95,9 +95,9 @@ def warning(shape: mf.KVShape, serve: estimate.ServeSettings, tokens: int, predi
 
 
 def _local(model: str):
-    from autotune.run.preflight import _local_model_dir
+    from autotune.run.modelconfig import local_model_dir
 
-    return _local_model_dir(model, None, None)
+    return local_model_dir(model, None, None)
 
 
 def attach(attempt, argv: list[str], emit) -> dict | None:

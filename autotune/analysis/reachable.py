@@ -24,7 +24,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
             allow_risky_gmu: bool = False) -> dict | None:
     """{kind, saw, why, fix} when a calibrated prediction says `target` cannot fit at the highest gmu."""
     from autotune.analysis import compare as cmp
-    from autotune.run.preflight import _local_model_dir
+    from autotune.run.modelconfig import local_model_dir
 
     try:
         serve = estimate.serve_settings(argv)
@@ -32,7 +32,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
         return None
     if serve.kv_cache_memory_bytes is not None or env.get("VLLM_CPU_KVCACHE_SPACE"):
         return None
-    folder = _local_model_dir(serve.model, env, None)
+    folder = local_model_dir(serve.model, env, None)
     if folder is None:
         return None
     try:

@@ -35,13 +35,13 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         device_kind: str | None, device_memory_gib: float | None) -> estimate.Prediction:
     """Every figure for the serve command, calibrated on the matching runs among records."""
     from autotune.analysis import compare as cmp
-    from autotune.run.preflight import _local_model_dir
+    from autotune.run.modelconfig import local_model_dir
 
     try:
         serve = estimate.serve_settings(argv)
     except ValueError as exc:
         raise click.ClickException(str(exc))
-    folder = _local_model_dir(serve.model, None, None)
+    folder = local_model_dir(serve.model, None, None)
     if folder is None:
         raise click.ClickException(f"{serve.model}: not a model folder on this machine (nor in the Hugging Face "
                                    f"cache); the prediction reads config.json and the safetensors headers")

@@ -1,6 +1,7 @@
 """The checks around each boot: preflight and GPU pinning before the first, flag hygiene and
-the mechanical recovery after a failed one. The rules live in run/preflight.py,
-host/gpus.py and run/recovery.py; this is the glue that records what they said."""
+the mechanical recovery after a failed one. The rules live in run/preflight.py (reading the
+model's files through run/modelconfig.py), run/flaghygiene.py, host/gpus.py and run/recovery.py;
+this is the glue that records what they said."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     from autotune.host import gpus
     from autotune.host.machine import gpu_facts
     from autotune.analysis import reachable
+    from autotune.run import modelconfig
     from autotune.run import preflight as rules
 
     inventory, _ = gpu_facts()
@@ -25,10 +27,10 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         emit("warning", text=warning)
     pinned_env = {**env, **plan.env_changes}
     revision = servecmd.flag_value(argv, "--revision")
-    config = rules.read_model_config(model, pinned_env, revision)
-    tokenizer = rules.read_tokenizer_config(model, pinned_env, revision)
+    config = modelconfig.read_model_config(model, pinned_env, revision)
+    tokenizer = modelconfig.read_tokenizer_config(model, pinned_env, revision)
     if opts.target_max:
-        derived = rules.derived_max_model_len(config, tokenizer)
+        derived = modelconfig.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the recovery retries there.
         opts.target = derived or (1 << 24)
@@ -46,7 +48,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
     """Flag hygiene: a flag the user gave that vLLM's non-default args do not show was lost."""
-    from autotune.run import preflight as rules
+    from autotune.run import flaghygiene as rules
 
     shown = attempt.fact("non_default_args")
     if not isinstance(shown, dict):
