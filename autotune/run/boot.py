@@ -173,6 +173,7 @@ class Boot:
         if self.server.poll() is None:
             return
         drain(self.server, self._feed)
+        self.parser.close()  # the log has ended: one that ends in a traceback or ERROR line is an error
         self.time_to_outcome = self.time_to_outcome or self._elapsed()
         self.outcome = strategy.REFUSED if self.parser.refused else (
             strategy.ERROR if self.parser.outcome == "error" else strategy.EXITED)
@@ -279,6 +280,7 @@ class Boot:
         """The server is stopped: read the rest of its log, drop the marker, wait for its memory."""
         self.current["server"] = None
         drain(self.server, self._feed)
+        self.parser.close()  # its final traceback or ERROR line becomes the stated cause (`exception`)
         marker.remove(self.run_dir)
         if self.gpu_baseline:
             # The next boot needs the memory this one held: wait until the driver shows it free.
@@ -316,8 +318,8 @@ class Boot:
 
     def _diagnose(self, result: dict) -> None:
         a = self.attempt
-        if a.error_kind:
-            found = catalog.diagnosis(result)
+        if a.error_kind or a.outcome == strategy.ERROR:  # no known kind: its final exception line
+            found = catalog.diagnosis(result, a.provenance)
             if found is not None:
                 a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
         if a.outcome == strategy.EXITED and not given(a.diagnosis):
