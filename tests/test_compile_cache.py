@@ -24,3 +24,76 @@ def test_a_graph_compiled_after_one_loaded_makes_the_boot_cold():
              "INFO 01-27 00:32:10 [backends.py:226] Directly load the compiled graph(s) for compile range (8193, 9000) "
              "from the cache, took 0.1 s"]
     assert parse_lines(lines).result()["compile_cache"] == "cold"
+
+
+# ---- the cache state as a setting: compare, the calibration, the next boot's prediction -------------
+
+from autotune.analysis import compare as cmp  # noqa: E402
+from autotune.analysis import estimate, next_boot  # noqa: E402
+from autotune.cli.compare import render_report  # noqa: E402
+from tests.test_compare import cpu_sweep, record  # noqa: E402
+
+
+def with_cache(rec: dict, state: str | None) -> dict:
+    if state is not None:
+        rec["attempts"][-1]["facts"]["compile_cache"] = state
+    return rec
+
+
+def test_a_cold_and_a_warm_boot_of_one_command_are_apart_only_by_their_cache():
+    report = cmp.compare([
+        with_cache(record("run-01", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000), "cold"),
+        with_cache(record("run-02", gmu=0.9, kv=3.5, tokens=57_344, ceiling=57_200), "warm"),
+    ])
+    assert [g.key.get("compile_cache") for g in report.groups] == ["cold", "warm"]
+    assert [p for g in report.groups for p in g.pairs] == []  # a cold boot's KV is not held against a warm one
+    (nc,) = report.not_comparable
+    assert nc["compile_cache_only"] and not nc["vllm_change_only"]
+    assert nc["differing"] == {"compile_cache": ["cold", "warm"]}
+    text = render_report(report)
+    assert "Compile cache (the same settings, one group booted with a cold torch.compile cache" in text
+    assert ("  G1 (cold) vs G2 (warm): at gmu 0.9: run-01 (cold) 3.0 GiB, run-02 (warm) 3.5 GiB available KV: "
+            "+0.50 GiB (+17%), KV tokens +8,192") in text
+    assert "Not comparable" not in text
+
+
+def test_runs_that_compile_nothing_keep_the_key_they_always_had():
+    rec = record("run-01", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000)
+    assert "compile_cache" not in cmp.run_row(cmp.as_run_record(rec)).key()
+    assert cmp.run_row(cmp.as_run_record(with_cache(rec, "warm"))).key()["compile_cache"] == "warm"
+
+
+def test_an_upgrade_that_compiles_afresh_is_still_a_vllm_change_and_says_so():
+    report = cmp.compare([
+        with_cache(record("run-01", gmu=0.9, kv=3.5, tokens=57_344, ceiling=57_200, version="0.19.1"), "warm"),
+        with_cache(record("run-02", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000, version="0.20.0"), "cold"),
+    ])
+    (vc,) = report.version_changes
+    assert vc.compile_cache == ["warm", "cold"]
+    assert vc.text.endswith("; the torch.compile cache was warm then cold (a cold cache has been reported to "
+                            "cost ~14% of KV tokens)")
+
+
+def test_the_calibration_is_like_with_like_warm_first():
+    runs = [{"run_id": "r1", "compile_cache": "cold"}, {"run_id": "r2", "compile_cache": "warm"},
+            {"run_id": "r3", "compile_cache": "warm"}]
+    kept, skipped = estimate.like_with_like(runs, [])
+    assert [r["run_id"] for r in kept] == ["r2", "r3"]
+    assert skipped == ["r1: its torch.compile cache was cold (calibrating like with like, on the warm runs: "
+                       "a cold cache has been reported to cost ~14% of KV tokens)"]
+    cold_only = [{"run_id": "r1", "compile_cache": "cold"}]
+    assert estimate.like_with_like(cold_only, []) == (cold_only, [])
+
+
+def test_the_next_boot_is_predicted_from_the_warm_group():
+    cold = cpu_sweep((0.15, 0.5, 65_536), (0.21, 1.0, 131_072))
+    warm = [record(f"run-1{i}", gmu=g, kv=kv, tokens=t, ceiling=t - 128, gpus=(), version="0.32.0", node_total=9.09)
+            for i, (g, kv, t) in enumerate([(0.15, 0.6, 78_643), (0.21, 1.1, 144_179)], 1)]
+    records = [with_cache(r, "cold") for r in cold] + [with_cache(r, "warm") for r in warm]
+    key = cmp.run_row(cmp.as_run_record(cold[0])).key()
+    del key["compile_cache"]  # a command not yet booted: its cache state is not known
+    prediction, runs = next_boot.predict_next(records, key, 0.18)
+    assert runs == ["run-11", "run-12"]
+    assert prediction.available_kv_gib == pytest.approx(0.85)
+    # a sweep's own points: one family, whatever their cache
+    assert next_boot.predict_next(records, None, 0.18)[1] == ["run-11", "run-12"]

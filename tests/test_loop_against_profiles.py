@@ -21,6 +21,7 @@ from autotune.cli import cli
 from autotune.testing import profiles
 
 SEED = "seed-3090-qwen3.6-27b"
+V021 = "v1-0.21.0"
 SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
                "--enable-chunked-prefill"]
 FAST = "0.002"  # of the real seconds: a 90 s boot takes 0.2 s
@@ -212,3 +213,45 @@ def test_reach_reads_gmu_and_the_levers_from_the_config_file(machine, tmp_path, 
     reach = record["reach"]
     assert reach["gmu_in_force"] == 0.98 and reach["steps"] == []  # nothing left to measure: 1 and 512 are set
     assert reach["explanation"][-1] == "stopped at 61,152"
+
+
+def test_a_refusal_tune_starts_at_what_this_machines_runs_predict(machine):
+    """One verified run at gmu 0.85 predicts the ceiling at 0.92: the second tune boots the
+    prediction (never above it) instead of the target, and its own pool accepts it: 1 boot, not 2."""
+    machine(V021)
+    first = tune("--target", "131072", "--strategy", "refusal", "--probe", "none", "--",
+                 *fake(V021, "--gpu-memory-utilization", "0.85"))
+    assert first["result"]["boots"] == 2 and "prediction" not in first  # nothing to predict from yet
+    second = tune("--target", "131072", "--strategy", "refusal", "--probe", "none", "--",
+                  *fake(V021, "--gpu-memory-utilization", "0.92"))
+    predicted = second["prediction"]
+    assert predicted["group_runs"] == [first["run_id"]] and predicted["gmu"] == 0.92
+    (only,) = second["attempts"]
+    assert only["basis"] == "start_at" and only["max_model_len"] == predicted["start_at"] <= predicted["ceiling"]
+    assert second["options"]["start_at"] == predicted["start_at"]  # a resume boots the same
+    assert (second["result"]["verdict"], second["result"]["boots"]) == ("verified", 1)
+    slack = first["attempts"][-1]["facts"]["kv_cache_tokens"] - first["result"]["ceiling"]
+    vllms_ceiling = only["facts"]["kv_cache_tokens"] - slack  # what its own pool shows
+    assert vllms_ceiling / 1.01 <= second["result"]["ceiling"] <= vllms_ceiling
+
+
+def test_a_hybrid_prediction_off_by_3_percent_costs_no_more_boots_than_none(machine):
+    """The seed (hybrid) at 0.92 predicts 0.98 about 3% low: the boot at the prediction verifies,
+    its pool shows more room, and the next boot is at vLLM's own figure: 2 boots, as without it."""
+    machine(SEED)
+    tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+         *fake(SEED, "--gpu-memory-utilization", "0.92", "--max-num-seqs", "8"))
+    second = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                  *fake(SEED, "--gpu-memory-utilization", "0.98", "--max-num-seqs", "8"))
+    assert [a["basis"] for a in second["attempts"]] == ["start_at", "room"]
+    assert [a["outcome"] for a in second["attempts"]] == ["verified", "verified"]
+    assert second["result"]["ceiling"] == 55232  # the sweep's value at 0.98: vLLM's own
+
+
+def test_a_tune_with_no_earlier_run_of_its_group_boots_the_target(machine):
+    machine(SEED)
+    tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+         *fake(SEED, "--gpu-memory-utilization", "0.92", "--max-num-seqs", "8"))
+    other = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                 *fake(SEED, "--gpu-memory-utilization", "0.98", "--max-num-seqs", "4"))  # another setting
+    assert "prediction" not in other and other["attempts"][0]["basis"] == "target"

@@ -29,7 +29,7 @@ from autotune.analysis.gmu_fit import Fit, fit_group, least_squares  # noqa: F40
 from autotune.analysis.gmu_predict import Prediction, predict  # noqa: F401
 from autotune.analysis.run_groups import (Expectation, Group, PairVerdict, Tolerance, VersionChange,  # noqa: F401
                                           data_spread, differing_keys, group_rows, tolerance_for, version_changes)
-from autotune.analysis.run_row import GMU_FLAG, Row, default_gmu, run_row, settings_of, version_tuple  # noqa: F401
+from autotune.analysis.run_row import COMPILE_CACHE_KEY, GMU_FLAG, Row, default_gmu, run_row, settings_of, version_tuple  # noqa: F401
 from autotune.analysis.sweep_plan import SweepAim, sweep_aim, sweep_point_outcome, sweep_start_at  # noqa: F401
 from autotune.store.record import RunRecord, as_run_record
 
@@ -38,7 +38,8 @@ from autotune.store.record import RunRecord, as_run_record
 class Report:
     runs: list[Row]
     groups: list[Group]
-    not_comparable: list[dict]  # {"groups": [G1, G2], "differing": {key: [a, b]}, "vllm_change_only": bool}
+    # {"groups": [G1, G2], "differing": {key: [a, b]}, "vllm_change_only": bool, "compile_cache_only": bool}
+    not_comparable: list[dict]
     version_changes: list[VersionChange]
 
     def to_json(self) -> dict:
@@ -85,8 +86,33 @@ def not_comparable_of(groups: list[Group]) -> list[dict]:
         del candidates[:-NEAREST_GROUPS]
         if before is not None:
             out.append({"groups": [before.group_id, group.group_id], "differing": differing,
-                        "vllm_change_only": set(differing) == {"vllm_version"}})
+                        "vllm_change_only": set(differing) == {"vllm_version"},
+                        "compile_cache_only": set(differing) == {COMPILE_CACHE_KEY}})
     return out
+
+
+def compile_cache_change(nc: dict, groups: list[Group], rows: dict[str, Row]) -> str | None:
+    """For two groups apart only by their torch.compile cache: the newest run of each at one gmu,
+    side by side (None when they share no gmu value or a KV figure is missing)."""
+    by_id = {g.group_id: g for g in groups}
+    first, second = (by_id[g] for g in nc["groups"])
+    newest = {}
+    for group in (first, second):
+        for run_id in group.run_ids:
+            row = rows[run_id]
+            if row.available_kv_gib is not None:
+                newest.setdefault(group.group_id, {})[row.gmu] = row
+    shared = [g for g in newest.get(first.group_id, {}) if g in newest.get(second.group_id, {})]
+    if not shared:
+        return None
+    a, b = newest[first.group_id][shared[-1]], newest[second.group_id][shared[-1]]
+    change = b.available_kv_gib - a.available_kv_gib
+    share = f" ({change / a.available_kv_gib:+.0%})" if a.available_kv_gib else ""
+    text = (f"at gmu {a.gmu:g}: {a.run_id} ({a.compile_cache}) {a.available_kv_gib} GiB, {b.run_id} "
+            f"({b.compile_cache}) {b.available_kv_gib} GiB available KV: {change:+.2f} GiB{share}")
+    if a.kv_cache_tokens is not None and b.kv_cache_tokens is not None:
+        text += f", KV tokens {b.kv_cache_tokens - a.kv_cache_tokens:+,}"
+    return text
 
 
 

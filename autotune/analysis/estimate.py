@@ -330,8 +330,40 @@ def calibration_runs(records: list[dict], model: str, device: Device, vllm_versi
         chosen.append({"run_id": row.run_id, "gmu": row.gmu, "memory_bytes": memory * GIB if memory else None,
                        "available_kv_gib": row.available_kv_gib, "kv_cache_tokens": row.kv_cache_tokens,
                        "max_model_len": facts.get("max_concurrency_tokens"), "ceiling": row.ceiling,
-                       "vllm_version": row.vllm_version, "requested_gib": facts.get("cpu_worker_requested_gib")})
+                       "vllm_version": row.vllm_version, "requested_gib": facts.get("cpu_worker_requested_gib"),
+                       "compile_cache": row.compile_cache})
     return chosen, skipped
+
+
+def calibration_set(records: list[dict], model: str, device: Device,
+                    settings: dict[str, str]) -> tuple[list[dict], list[str]]:
+    """The runs a prediction calibrates on: this configuration's verified runs (calibration_runs),
+    of the newest vLLM among them, of one compile cache state; and a line for each run left out."""
+    chosen, skipped = calibration_runs(records, model, device, None, settings)
+    chosen, version_note = newest_version_only(chosen)
+    skipped.extend([version_note] if version_note else [])
+    return like_with_like(chosen, skipped)
+
+
+# The compile cache state a calibration keeps when the runs differ: a warm cache first (the next
+# boot of a command this machine has compiled loads it), then runs that compiled nothing, then cold.
+CACHE_PREFERENCE = ("warm", None, "cold")
+
+
+def like_with_like(chosen: list[dict], skipped: list[str]) -> tuple[list[dict], list[str]]:
+    """The runs of one torch.compile cache state only: a cold cache (it compiles during the profile)
+    has been reported to cost ~14% of KV tokens, so mixing states would blur the overhead."""
+    states = {r.get("compile_cache") for r in chosen}
+    if len(states) <= 1:
+        return chosen, skipped
+    keep = next(state for state in CACHE_PREFERENCE if state in states)
+    shown = keep or "no compiled graphs"
+    for run in chosen:
+        if run.get("compile_cache") != keep:
+            skipped.append(f"{run['run_id']}: its torch.compile cache was {run.get('compile_cache') or 'not used'} "
+                           f"(calibrating like with like, on the {shown} runs: a cold cache has been reported to "
+                           "cost ~14% of KV tokens)")
+    return [r for r in chosen if r.get("compile_cache") == keep], skipped
 
 
 def _mismatch(row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:

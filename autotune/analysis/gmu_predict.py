@@ -24,12 +24,14 @@ class Prediction:
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
 
 
-def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
+def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None) -> Prediction | None:
     """Available KV, KV tokens and the ceiling at `gmu`, from a group's measured runs.
 
     Two or more gmu values: the least-squares lines. One gmu value: the budget's change
     (device memory x gmu) from the runs measured there. Where the device memory is known the
-    lines run against the budget, at the newest run's device memory. None when neither works.
+    lines run against the budget, at `memory_gib` (the device memory read just before the
+    boot: a VM's CPU node can change between runs) or else the newest run's. None when
+    neither works.
     """
     points = [r for r in rows if r.gmu is not None and r.available_kv_gib is not None]
     if not points or not group.gmu_sets_kv:
@@ -37,7 +39,8 @@ def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
     warnings: list[str] = []
     fit = group.fit
     tpg = group.tokens_per_gib
-    memory_now = next((r.device_memory_gib for r in reversed(points) if r.device_memory_gib is not None), None)
+    newest_memory = next((r.device_memory_gib for r in reversed(points) if r.device_memory_gib is not None), None)
+    memory_now = memory_gib if memory_gib is not None and newest_memory is not None else newest_memory
     if fit is not None:
         x = memory_now * gmu if fit.x == "budget" else gmu
         kv = fit.kv_a * x - fit.kv_b
@@ -64,9 +67,13 @@ def predict(group: Group, rows: list[Row], gmu: float) -> Prediction | None:
         return None
     if fit is None or fit.x == "budget":
         memories = {r.device_memory_gib for r in points}
-        basis += (f"; device memory {memory_now} GiB" if len(memories) == 1 else
-                  f"; device memory taken as {memory_now} GiB, the newest run's (the runs saw "
-                  f"{min(memories)}-{max(memories)} GiB)")
+        if memory_now != newest_memory:
+            basis += (f"; device memory {memory_now:.2f} GiB, read before this boot (the runs saw "
+                      f"{min(memories)}-{max(memories)} GiB)")
+        else:
+            basis += (f"; device memory {memory_now} GiB" if len(memories) == 1 else
+                      f"; device memory taken as {memory_now} GiB, the newest run's (the runs saw "
+                      f"{min(memories)}-{max(memories)} GiB)")
     if gmu < low - 1e-9 or gmu > high + 1e-9:
         measured = f"{low:g}" if low == high else f"{low:g}-{high:g}"
         warnings.append(f"gmu {gmu:g} is outside the measured range ({measured}): this is an extrapolation")

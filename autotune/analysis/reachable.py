@@ -41,8 +41,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
         shape = mf.kv_shape(config, serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
     except mf.ModelFilesError:
         return None
-    chosen, _ = estimate.calibration_runs(records, serve.model, device, None, cmp.settings_of(argv, env))
-    chosen, _ = estimate.newest_version_only(chosen)
+    chosen, _ = estimate.calibration_set(records, serve.model, device, cmp.settings_of(argv, env))
     if not chosen:
         return None
     version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)

@@ -6,7 +6,7 @@ import statistics
 from dataclasses import dataclass
 
 from autotune.analysis.gmu_fit import Fit, fit_group
-from autotune.analysis.run_row import Row, version_tuple
+from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row, version_tuple
 
 # Tolerance for "the same" available KV. The figures are printed with two decimals, so two of
 # them differ by up to 0.01 GiB from rounding alone: the absolute floor is twice that. And two
@@ -262,6 +262,7 @@ class VersionChange:
     vllm_change_gib: float | None  # the part of the KV change that is vLLM's
     text: str
     reproduces: bool = False  # the newer run is `autotune reproduce` of the older
+    compile_cache: list[str | None] | None = None  # [before, after] where the two boots' caches differ
 
 
 def version_changes(groups: list[Group], rows_by_id: dict[str, Row]) -> list[VersionChange]:
@@ -276,7 +277,10 @@ def version_changes(groups: list[Group], rows_by_id: dict[str, Row]) -> list[Ver
     group_of = {rid: g for g in groups for rid in g.run_ids}
     families: dict[tuple, list[Group]] = {}
     for g in groups:
-        families.setdefault(_hashable({k: v for k, v in g.key.items() if k != "vllm_version"}), []).append(g)
+        # A new vLLM compiles afresh (its cache is cold where the old one's was warm): the cache
+        # state does not keep the two versions apart; the change names it (_version_change).
+        family = {k: v for k, v in g.key.items() if k not in ("vllm_version", COMPILE_CACHE_KEY)}
+        families.setdefault(_hashable(family), []).append(g)
     out = []
     paired: set[tuple[str, str]] = set()
     for family in families.values():
@@ -326,10 +330,20 @@ def _version_change(old_g: Group, new_g: Group, before: Row, after: Row) -> Vers
         parts.append(f"KV tokens {d_tok:+,}")
     if d_ceil is not None:
         parts.append(f"ceiling {d_ceil:+,}")
+    caches = None
+    if before.compile_cache != after.compile_cache:
+        caches = [before.compile_cache, after.compile_cache]
+        parts.append(f"the torch.compile cache was {_cache_text(before.compile_cache)} then "
+                     f"{_cache_text(after.compile_cache)} (a cold cache has been reported to cost ~14% of KV tokens)")
     return VersionChange(
         older_group=old_g.group_id, newer_group=new_g.group_id, versions=[before.vllm_version, after.vllm_version],
         older=before.run_id, newer=after.run_id, gmu=[before.gmu, after.gmu],
         available_kv_gib=[before.available_kv_gib, after.available_kv_gib],
         kv_cache_tokens=[before.kv_cache_tokens, after.kv_cache_tokens], ceiling=[before.ceiling, after.ceiling],
         delta_available_kv_gib=d_kv, delta_kv_cache_tokens=d_tok, delta_ceiling=d_ceil,
-        expected_from_gmu_gib=expected, vllm_change_gib=vllm_part, text=parts[0] + " " + "; ".join(parts[1:]))
+        expected_from_gmu_gib=expected, vllm_change_gib=vllm_part, text=parts[0] + " " + "; ".join(parts[1:]),
+        compile_cache=caches)
+
+
+def _cache_text(state: str | None) -> str:
+    return state or "not used"

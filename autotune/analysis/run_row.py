@@ -14,6 +14,7 @@ from autotune.store.record import RunRecord
 from autotune.vllm import servecmd, versions
 
 GMU_FLAG = "--gpu-memory-utilization"
+COMPILE_CACHE_KEY = "compile_cache"  # the group key's name for a boot's torch.compile cache state
 
 # Options that do not change how memory is shared out: where the server listens, what it
 # logs, how it answers. Everything else in the serve command is part of "the settings".
@@ -61,6 +62,10 @@ class Row:
     tokens_per_gib_source: str | None
     ceiling_from_vllm: bool = True  # False when the ceiling is a sweep's accepted prediction
     links: dict = field(default_factory=dict)
+    # The torch.compile cache of the boot whose figures these are: "cold" (it compiled), "warm"
+    # (it loaded every graph), None (nothing compiled, as with --enforce-eager, or not in the log).
+    # A cold cache has been reported to cost ~14% of KV tokens, so it counts as a setting.
+    compile_cache: str | None = None
 
     @property
     def budget_gib(self) -> float | None:
@@ -75,9 +80,14 @@ class Row:
         return self.ceiling is not None and self.target is not None and self.ceiling < self.target
 
     def key(self) -> dict:
-        """What must be equal for two runs to be compared (gmu is allowed to differ)."""
-        return {"model": self.model, "device": self.device, "vllm_version": self.vllm_version,
-                **{f"setting {k}": v for k, v in self.settings.items()}}
+        """What must be equal for two runs to be compared (gmu is allowed to differ).
+
+        The compile cache is in it only where the log shows one: runs that compile nothing
+        keep the key they always had."""
+        key = {"model": self.model, "device": self.device, "vllm_version": self.vllm_version}
+        if self.compile_cache is not None:
+            key[COMPILE_CACHE_KEY] = self.compile_cache
+        return {**key, **{f"setting {k}": v for k, v in self.settings.items()}}
 
 
 def version_tuple(version: str | None) -> tuple[int, ...] | None:
@@ -236,4 +246,5 @@ def run_row(record: RunRecord) -> Row:
         tokens_per_gib_source=tpg_source,
         ceiling_from_vllm=final_basis not in ("start_at", "room"),
         links=dict(record.get("links") or {}),
+        compile_cache=facts.get("compile_cache"),
     )

@@ -134,7 +134,17 @@ def render_report(report: cmp.Report, with_runs: bool = True) -> str:
     for group in report.groups:
         lines.append("")
         lines.extend(render_group(group, rows, labels))
-    others = [nc for nc in report.not_comparable if not nc["vllm_change_only"]]
+    caches = [nc for nc in report.not_comparable if nc.get("compile_cache_only")]
+    if caches:
+        lines.append("")
+        lines.append("Compile cache (the same settings, one group booted with a cold torch.compile cache and one "
+                     "with a warm one; a cold cache has been reported to cost ~14% of KV tokens, so they are "
+                     "not held against each other):")
+        for nc in caches:
+            (a, b), = nc["differing"].values()
+            side = cmp.compile_cache_change(nc, report.groups, rows)
+            lines.append(f"  {nc['groups'][0]} ({_v(a)}) vs {nc['groups'][1]} ({_v(b)})" + (f": {side}" if side else ""))
+    others = [nc for nc in report.not_comparable if not nc["vllm_change_only"] and not nc.get("compile_cache_only")]
     if others:
         lines.append("")
         lines.append("Not comparable (they differ in more than gmu; no ratio is given):")
@@ -182,7 +192,9 @@ def compare_cmd(runs, runs_dir, json_, plot):
 
     \b
     Runs are grouped by what makes them comparable: same model, same GPU (model and
-    memory), same vLLM version, same settings other than --gpu-memory-utilization (gmu).
+    memory), same vLLM version, same settings other than --gpu-memory-utilization (gmu),
+    and the same torch.compile cache where the log shows one (a cold cache, which compiles,
+    has been reported to cost ~14% of KV tokens against a warm one, which loads).
     Inside a group with two or more gmu values the line
         available KV GiB = a x gmu - b
     is fitted by least squares (a ~ usable device memory, b ~ weights + fixed overhead), and

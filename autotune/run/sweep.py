@@ -151,7 +151,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
         raise
 
     report = cmp.compare(records)
-    group = next((g for g in report.groups if g.fit is not None), None)
+    group = max((g for g in report.groups if g.fit is not None), key=lambda g: len(g.run_ids), default=None)
     sweep["fit"] = asdict(group.fit) if group else None
     _plot(sweep, sweep_dir, report, opts, say, warn)
     sweep.update(state="finished", ended_at=artifact.iso(artifact.utc_now()))
@@ -210,16 +210,12 @@ def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
 
 
 def _prediction(records: list[dict], gmu: float) -> cmp.Prediction | None:
-    """The prediction for the next value from the values so far that verified."""
-    usable = [r for r in records if (r.get("result") or {}).get("verified")]
-    if not usable:
-        return None
-    report = cmp.compare(usable)
-    if len(report.groups) != 1:
-        return None  # the values so far are not comparable (e.g. vLLM changed under the sweep)
-    rows = {r.run_id: r for r in report.runs}
-    group = report.groups[0]
-    return cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
+    """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
+    from autotune.analysis import device_memory, next_boot
+
+    node = device_memory.node_memory_bytes()
+    prediction, _ = next_boot.predict_next(records, None, gmu, node / 2**30 if node else None)
+    return prediction
 
 
 def _count_boots(sweep: dict) -> None:

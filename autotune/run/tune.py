@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 from autotune.host.machine import machine_facts
+from autotune.run import aim
 from autotune.run import checks
 from autotune.run import launch
 from autotune.run import reach
@@ -95,11 +96,19 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
         vllm_version=None, attempts=[], result=None)
     record.order = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked",
                     "model", "command", "environment", "environment_added_by_autotune", "gpus", "preflight",
-                    "options", "owner", "plan", "vllm_version_detected", "links", "machine", "vllm_version",
-                    "attempts", "result"]
+                    "options", "owner", "plan", "vllm_version_detected", "prediction", "links", "machine",
+                    "vllm_version", "attempts", "result"]
+    prediction = aim.first_boot(record, opts)  # the refusal path starts at a confident prediction
+    if prediction is not None:
+        record.prediction = prediction
+        record.options = _options_kept(opts)
     artifact.save_run(run_dir, record)
     emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
          vllm_version=detected)
+    if prediction is not None:
+        emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
+             f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "
+             f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
     Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit).run()
     return _after_loop(record, run_dir, opts, env, emit)
 

@@ -276,6 +276,7 @@ class RunRecord(Part):
     owner: dict = ABSENT
     plan: str = ABSENT  # auto | auto_probe | refusal
     vllm_version_detected: str | None = ABSENT
+    prediction: dict = ABSENT  # the refusal path's first boot, aimed at what this machine's runs predict
     links: dict = ABSENT  # sweep_id, sweep_index, reproduces, reach_of
     machine: dict = ABSENT
     vllm_version: str | None = ABSENT

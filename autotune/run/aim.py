@@ -1,0 +1,49 @@
+"""Where a tune's first boot starts on the refusal path: at the ceiling this machine's own
+verified runs of the same command predict, when the prediction is confident; else the target.
+
+The prediction is analysis/next_boot.py's (the group's line at this gmu, with the CPU node's
+memory read now); where to aim under it is analysis/sweep_plan.py's sweep_aim, as for a sweep's
+values: never above the prediction, and the verified boot's own KV pool says whether it is the
+ceiling (run/strategy.py). A prediction is confident when a verified run of the group was
+limited by its KV cache (so vLLM's slack between pool and ceiling is known) and it leaves the
+KV cache something; with none, the tune boots the target as it always did.
+"""
+
+from __future__ import annotations
+
+from autotune.run import strategy
+from autotune.run.options import TuneOptions
+from autotune.store.record import RunRecord
+
+GIB = 2**30
+
+
+def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
+    """Aim the first boot (opts.start_at, opts.slack) at a confident prediction; what run.json
+    keeps of it (record.prediction), or None when the tune boots the target."""
+    if record.plan != "refusal" or opts.start_at is not None or opts.kind != "tune" or opts.target_max:
+        return None
+    from autotune.analysis import device_memory, next_boot, reachable
+    from autotune.analysis.run_row import run_row
+    from autotune.analysis.sweep_plan import sweep_aim
+
+    records = reachable.load_records(opts.runs_dir)
+    if not records:
+        return None
+    # This run as compare will see it, before its first boot: the version is the one detected.
+    row = run_row(RunRecord.from_dict({**record.to_dict(), "vllm_version": record.vllm_version_detected}))
+    if row.gmu is None or not row.gmu_sets_kv or row.vllm_version is None:
+        return None
+    node = device_memory.node_memory_bytes()
+    prediction, group_runs = next_boot.predict_next(records, row.key(), row.gmu, node / GIB if node else None)
+    if prediction is None or prediction.available_kv_gib <= 0:
+        return None
+    aim = sweep_aim(prediction, opts.target, strategy.ROOM_TOLERANCE)
+    if aim.start_at is None:
+        return None
+    opts.start_at, opts.slack = aim.start_at, aim.slack_tokens
+    return {"ceiling": prediction.ceiling, "kv_cache_tokens": prediction.kv_cache_tokens,
+            "available_kv_gib": round(prediction.available_kv_gib, 3), "gmu": prediction.gmu,
+            "basis": prediction.basis, "group_runs": group_runs,
+            "start_at": aim.start_at, "reason": aim.reason, "warnings": list(prediction.warnings)}
+
