@@ -449,3 +449,20 @@ def test_flags_from_a_config_file_are_checked_and_a_disagreement_named(tmp_path)
     # as vLLM reads them: auto is -1, 64K is 65,536
     assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "auto"], {"max_model_len": -1}) == []
     assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "64K"], {"max_model_len": 65536}) == []
+
+
+def test_a_disagreement_is_kept_in_the_attempt_as_well_as_warned(tmp_path, monkeypatch):
+    from autotune.run import checks
+    from autotune.store.record import Attempt
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "serve.yaml").write_text("gpu-memory-utilization: 0.12\n")
+    attempt = Attempt.from_dict({"index": 1, "facts": {"non_default_args": {"model": "m",
+                                                                          "gpu_memory_utilization": 0.9}}})
+    said = []
+    checks.check_flags(attempt, ["vllm", "serve", "m", "--config", "serve.yaml"], lambda event, **d: said.append(d))
+    assert attempt.to_dict()["disagreeing_flags"] == [{"flag": "--gpu-memory-utilization", "asked": 0.12, "used": 0.9}]
+    assert [d["text"][:48] for d in said] == ["vLLM's non-default args disagree with the comman"]
+    clean = Attempt.from_dict({"index": 1, "facts": {"non_default_args": {"model": "m"}}})
+    checks.check_flags(clean, ["vllm", "serve", "m"], lambda event, **d: None)
+    assert "disagreeing_flags" not in clean.to_dict()

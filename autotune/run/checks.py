@@ -59,6 +59,7 @@ def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
         emit("warning", text=rules.describe_missing_flags(missing))
     disagreeing = rules.disagreeing_flags(argv, shown)  # vLLM's non-default args are the truth
     if disagreeing:
+        attempt.disagreeing_flags = disagreeing
         emit("warning", text=rules.describe_disagreements(disagreeing))
 
 

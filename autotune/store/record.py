@@ -158,6 +158,7 @@ class Attempt(Part):
     reason: str = ABSENT  # why this length
     basis: str = ABSENT  # target | ceiling | auto | start_at | room
     missing_flags: list = ABSENT
+    disagreeing_flags: list = ABSENT  # [{flag, asked, used}]: vLLM's non-default args show another value
     recovery: dict = ABSENT
     no_recovery: str = ABSENT
     cleanup: dict = ABSENT  # an interrupted boot recorded from its server marker
