@@ -356,6 +356,8 @@ def test_every_terminal_escape_sequence_is_stripped():
     lambda line: "авг 18 14:15:02 llm python3[28145]: " + line,  # journald (fixture 030)
     lambda line: "> 2026-07-08T22:40:03Z vllm-1  | Aug 17 18:42:18 vllm vllm[8052]: " + line,  # stacked
     lambda line: "`" + line + "`",  # inline code (fixture 109)
+    lambda line: "2024-04-27 10:13:05 | ERROR | stderr | " + line,  # QAnything's logger (fixture 509)
+    lambda line: "2024-04-27 10:13:05.123 | INFO     | vllm_runner:main:42 - " + line,  # loguru's default
 ))
 def test_wrappers_and_stacked_prefixes(wrapper):
     lines = _lines(REFUSED)
@@ -432,3 +434,17 @@ def test_a_second_arguments_line_starts_a_boot_even_without_a_banner():
     assert parser.boots_in_log == 2 and parser.outcome == "refused"
     # The arguments of a boot pasted after its error (fixture 311) do not start a boot.
     assert parse_file(FIXTURES / "311-v02x-heads-not-divisible-quoted-before-its-args-line.log").boots_in_log == 1
+
+
+@pytest.mark.parametrize("prefix", ("2024-04-27 10:13:05 | ERROR | stderr | ",
+                                    "2024-04-27 10:13:05.123 | ERROR    | worker:run:42 - "))
+def test_a_pipe_separated_logger_prefix_leaves_the_exception_line_clean(prefix):
+    """A traceback the wrapper's own logger printed (fixture 509: QAnything) ends in the exception
+    line itself as the stated cause, not in the logger's fields."""
+    lines = [prefix + text for text in ("Traceback (most recent call last):",
+                                        '  File "/srv/run.py", line 3, in <module>',
+                                        "RuntimeError: the frobnicator is out of order")]
+    parser = parse_lines(lines)
+    parser.close()
+    assert parser.outcome == "error"
+    assert parser.result()["exception"] == "RuntimeError: the frobnicator is out of order"

@@ -93,6 +93,9 @@ CATALOG: tuple[FailureKind, ...] = (
         kind="negative_available_kv",
         patterns=(
             r"No available memory for the cache blocks",
+            # V0's block count of zero, which that error follows (read from the INFO line itself
+            # by the parser: a cut log may end before the error).
+            r"# GPU blocks: 0(?![\d.]|,\d)",
             # --max-model-len auto (0.14+) when not even one token fits.
             r"Cannot auto-fit max_model_len: not enough",
         ),

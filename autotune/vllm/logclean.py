@@ -105,6 +105,9 @@ _PREFIXES = (
     r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?\s+",
     # journald / syslog: "авг 18 14:15:02 host python3[28145]: ", "Nov 30 10:00:01 host vllm[1]: "
     r"[^\W\d_]{3,5}\.?\s+\d{1,2}\s+\d\d:\d\d:\d\d\s+\S{1,64}\s+[\w.@/\-]{1,64}(?:\[\d{1,10}\])?:\s",
+    # a logger's pipe-separated fields after the time: loguru's "| ERROR    | module:func:42 - ",
+    # QAnything's "| ERROR | stderr | "
+    r"\|\s{0,8}(?:TRACE|DEBUG|INFO|SUCCESS|WARNING|WARN|ERROR|CRITICAL)\s{0,8}\|\s(?:[\w.:<>\-]{1,100}\s(?:\||-)\s)?",
     # docker compose: "vllm-1  | ", "qwen3-8b-1   | "
     r"[\w.\-]{1,64}\s{1,32}\|\s?",
     # kubectl logs --prefix: "[pod/vllm-0/vllm] "

@@ -162,6 +162,12 @@ class LineHandlers:
             self._set_num("gpu_blocks", found, 2)
             if found.group(3) is not None:
                 self._set_num("cpu_blocks", found, 3)
+            if read_number(found.group(2)) == 0:
+                # Not one block left for the KV cache: V0 raises "No available memory for the
+                # cache blocks" next, which a cut log (or a wrapper's own traceback) may not show.
+                entry = catalog.lookup("negative_available_kv")
+                if entry is not None:
+                    self._signature(entry, found.span(2))
         self._sized()
 
     def _on_engine_blocks(self, line: str, start: int) -> None:
