@@ -24,7 +24,8 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
               help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
                    "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "
-                   "reports when it refuses (works on every version).")
+                   "reports when it refuses (works on every version); where this machine's verified runs "
+                   "of the same command predict the ceiling, the first boot is that prediction instead.")
 @click.option("--reach", is_flag=True,
               help="When the ceiling is short of the target, try the levers in this order, each within your "
                    "limits: --max-num-seqs 1, --max-num-batched-tokens 512 with chunked prefill, "
