@@ -133,17 +133,24 @@ def migrate(data: dict, source: str = "run.json") -> dict:
 
 
 def load(run_dir: Path) -> RunRecord:
-    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it."""
+    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it
+    (or load_run, the same untyped)."""
+    return RunRecord.from_json(_read_run(run_dir))  # the parsed JSON is nobody else's: typed without a copy
+
+
+def load_run(run_dir: Path) -> dict:
+    """run.json as plain JSON (for code that takes the JSON form: compare, emit, --json): what
+    load(run_dir).to_dict() gives (the round trip is exact), without typing it and copying it back."""
+    return _read_run(run_dir)
+
+
+def _read_run(run_dir: Path) -> dict:
+    """run.json read, version-checked and migrated: a new dict that only the caller holds."""
     path = Path(run_dir) / RUN_FILE
     record = read_json(path, missing=f"no such file (is {run_dir} a run folder?)")
     if not isinstance(record, dict):
         raise ArtifactError(f"{path}: not a JSON object")
-    return RunRecord.from_dict(migrate(record, str(path)))
-
-
-def load_run(run_dir: Path) -> dict:
-    """run.json as plain JSON (for code that takes the JSON form: compare, emit, --json)."""
-    return load(run_dir).to_dict()
+    return migrate(record, str(path))
 
 
 def list_runs(runs_dir: Path) -> list[Path]:
