@@ -98,8 +98,7 @@ class Part:
                 out[key] = _plain(value)
         for key, value in self.other.items():
             out[key] = copy_json(value)
-        rank = {key: i for i, key in enumerate(self.order)}
-        return dict(sorted(out.items(), key=lambda kv: rank.get(kv[0], len(rank))))
+        return _in_order(out, self.order)
 
     def get(self, key: str, default=None):
         """A field or an unmodelled key by its JSON name; default when absent or null."""
@@ -151,11 +150,24 @@ def _as_is(value):
     return value
 
 
+def _in_order(out: dict, order: list) -> dict:
+    """out's keys in `order` (the keys as read, each once), then the rest as they are."""
+    if not order:
+        return out
+    ordered = {key: out[key] for key in order if key in out}
+    ordered.update(out)  # adds the keys order does not name, after it (a key already there keeps its place)
+    return ordered
+
+
 def _plain(value):
     """A field's JSON form, a copy (parts as their dicts)."""
     kind = type(value)
     if kind in _SCALARS:
         return value
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
     if isinstance(value, Part):
         return value.to_dict()
     if isinstance(value, list):
