@@ -155,7 +155,7 @@ def test_a_refusal_tune_after_the_sweep_boots_its_prediction_first(sweep, tiny_m
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     record = json.loads(proc.stdout)
     predicted = record["prediction"]
-    assert sorted(predicted["group_runs"]) == sorted(p["run_id"] for p in data["sweep"]["points"])
+    assert {p["run_id"] for p in data["sweep"]["points"]} <= set(predicted["group_runs"])  # (and the reproduce)
     assert "booting {:,} first, not the target".format(predicted["start_at"]) in proc.stderr
     first, *rest = record["attempts"]
     assert first["basis"] == "start_at" and first["max_model_len"] == predicted["start_at"] <= predicted["ceiling"]
