@@ -101,3 +101,26 @@ def test_interrupted_is_built_once_for_a_run_and_for_a_lever_search():
 def test_a_sweep_point_round_trips():
     point = {"gmu": 0.9, "run_id": "r", "verdict": "verified", "ceiling": 100, "boots": 2, "note": "n", "x": 1}
     assert SweepPoint.from_dict(point).to_dict() == point
+
+
+@pytest.mark.parametrize("path", FIXTURES[:3], ids=lambda p: p.name)
+def test_a_typed_record_shares_nothing_with_the_dicts_around_it(path):
+    """from_dict copies (the caller keeps its dict) and to_dict hands out a copy: changing either
+    leaves the record as it was."""
+    data = json.loads(path.read_text())
+    run = RunRecord.from_dict(data)
+    before = json.dumps(run.to_dict())
+    data["attempts"][0]["facts"] = {"changed": True}
+    data["environment"]["VLLM_NEW"] = "1"
+    out = run.to_dict()
+    out["attempts"][0]["outcome"] = "changed"
+    out["environment"]["VLLM_OTHER"] = "2"
+    assert json.dumps(run.to_dict()) == before
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
+def test_load_run_is_the_typed_load_as_json_key_order_included(path, tmp_path):
+    (tmp_path / "run.json").write_text(path.read_text())
+    plain, typed = artifact.load_run(tmp_path), artifact.load(tmp_path).to_dict()
+    assert plain == typed and list(plain) == list(typed)
+    assert [list(a) for a in plain["attempts"]] == [list(a) for a in typed["attempts"]]
