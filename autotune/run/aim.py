@@ -31,7 +31,7 @@ def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
     if not records:
         return None
     # This run as compare will see it, before its first boot: the version is the one detected.
-    row = run_row(RunRecord.from_dict({**record.to_dict(), "vllm_version": record.vllm_version_detected}))
+    row = run_row(RunRecord.from_json({**record.to_dict(), "vllm_version": record.vllm_version_detected}))
     if row.gmu is None or not row.gmu_sets_kv or row.vllm_version is None:
         return None
     node = device_memory.node_memory_bytes()
