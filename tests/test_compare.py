@@ -8,6 +8,11 @@ from click.testing import CliRunner
 
 from autotune.store import artifact
 from autotune.analysis import compare as cmp
+from autotune.analysis import gmu_fit
+from autotune.analysis import gmu_predict
+from autotune.analysis import run_groups
+from autotune.analysis import run_row
+from autotune.analysis import sweep_plan
 from autotune.store.record import as_run_record
 from autotune.cli.main import cli
 
@@ -50,11 +55,11 @@ def record(run_id, *, gmu=None, kv=None, tokens=None, ceiling=None, target=500_0
 
 def row_of(rec):
     """compare's row of a hand-made record (run_row takes the typed record, as artifact.load gives it)."""
-    return cmp.run_row(as_run_record(rec))
+    return run_row.run_row(as_run_record(rec))
 
 
 def outcome_of(rec, start_at):
-    return cmp.sweep_point_outcome(as_run_record(rec), start_at)
+    return sweep_plan.sweep_point_outcome(as_run_record(rec), start_at)
 
 
 def pair(report, older, newer):
@@ -209,7 +214,7 @@ def test_when_gmu_sizes_the_cpu_kv_cache(version, env, sets_kv):
     (None, None, "no --gpu-memory-utilization and the vLLM version is unknown, so its default is too"),
 ])
 def test_default_gmu_by_version(version, gmu, source):
-    assert cmp.default_gmu(version) == (gmu, source)
+    assert run_row.default_gmu(version) == (gmu, source)
 
 
 def test_a_gmu_flag_is_read_in_either_spelling():
@@ -260,7 +265,7 @@ def test_runs_at_different_gmu_on_two_versions_are_not_paired():
     ([], [], None),
 ])
 def test_least_squares(xs, ys, expected):
-    got = cmp.least_squares(xs, ys)
+    got = gmu_fit.least_squares(xs, ys)
     if expected is None:
         assert got is None
     else:
@@ -274,14 +279,14 @@ def test_least_squares(xs, ys, expected):
     (3.55, 2.18, {"sigma_gib": 0.01, "runs": 5}, 0.1775, "floor"),
 ])
 def test_tolerance(a, b, spread, gib, source):
-    tol = cmp.tolerance_for(a, b, spread)
+    tol = run_groups.tolerance_for(a, b, spread)
     assert tol.gib == pytest.approx(gib) and tol.source == source
 
 
 def test_the_data_spread_is_robust_to_one_bad_run():
     rows = [row_of(record(f"run-0{i}", gmu=g, kv=kv)) for i, (g, kv) in
             enumerate([(0.9, 3.0), (0.92, 3.49), (0.94, 3.95), (0.96, 4.44), (0.98, 2.0)], 1)]
-    spread = cmp.data_spread(rows, cmp.Expectation("budget", 24.0, "device"))
+    spread = run_groups.data_spread(rows, run_groups.Expectation("budget", 24.0, "device"))
     # intercepts 18.6, 18.59, 18.61, 18.6, 21.52: the median deviation ignores the last one
     assert spread["sigma_gib"] == pytest.approx(1.4826 * 0.01, abs=1e-6) and spread["runs"] == 5
 
@@ -305,7 +310,7 @@ def predict_at(records, gmu):
     report = cmp.compare(records)
     rows = {r.run_id: r for r in report.runs}
     group = report.groups[0]
-    return cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
+    return gmu_predict.predict(group, [rows[i] for i in group.run_ids], gmu)
 
 
 def test_predict_from_the_fit_inside_the_measured_range():
@@ -359,7 +364,7 @@ def test_predict_without_a_kv_limited_run_gives_an_upper_bound():
 # ---- sweep planning --------------------------------------------------------------------------------
 
 def prediction(ceiling, pool, error=None, device="cpu 23.54 GiB RAM"):
-    return cmp.Prediction(group_id="G1", gmu=0.2, available_kv_gib=1.0, kv_cache_tokens=pool, ceiling=ceiling,
+    return gmu_predict.Prediction(group_id="G1", gmu=0.2, available_kv_gib=1.0, kv_cache_tokens=pool, ceiling=ceiling,
                           ceiling_is_upper_bound=False, basis="test", warnings=[], error_tokens=error, device=device)
 
 
@@ -374,26 +379,26 @@ def prediction(ceiling, pool, error=None, device="cpu 23.54 GiB RAM"):
     (prediction(94_872, 95_000, error=2_000), 500_000, 94_402),
 ])
 def test_sweep_start_at(pred, target, start_at):
-    got, why = cmp.sweep_start_at(pred, target, 0.01)
+    got, why = sweep_plan.sweep_start_at(pred, target, 0.01)
     assert got == start_at, why
 
 
 def test_sweep_start_at_uses_a_prior_when_the_runs_cannot_show_the_error():
-    got, why = cmp.sweep_start_at(prediction(94_872, 95_000), 500_000, 0.01)
+    got, why = sweep_plan.sweep_start_at(prediction(94_872, 95_000), 500_000, 0.01)
     assert "prediction error of 190 tokens" in why  # 0.2% of the pool on the CPU backend
     assert got == 94_872 - 380
-    got, why = cmp.sweep_start_at(prediction(94_872, 95_000, device="NVIDIA H100 80GB HBM3 79.19 GiB"), 500_000, 0.01)
+    got, why = sweep_plan.sweep_start_at(prediction(94_872, 95_000, device="NVIDIA H100 80GB HBM3 79.19 GiB"), 500_000, 0.01)
     assert "prediction error of 950 tokens" in why  # 1% on a GPU, whose profiling varies more
     assert 94_872 / 1.01 <= got < 94_872  # never above a prediction: a boot just above it is refused
 
 
 def test_a_sweep_aim_carries_the_slack_the_pool_is_read_with():
-    aim = cmp.sweep_aim(prediction(25_590, 26_358), 1_048_576, 0.01)
+    aim = sweep_plan.sweep_aim(prediction(25_590, 26_358), 1_048_576, 0.01)
     assert aim.slack_tokens == 768 and aim.start_at < 25_590
-    explicit = cmp.Prediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
+    explicit = gmu_predict.Prediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
                               ceiling_is_upper_bound=False, basis="t", warnings=[], device="cpu", slack_tokens=768)
-    assert cmp.sweep_aim(explicit, 1_048_576, 0.01).slack_tokens == 768
-    assert cmp.sweep_aim(None, 1_048_576, 0.01) == cmp.SweepAim(None, "no prediction: booting the target")
+    assert sweep_plan.sweep_aim(explicit, 1_048_576, 0.01).slack_tokens == 768
+    assert sweep_plan.sweep_aim(None, 1_048_576, 0.01) == sweep_plan.SweepAim(None, "no prediction: booting the target")
 
 
 def tuned(outcomes, start_at, ceiling, target=500_000):

@@ -25,12 +25,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from autotune.analysis.gmu_fit import Fit, fit_group, least_squares  # noqa: F401 (the public face)
-from autotune.analysis.gmu_predict import Prediction, predict  # noqa: F401
-from autotune.analysis.run_groups import (Expectation, Group, PairVerdict, Tolerance, VersionChange,  # noqa: F401
-                                          data_spread, differing_keys, group_rows, tolerance_for, version_changes)
-from autotune.analysis.run_row import COMPILE_CACHE_KEY, GMU_FLAG, Row, default_gmu, run_row, settings_of, version_tuple  # noqa: F401
-from autotune.analysis.sweep_plan import SweepAim, sweep_aim, sweep_point_outcome, sweep_start_at  # noqa: F401
+from autotune.analysis.run_groups import Group, VersionChange, differing_keys, group_rows, version_changes
+from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row, run_row
 from autotune.store.record import RunRecord, as_run_record
 
 

@@ -23,7 +23,7 @@ HIGHEST_GMU_RISKY = 1.0
 def problem(argv: list[str], env: dict[str, str], target: int, records: list[dict], device: estimate.Device,
             allow_risky_gmu: bool = False) -> dict | None:
     """{kind, saw, why, fix} when a calibrated prediction says `target` cannot fit at the highest gmu."""
-    from autotune.analysis import compare as cmp
+    from autotune.analysis import run_row
     from autotune.run.modelconfig import local_model_dir
 
     try:
@@ -41,7 +41,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
         shape = mf.kv_shape(config, serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
     except mf.ModelFilesError:
         return None
-    chosen, _ = estimate.calibration_set(records, serve.model, device, cmp.settings_of(argv, env))
+    chosen, _ = estimate.calibration_set(records, serve.model, device, run_row.settings_of(argv, env))
     if not chosen:
         return None
     version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)

@@ -11,6 +11,8 @@ from pathlib import Path
 import click
 
 from autotune.analysis import compare as cmp
+from autotune.analysis import run_groups
+from autotune.analysis import run_row
 from autotune.cli.options import runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
@@ -63,14 +65,14 @@ def runs_table(report: cmp.Report) -> tuple[list[list[str]], list[str]]:
                   for text, mark in notes.items()]
 
 
-def describe_group(group: cmp.Group, rows: dict[str, cmp.Row]) -> str:
+def describe_group(group: run_groups.Group, rows: dict[str, run_row.Row]) -> str:
     first = rows[group.run_ids[0]]
     settings = " ".join(f"{k} {v}" if v != "true" else k for k, v in first.settings.items())
     return (f"{_model_name(first.model)} on {_short_device(first.device)}, vLLM {first.vllm_version or '?'}"
             + (f"; {settings}" if settings else ""))
 
 
-def render_group(group: cmp.Group, rows: dict[str, cmp.Row], labels: dict[str, str],
+def render_group(group: run_groups.Group, rows: dict[str, run_row.Row], labels: dict[str, str],
                  all_pairs: bool = False) -> list[str]:
     n = len(group.run_ids)
     members = " ".join(labels[i] for i in group.run_ids)

@@ -8,6 +8,7 @@ from dataclasses import asdict
 import click
 
 from autotune.analysis import compare as cmp
+from autotune.analysis import gmu_predict
 from autotune.cli.compare import describe_group
 from autotune.cli.options import LengthType, runs_dir_option
 from autotune.cli import predict_model
@@ -105,7 +106,7 @@ def _predict_groups(groups, rows: dict, gmu: float) -> tuple[list, list]:
     predictions = []
     skipped = []
     for group in groups:
-        p = cmp.predict(group, [rows[i] for i in group.run_ids], gmu)
+        p = gmu_predict.predict(group, [rows[i] for i in group.run_ids], gmu)
         if p is None:
             why = ("gmu does not size the KV cache in these runs" if not group.gmu_sets_kv
                    else "one gmu value and no device memory to move it by" if

@@ -34,7 +34,7 @@ def serve_argv(model: str | None, command: str | None) -> list[str]:
 def run(records: list[dict], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
         device_kind: str | None, device_memory_gib: float | None) -> estimate.Prediction:
     """Every figure for the serve command, calibrated on the matching runs among records."""
-    from autotune.analysis import compare as cmp
+    from autotune.analysis import run_row
     from autotune.run.modelconfig import local_model_dir
 
     try:
@@ -62,7 +62,7 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         max_model_len=serve.max_model_len or limit or 4096,
         in_flight_tokens=serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
-    chosen, skipped = estimate.calibration_set(records, serve.model, device, cmp.settings_of(argv, dict(os.environ)))
+    chosen, skipped = estimate.calibration_set(records, serve.model, device, run_row.settings_of(argv, dict(os.environ)))
     version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
     settings.null_block = kv_pool.reserves_null_block(version)
     calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)

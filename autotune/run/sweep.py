@@ -19,6 +19,9 @@ from autotune.store import artifact
 from autotune.store import cleanup
 from autotune.store.record import RunRecord, SweepPoint, as_run_record
 from autotune.analysis import compare as cmp
+from autotune.analysis import gmu_predict
+from autotune.analysis import run_row
+from autotune.analysis import sweep_plan
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
 from autotune.run import strategy as strategy_mod
@@ -54,7 +57,7 @@ def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, d
     sweep = {
         "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
         "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": opts.target,
-        "serve_argv": servecmd.without_flag(argv, cmp.GMU_FLAG), "strategy": strategy,
+        "serve_argv": servecmd.without_flag(argv, run_row.GMU_FLAG), "strategy": strategy,
         "strategy_reason": strategy_reason,
         "gmu_values": list(opts.gmu_values), "options": asdict(opts), "owner": cleanup.owner_stamp(),
         "points": [], "boots_used": 0, "boots_without_predictions": None,
@@ -107,7 +110,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                 if i <= len(sweep["points"]):
                     continue  # finished before an interruption: kept as it is
                 prediction = _prediction(records, gmu) if opts.strategy == "refusal" else None
-                planned = cmp.sweep_aim(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
+                planned = sweep_plan.sweep_aim(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
                 start_at, aim = planned.start_at, planned.reason
                 member = members.get(i)
                 try:
@@ -116,7 +119,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                     else:
                         _say_plan(say, i, n, gmu, prediction, start_at, aim, opts.strategy)
                         record = tune_mod.tune(tune_mod.TuneOptions(
-                            target=opts.target, serve_argv=servecmd.with_flag(argv, cmp.GMU_FLAG, gmu),
+                            target=opts.target, serve_argv=servecmd.with_flag(argv, run_row.GMU_FLAG, gmu),
                             runs_dir=runs_dir, stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots,
                             start_at=start_at, slack=planned.slack_tokens, probe=opts.probe,
                             kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
@@ -135,12 +138,12 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                     save(sweep_dir, sweep)
                     continue
                 records.append(record)
-                outcome = cmp.sweep_point_outcome(as_run_record(record), start_at)
+                outcome = sweep_plan.sweep_point_outcome(as_run_record(record), start_at)
                 result = record.get("result") or {}
                 point = SweepPoint(gmu=gmu, run_id=record["run_id"], verdict=result.get("verdict"),
                                    ceiling=result.get("ceiling"), start_at=start_at, start_at_reason=aim,
                                    prediction=asdict(prediction) if prediction else None)
-                sweep["points"].append({**point.to_dict(), **outcome})  # outcome: compare.sweep_point_outcome
+                sweep["points"].append({**point.to_dict(), **outcome})  # outcome: sweep_plan.sweep_point_outcome
                 _count_boots(sweep)
                 save(sweep_dir, sweep)
                 say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"
@@ -209,7 +212,7 @@ def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
     return records
 
 
-def _prediction(records: list[dict], gmu: float) -> cmp.Prediction | None:
+def _prediction(records: list[dict], gmu: float) -> gmu_predict.Prediction | None:
     """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
     from autotune.analysis import device_memory, next_boot
 
