@@ -78,7 +78,7 @@ def test_auto_probe_reads_then_boots_explicitly():
 
 def test_start_at_boots_the_prediction_first():
     step = next_step(T, [], start_at=16000)
-    assert step == Launch(16000, "the predicted ceiling 16000", "start_at")
+    assert step == Launch(16000, "aimed just under the predicted ceiling", "start_at")
     assert next_step(T, [], start_at=T * 2).max_model_len == T  # never above the target
 
 

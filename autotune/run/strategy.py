@@ -80,7 +80,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         if plan in ("auto", "auto_probe"):
             return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
         if start_at is not None and start_at < target:
-            return Launch(start_at, f"the predicted ceiling {start_at}", "start_at")
+            return Launch(start_at, "aimed just under the predicted ceiling", "start_at")
         return Launch(target, "the target", "target")
 
     last = attempts[-1]
