@@ -255,3 +255,16 @@ def test_a_tune_with_no_earlier_run_of_its_group_boots_the_target(machine):
     other = tune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
                  *fake(SEED, "--gpu-memory-utilization", "0.98", "--max-num-seqs", "4"))  # another setting
     assert "prediction" not in other and other["attempts"][0]["basis"] == "target"
+
+
+def test_a_run_record_that_breaks_the_prediction_does_not_stop_the_tune(machine, monkeypatch):
+    machine(V021)
+    def broken(*_args, **_kwargs):
+        raise KeyError("gmu")
+    monkeypatch.setattr("autotune.analysis.next_boot.predict_next", broken)
+    tune("--target", "131072", "--strategy", "refusal", "--probe", "none", "--",
+         *fake(V021, "--gpu-memory-utilization", "0.85"))
+    result = run("tune", "--target", "131072", "--strategy", "refusal", "--probe", "none", "--",
+                 *fake(V021, "--gpu-memory-utilization", "0.92"))
+    assert "no prediction for the first boot (KeyError: 'gmu'); booting the target" in result.output
+    assert "Verified ceiling: --max-model-len 44,480" in result.output

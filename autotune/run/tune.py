@@ -98,7 +98,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
                     "model", "command", "environment", "environment_added_by_autotune", "gpus", "preflight",
                     "options", "owner", "plan", "vllm_version_detected", "prediction", "links", "machine",
                     "vllm_version", "attempts", "result"]
-    prediction = aim.first_boot(record, opts)  # the refusal path starts at a confident prediction
+    prediction = _first_boot_prediction(record, opts, emit)  # the refusal path starts at a confident prediction
     if prediction is not None:
         record.prediction = prediction
         record.options = _options_kept(opts)
@@ -111,6 +111,17 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
              f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
     Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit).run()
     return _after_loop(record, run_dir, opts, env, emit)
+
+
+def _first_boot_prediction(record: RunRecord, opts: TuneOptions, emit: Emit) -> dict | None:
+    """run/aim.py's prediction, or None. Never raises: a run record under runs/ that cannot be
+    read as expected must not stop a tune, which then boots the target as it always did."""
+    try:
+        return aim.first_boot(record, opts)
+    except Exception as exc:  # noqa: BLE001
+        opts.start_at = opts.slack = None
+        emit("warning", text=f"no prediction for the first boot ({type(exc).__name__}: {exc}); booting the target")
+        return None
 
 
 def _options_kept(opts: TuneOptions) -> dict:
