@@ -120,8 +120,8 @@ def test_with_the_groups_slack_a_predicted_boot_reads_the_ceiling_from_its_own_p
     # The sweep: predicted 25,590, vLLM's ceiling 25,600 (pool 26,368, slack 768): accepted.
     close = AttemptSummary(25_590, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
     step = next_step(1_048_576, [close], slack=768)
-    assert (step.verdict, step.ceiling) == ("verified", 25_590) and "26,368" not in step.reason
-    assert "within 1% of the 25600 its KV pool shows" in step.reason
+    assert (step.verdict, step.ceiling) == ("verified", 25_590) and "of the 26,368" not in step.reason
+    assert "within 1% of the 25,600 its KV pool shows (26,368 tokens less vLLM's 768-token slack" in step.reason
     # Further below: the next boot is the pool less the slack, not just under the pool (refused).
     low = AttemptSummary(24_000, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
     step = next_step(1_048_576, [low], slack=768)

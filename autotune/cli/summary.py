@@ -181,6 +181,8 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     if links.get("reproduces"):
         lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
                      f"{record.get('run_id')}` puts them side by side)")
+    if verdict == "verified" and attempts and attempts[-1].get("basis") in ("start_at", "room") and r.get("reason"):
+        lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
     if r.get("diagnosis"):
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")

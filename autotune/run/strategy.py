@@ -157,22 +157,22 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
         fits = pool - slack  # the ceiling this boot's own pool shows, with the slack the group showed
         if length * (1 + ROOM_TOLERANCE) >= fits:
             return Stop("verified", length,
-                        f"{length} boots and is within {ROOM_TOLERANCE:.0%} of the {fits} its KV pool shows "
-                        f"({pool} tokens less vLLM's {slack}-token slack; {length - target:+d} against the target)")
+                        f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {fits:,} its KV pool shows "
+                        f"({pool:,} tokens less vLLM's {slack:,}-token slack; {length - target:+,} against the target)")
         if n >= max_boots:
-            return Stop("verified", length, f"{length} boots; its KV pool ({pool}) shows room for {fits}, "
+            return Stop("verified", length, f"{length:,} boots; its KV pool ({pool:,}) shows room for {fits:,}, "
                                             f"but --max-boots is reached")
-        return Launch(min(target, fits), f"boot {boot} at {length} showed a pool of {pool} tokens: less vLLM's "
-                                         f"{slack}-token slack, {fits} fits", "room")
+        return Launch(min(target, fits), f"boot {boot} at {length:,} showed a pool of {pool:,} tokens: less vLLM's "
+                                         f"{slack:,}-token slack, {fits:,} fits", "room")
     if pool <= length * (1 + ROOM_TOLERANCE):
         return None
     if n >= max_boots:
-        return Stop("verified", length, f"{length} boots; the KV capacity ({pool}) shows "
+        return Stop("verified", length, f"{length:,} boots; the KV capacity ({pool:,}) shows "
                                         f"room for more, but --max-boots is reached")
     # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
     # the pool itself would always be refused (one more boot to reach the estimate).
     aim = int(pool / (1 + ROOM_TOLERANCE / 2))
-    return Launch(min(target, aim), f"boot {boot} at {length} showed KV room for {pool} tokens", "room")
+    return Launch(min(target, aim), f"boot {boot} at {length:,} showed KV room for {pool:,} tokens", "room")
 
 
 def sweep_plan(requested: str, auto_fit: str | None) -> tuple[str, str]:
