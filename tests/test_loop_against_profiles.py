@@ -233,6 +233,9 @@ def test_a_refusal_tune_starts_at_what_this_machines_runs_predict(machine):
     slack = first["attempts"][-1]["facts"]["kv_cache_tokens"] - first["result"]["ceiling"]
     vllms_ceiling = only["facts"]["kv_cache_tokens"] - slack  # what its own pool shows
     assert vllms_ceiling / 1.01 <= second["result"]["ceiling"] <= vllms_ceiling
+    from autotune.cli.summary import render_summary
+    assert (f"  accepted: {second['result']['ceiling']:,} boots and is within 1% of the {vllms_ceiling:,} "
+            "its KV pool shows") in render_summary(second)
 
 
 def test_a_hybrid_prediction_off_by_3_percent_costs_no_more_boots_than_none(machine):
