@@ -27,6 +27,8 @@ import re
 import string
 from dataclasses import dataclass
 
+from autotune.vllm.logpatterns import leading_literal, prefilter
+
 __all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup", "diagnosis", "traceback_tail"]
 
 
@@ -383,24 +385,27 @@ CATALOG: tuple[FailureKind, ...] = (
 
 KINDS: tuple[str, ...] = tuple(entry.kind for entry in CATALOG)
 
-# Compiled once: (entry, compiled patterns) in catalog order.
-_COMPILED: tuple[tuple[FailureKind, tuple[re.Pattern[str], ...]], ...] = tuple(
-    (entry, tuple(re.compile(p) for p in entry.patterns)) for entry in CATALOG
+# Compiled once: (entry, (the literal every match starts with, compiled pattern) ...) in catalog order.
+# A pattern whose literal is not in the line cannot match there: a substring test skips its search.
+_COMPILED: tuple[tuple[FailureKind, tuple[tuple[str, re.Pattern[str]], ...]], ...] = tuple(
+    (entry, tuple((leading_literal(p), re.compile(p)) for p in entry.patterns)) for entry in CATALOG
 )
 # One alternation of every pattern: a single search rejects the (vast majority of)
 # lines that match nothing before the per-entry loop decides which entry wins.
 _ANY = re.compile("|".join(f"(?:{p})" for entry in CATALOG for p in entry.patterns))
+# Cheaper still: a window of the literal each pattern starts with (see logpatterns.prefilter).
+_PREFILTER = prefilter(leading_literal(p) for entry in CATALOG for p in entry.patterns)
 _BY_KIND = {entry.kind: entry for entry in CATALOG}
 
 
 def search(line: str) -> tuple[FailureKind, re.Match[str]] | None:
     """Like ``match`` but also returns the regex match (the parser uses its span
     to show the signature in the provenance text)."""
-    if not isinstance(line, str) or _ANY.search(line) is None:
+    if not isinstance(line, str) or _PREFILTER.search(line) is None or _ANY.search(line) is None:
         return None
     for entry, patterns in _COMPILED:
-        for pattern in patterns:
-            found = pattern.search(line)
+        for literal, pattern in patterns:
+            found = pattern.search(line) if literal in line else None
             if found is not None:
                 return entry, found
     return None  # pragma: no cover - _ANY matched, so some entry does

@@ -35,11 +35,34 @@ def _jsonable(value: object) -> object:
     return repr(value)
 
 
+# Most echoed values are simple; these are read without compiling them, to the same value that
+# literal_eval gives (printable ASCII strings without escapes; plain decimal numbers).
+_CONSTANTS = {"None": None, "True": True, "False": False}
+_SIMPLE_STR_RE = re.compile(r"'[ -&(-\[\]-~]*'|\"[ !#-\[\]-~]*\"")
+_SIMPLE_INT_RE = re.compile(r"-?[1-9][0-9]{0,17}|0")
+_SIMPLE_FLOAT_RE = re.compile(r"-?(?:0|[1-9][0-9]{0,14})\.[0-9]{1,15}")
+
+
 def _literal(text: str) -> tuple[bool, object]:
+    text = text.strip()
+    if text in _CONSTANTS:
+        return True, _CONSTANTS[text]
+    if _SIMPLE_STR_RE.fullmatch(text) is not None:
+        return True, text[1:-1]
+    if _SIMPLE_INT_RE.fullmatch(text) is not None:
+        return True, int(text)
+    if _SIMPLE_FLOAT_RE.fullmatch(text) is not None:
+        return True, float(text)
     try:
-        return True, _jsonable(ast.literal_eval(text.strip()))
+        return True, _jsonable(ast.literal_eval(text))
     except Exception:  # SyntaxError, ValueError, RecursionError, MemoryError, ...
         return False, None
+
+
+# What the split looks at: brackets and commas outside quotes, and the quotes. A quoted string is
+# skipped whole (a backslash escapes the character after it).
+_SPLIT_AT_RE = re.compile(r"""['"()\[\]{},]""")
+_QUOTED_REST_RE = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
 
 
 def _top_level_items(body: str) -> tuple[list[str], bool]:
@@ -50,30 +73,28 @@ def _top_level_items(body: str) -> tuple[list[str], bool]:
     partial item is dropped."""
     items: list[str] = []
     depth = 0
-    quote = ""
-    escaped = False
     start = 0
-    for i, ch in enumerate(body):
-        if quote:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == quote:
-                quote = ""
-            continue
+    found = _SPLIT_AT_RE.search(body)
+    while found is not None:
+        at = found.start()
+        ch = body[at]
+        after = at + 1
         if ch in "'\"":
-            quote = ch
+            closing = _QUOTED_REST_RE[ch].match(body, after)
+            if closing is None:
+                break  # the text ends inside this string
+            after = closing.end()
         elif ch in "([{":
             depth += 1
         elif ch in ")]}":
             if depth == 0:
-                items.append(body[start:i])
+                items.append(body[start:at])
                 return [it for it in items if it.strip()], True
             depth -= 1
-        elif ch == "," and depth == 0:
-            items.append(body[start:i])
-            start = i + 1
+        elif depth == 0:  # a comma
+            items.append(body[start:at])
+            start = after
+        found = _SPLIT_AT_RE.search(body, after)
     return [it for it in items if it.strip()], False
 
 

@@ -76,10 +76,21 @@ class Boot:
         self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
 
     def copy(self) -> Boot:
+        # Taken before most lines that change a boot (the undo of a rejoined line): spelled out, not a loop.
         other = Boot.__new__(Boot)
-        for name in self.__slots__:
-            setattr(other, name, getattr(self, name))
         other.facts = dict(self.facts)
+        other.backend_strong = self.backend_strong
+        other.available_from_cpu = self.available_from_cpu
+        other.kv_line = self.kv_line
+        other.ready = self.ready
+        other.refusal = self.refusal
+        other.cause = self.cause
+        other.death = self.death
+        other.models = self.models
+        other.trace = self.trace
+        other.first_line = self.first_line
+        other.last_line = self.last_line
+        other.last_stamp = self.last_stamp
         return other
 
     @property

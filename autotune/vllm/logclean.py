@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["clean_line", "unwrap", "message_start", "level_of", "line_kind", "is_continuation"]
+from autotune.vllm.logpatterns import prefilter
+
+__all__ = ["clean_line", "unwrap", "message_start", "level_of", "line_kind", "is_continuation", "KIND_NEEDLES"]
 
 # Every escape sequence: CSI (ESC [ ... final; also the 8-bit CSI 0x9b), OSC (ESC ] ... BEL or
 # ESC \), other ESC-initiated two/three-byte sequences (charset selection ESC ( B, keypad
@@ -43,6 +45,8 @@ _BACKSPACE_RE = re.compile(r"[^\x08]\x08")
 def clean_line(line: str) -> str:
     """Remove escape sequences, backspace overstrikes and control characters (NUL, CR, ...)
     and make the text encodable as UTF-8. Words and spacing are left as they are."""
+    if line.isascii() and line.isprintable() and "^[" not in line:
+        return line  # most lines: no escape, no control character, nothing undecodable
     if "\x1b" in line or "^[" in line or "\x9b" in line:
         line = _ESCAPE_RE.sub("", line)
     if "\x08" in line:
@@ -65,6 +69,7 @@ def clean_line(line: str) -> str:
 
 # --- wrappers around the whole line ------------------------------------------------------
 _BOX = "│┃║"
+_WRAPPER_FIRST = _BOX + ">`"
 _BOX_LEFT_RE = re.compile(r"^\s{0,8}[│┃║] ?")
 _BOX_RIGHT_RE = re.compile(r"\s*[│┃║]\s*$")
 _QUOTE_RE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
@@ -77,8 +82,9 @@ def unwrap(line: str) -> str:
     are kept (they tell a word-wrapped line from a hard-wrapped one)."""
     if not line:
         return line
-    for _ in range(4):  # wrappers nest: a quote inside a box, a backtick inside a quote
-        before = line
+    # A wrapper starts the line, after spaces at most (most lines start with neither).
+    for _ in range(4 if line[0] in _WRAPPER_FIRST or line[0].isspace() else 0):
+        before = line  # wrappers nest: a quote inside a box, a backtick inside a quote
         if line.lstrip()[:1] in _BOX:
             line = _BOX_RIGHT_RE.sub("", _BOX_LEFT_RE.sub("", line, count=1), count=1)
         if line.lstrip()[:1] == ">":
@@ -89,7 +95,7 @@ def unwrap(line: str) -> str:
                 line = line.rstrip()[:-1]
         if line == before:
             break
-    if line.endswith("cluster]") or line.endswith("cluster] "):
+    if line.endswith(("cluster]", "cluster] ")):
         line = _RAY_REPEATED_RE.sub("", line)
     return line
 
@@ -134,7 +140,12 @@ _PREFIXES = (
 _PREFIX_RE = re.compile("|".join(f"(?:{p})" for p in _PREFIXES))
 # vLLM's logger marker anywhere in the line: the message starts after the first one.
 _LOGGER_MARKER_RE = re.compile(r"\.py:\d{1,6}\] ")  # the end of "file.py:N] " (a literal: fast to find)
-_LEVEL_RE = re.compile(r"(?<![\w.])(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s+|\s+\d\d-\d\d\s|\s+\d{4}-\d\d-\d\d|\s+-\s|\s+\[)")
+# A level word not after a word character or a dot (checked after its first letter, so that the
+# search skips to D, I, W, E or C at once).
+_LEVEL_RE = re.compile(
+    r"(D(?<![\w.]D)EBUG|I(?<![\w.]I)NFO|W(?<![\w.]W)ARNING|W(?<![\w.]W)ARN|E(?<![\w.]E)RROR|C(?<![\w.]C)RITICAL)"
+    r"(?::\s+|\s+\d\d-\d\d\s|\s+\d{4}-\d\d-\d\d|\s+-\s|\s+\[)"
+)
 
 
 def message_start(line: str) -> int:
@@ -174,13 +185,15 @@ _REQUEST_NEEDLES = (
 _ACCESS_RE = re.compile(r"\S:\d{1,5}(?: \d{1,10})? - \"[A-Z]{3,7} \S{1,2000} HTTP/\d(?:\.\d)?\" \d{3}\b")
 
 
-_KIND_RE = re.compile("|".join(re.escape(n) for n in (" HTTP/", *_REQUEST_NEEDLES, *_ARGS_NEEDLES)))
+KIND_NEEDLES = (" HTTP/", *_REQUEST_NEEDLES, *_ARGS_NEEDLES)  # a line holds one of these unless it is "other"
+_KIND_RE = re.compile("|".join(re.escape(n) for n in KIND_NEEDLES))
+_KIND_PREFILTER = prefilter(KIND_NEEDLES)  # None: no needle (cheaper than _KIND_RE)
 
 
 def line_kind(line: str) -> str:
     """``request`` (a request log), ``access`` (an HTTP access line), ``args`` (echoed
     arguments or engine config) or ``other``."""
-    if _KIND_RE.search(line) is None:
+    if _KIND_PREFILTER.search(line) is None or _KIND_RE.search(line) is None:
         return "other"
     if " HTTP/" in line and _ACCESS_RE.search(line) is not None:
         return "access"
@@ -213,6 +226,8 @@ def is_continuation(previous: str, line: str) -> bool:
     width, mid-word; or a person's word wrap). ``previous`` must be long and ``line`` must
     carry no prefix, start no record (an indented line is a traceback frame) and not start a
     new sentence after a finished one."""
+    if len(previous) < WRAP_MIN_WIDTH:
+        return False  # (its stripped head is shorter still)
     head = previous.rstrip()
     if len(head) < WRAP_MIN_WIDTH or not line or line == previous:
         return False

@@ -44,7 +44,8 @@ from autotune.vllm import catalog
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logboot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, read_number, text_window
 from autotune.vllm.logcheck import ceiling_from
-from autotune.vllm.logclean import clean_line, is_continuation, level_of, line_kind, message_start, unwrap
+from autotune.vllm.logclean import (KIND_NEEDLES, clean_line, is_continuation, level_of, line_kind, message_start,
+                                    unwrap)
 from autotune.vllm.loghandlers import MASK, LineHandlers
 from autotune.vllm.logread import MAX_LINE_BYTES, open_log, read_lines
 
@@ -56,8 +57,9 @@ __all__ = [
 _EXCEPTION_MAX = 250  # the stated cause: the start of the final exception line (its Fact.text shows it whole)
 MAX_BOOTS_KEPT = 32  # earlier boots whose results are kept (all are counted): bounded memory
 _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
-# vLLM's logger timestamp (all versions): "09-15 10:05:40".
-_STAMP_RE = re.compile(r"(?<![\d-])(\d\d-\d\d \d\d:\d\d:\d\d)\b")
+# vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
+# its first digit, so that the search skips to digits at once).
+_STAMP_RE = re.compile(r"(\d(?<![\d-]\d)\d-\d\d \d\d:\d\d:\d\d)\b")
 
 
 class BootLogParser(LineHandlers):
@@ -189,7 +191,8 @@ class BootLogParser(LineHandlers):
             self._pending = (joined, head_no, self._undo, kind)
             return
         self._undo = None
-        kind = self._process(text, self._line_no, full=True, cut=cut)
+        self._cut = cut
+        kind = self._dispatch(text, True)  # _process at the current line number, without its bookkeeping
         self._pending = (text, self._line_no, self._undo, kind)
         self._pending_cut = cut
 
@@ -244,13 +247,15 @@ class BootLogParser(LineHandlers):
 
     def _dispatch(self, line: str, full: bool) -> str:
         self._line = line
-        kind = line_kind(line)
+        # No window of a needle, a request/echo marker or a failure signature: none of their searches can hit.
+        maybe = _PREFILTER.search(line) is not None
+        kind = line_kind(line) if maybe else "other"
         if kind == "request":
             return kind  # prompts and request ids are never boot facts
         start = message_start(line)
         level = level_of(line, start)
         masked = self._masked(line)
-        hit = catalog.search(masked) if kind == "other" else None
+        hit = catalog.search(masked) if maybe and kind == "other" else None
         if hit is not None and not hit[0].fatal and level in ("ERROR", "CRITICAL"):
             level = "WARNING"  # logged at ERROR, yet harmless ("Cannot use FA version ...")
         boot = self._boot
@@ -284,7 +289,7 @@ class BootLogParser(LineHandlers):
             self._on_echo(line, start)
             return kind
         errors_allowed = level not in ("INFO", "DEBUG")
-        found = set(_NEEDLES_RE.findall(masked))
+        found = set(_NEEDLES_RE.findall(masked)) if maybe and _NEEDLES_PREFILTER.search(masked) else None
         if found:
             for needles, handler, error_text in _RULES:
                 if (errors_allowed or not error_text) and not found.isdisjoint(needles):
@@ -428,6 +433,11 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
 
 # One search finds which needles a line holds (most lines hold none).
 _NEEDLES_RE = re.compile("|".join(re.escape(n) for needles, _, _ in _RULES for n in needles))
+_NEEDLES_PREFILTER = P.prefilter(n for needles, _, _ in _RULES for n in needles)  # cheaper than _NEEDLES_RE
+# Found in every line that any of the searches in _dispatch can hit (the masked line holds no more
+# than the line: a mask only hides text). Catalog patterns count by the literal each starts with.
+_PREFILTER = P.prefilter([*(n for needles, _, _ in _RULES for n in needles), *KIND_NEEDLES,
+                          *(P.leading_literal(p) for entry in catalog.CATALOG for p in entry.patterns)])
 
 
 # ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ thousands separators.
 
 from __future__ import annotations
 
+import functools
 import re
 
 
@@ -146,3 +147,76 @@ SERVING_MODEL_RE = _re(r"serving model (\S{4,500})")
 # 0.9+ V1 frontend, after the KV cache is allocated: "Engine 000: vllm cache_config_info with
 # initialization after num_gpu_blocks is: 15745".
 ENGINE_GPU_BLOCKS_RE = _re(r"(?:Engine \d+: )?vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)")
+
+
+# --- one cheap search before the many ---------------------------------------------------------
+# Most lines carry no needle, no request or echo marker and no failure signature; one search for
+# a short window of each of those literals tells them apart. A window is chosen outside the text
+# that most lines of a boot log carry (prefixes, traceback frames, the most frequent words), and
+# starting at the literal's rarest character, so that the search skips most positions at once.
+_COMMON_CHARS = " eirnotaslp1c_d0:um.^/g2hy,v=9-3\n54k'7fb(IF)N][68ORPEwAC\"TSxMLzGWDqUB`"
+_TYPICAL_TEXT = (
+    "(EngineCore_DP0 pid=1) (EngineCore pid=1) (VllmWorker rank=0 pid=1) (Worker pid=1) (Worker_TP0 pid=1) "
+    "(RayWorkerWrapper pid=1, ip=10.0.0.1) (APIServer pid=1) INFO WARNING ERROR DEBUG 09-15 10:05:40 [core.py:12] "
+    'Traceback (most recent call last): File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 12, '
+    "in run_engine_core Error: initialization quantization utilization kv_cache_dtype kv_cache_utils backend "
+    "default request version Using with "
+)
+PREFILTER_WINDOW = 5
+
+try:
+    from re import _parser as _sre_parse  # Python 3.11+
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+
+@functools.lru_cache(maxsize=None)  # the catalog's patterns are read twice at import
+def leading_literal(pattern: str) -> str:
+    """The text every match of ``pattern`` (compiled without flags) starts with: its leading
+    characters that are neither optional nor repeated ('' when it starts with anything else)."""
+    try:
+        parsed = _sre_parse.parse(pattern)
+    except Exception:
+        return ""
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return ""
+    chars = []
+    for op, value in parsed:
+        if op is not _sre_parse.LITERAL:
+            break
+        chars.append(chr(value))
+    return "".join(chars)
+
+
+def _window(literal: str) -> str:
+    width = min(len(literal), PREFILTER_WINDOW)
+
+    def commonness(at: int) -> tuple[bool, int, int]:
+        rank = _COMMON_CHARS.find(literal[at])
+        return literal[at : at + width] in _TYPICAL_TEXT, -len(_COMMON_CHARS) if rank < 0 else -rank, at
+
+    start = min(range(len(literal) - width + 1), key=commonness)
+    return literal[start : start + width]
+
+
+def prefilter(literals) -> re.Pattern[str]:
+    """A regex found in every line that holds any of ``literals`` (and in some others): its search
+    returning None proves that none of them is in the line. An empty literal makes it match all."""
+    literals = list(literals)
+    windows = sorted({_window(literal) for literal in literals}) if all(literals) else [""]
+    # A window that holds another is redundant (the shorter one is found wherever it is); so none
+    # left is the start of another, and each one ends a path of the tree below.
+    kept = [w for w in windows if not any(o != w and o in w for o in windows)]
+    tree: dict = {}
+    for window in kept:
+        node = tree
+        for ch in window:
+            node = node.setdefault(ch, {})
+    return re.compile(_alternatives(tree))
+
+
+def _alternatives(tree: dict) -> str:
+    """A tree of characters as one regex that tries each first character once (faster than a flat
+    alternation of the words)."""
+    branches = [re.escape(ch) + _alternatives(rest) for ch, rest in sorted(tree.items())]
+    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")" if branches else ""

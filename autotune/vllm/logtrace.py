@@ -18,7 +18,7 @@ kept) with the level written in the prefix. Stdlib only.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 __all__ = ["TraceState", "EXCEPTION_LINE_RE"]
 
@@ -30,6 +30,8 @@ _JSON_LINE_RE = re.compile(r'[{}\[\]]+,?$|"[^"]{1,200}"\s*:')
 # What is left of a line cut inside its prefix ("ERROR 04-09 05", "(EngineCore pid="): no message.
 _PREFIX_ONLY_RE = re.compile(
     r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)?[\s\d:\-]*|\(?[\w\-]{1,64}(?: [\w\-]{1,64}){0,3} pid=?\d*\)?")
+# What such a rest can end with (a level word, ':', '-', a digit, "pid", '=', ')'): others need no match.
+_PREFIX_ONLY_ENDS = frozenset("GONRL:-d=)")
 # An exception line: "ValueError: ...", "torch.OutOfMemoryError: ...", "pydantic_core._pydantic_core.
 # ValidationError: 1 validation error", "KeyboardInterrupt", "ValueError(\"type fp8e4nv ...\")".
 EXCEPTION_LINE_RE = re.compile(
@@ -48,8 +50,13 @@ class TraceState:
     exception_line: int = 0  # line number of the last exception line (0: none)
 
     def feed(self, message: str, level: str, line_no: int) -> "TraceState":
+        # A new state is built field by field in the order above (open, tail, tail_line, tail_text,
+        # exception_line): dataclasses.replace costs more than the rest of a line's reading.
+        if self.tail == "other" and not self.open and level in ("INFO", "DEBUG"):
+            return self  # the common case, decided before any work: every path below returns self for it
         stripped = message.strip()
-        if not stripped or _PREFIX_ONLY_RE.fullmatch(stripped) is not None:
+        if not stripped or (stripped[-1] in _PREFIX_ONLY_ENDS or stripped[-1].isdecimal()) and (
+                _PREFIX_ONLY_RE.fullmatch(stripped) is not None):
             return self
         if self.open and stripped.strip("^~ ") == "":
             return self  # Python 3.11+ error markers under a frame's code: the frame says more
@@ -57,28 +64,26 @@ class TraceState:
             return self  # a structured-logging copy of the line before ('"message": "ValueError: ..."')
         if level in ("INFO", "DEBUG"):
             # vLLM prints tracebacks unprefixed or at ERROR/WARNING; an INFO line only quotes one.
-            return self if self.tail == "other" and not self.open else replace(
-                self, open=False, tail="other", tail_line=line_no, tail_text=stripped)
+            return self if self.tail == "other" and not self.open else TraceState(False, "other", line_no, stripped, self.exception_line)
         if stripped.startswith(_HEADER) or stripped.endswith(_HEADER + ":"):
             # "Traceback (most recent call last):", "EngineCore hit an exception: Traceback (...):"
-            return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
+            return TraceState(True, "traceback", line_no, stripped, self.exception_line)
         indented = message[:1] in (" ", "\t")
         if not self.open and _FRAME_RE.match(message) is not None:
-            return replace(self, open=True, tail="traceback", tail_line=line_no, tail_text=stripped)
+            return TraceState(True, "traceback", line_no, stripped, self.exception_line)
         if self.open:
             if indented or stripped.startswith('File "'):
-                return self if self.tail == "traceback" and self.tail_line == line_no else replace(
-                    self, tail="traceback", tail_line=line_no, tail_text=stripped)
-            return replace(self, open=False, tail="exception", tail_line=line_no, tail_text=stripped,
-                           exception_line=line_no)
+                return self if self.tail == "traceback" and self.tail_line == line_no else TraceState(
+                    self.open, "traceback", line_no, stripped, self.exception_line)
+            return TraceState(False, "exception", line_no, stripped, line_no)
         if indented and self.tail == "exception":
             return self  # the exception message continues (pydantic's indented details)
         if EXCEPTION_LINE_RE.match(stripped) is not None:
-            return replace(self, tail="exception", tail_line=line_no, tail_text=stripped, exception_line=line_no)
+            return TraceState(self.open, "exception", line_no, stripped, line_no)
         kind = "error" if level in ("ERROR", "CRITICAL") else "other"
         if kind == "other" and self.tail == "other":
             return self
-        return replace(self, tail=kind, tail_line=line_no, tail_text=stripped)
+        return TraceState(self.open, kind, line_no, stripped, self.exception_line)
 
     @property
     def ends_in_failure(self) -> bool:
