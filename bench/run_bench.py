@@ -235,6 +235,16 @@ def run_bisection(model: Path, python: str, target: int, tolerance: int, work: P
 _PARSE_SNIPPET = r"""
 import json, resource, sys, time, tracemalloc
 from autotune.vllm.logparse import parse_file
+def peak_rss_kib():
+    # This process's own peak (VmHWM): ru_maxrss of a child forked from a big parent starts at the
+    # parent's peak (the fork copies its page tables), so it measured the benchmark, not the parse.
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 trace = len(sys.argv) > 2 and sys.argv[2] == "trace"
 if trace:
     tracemalloc.start()
@@ -243,7 +253,7 @@ parser = parse_file(sys.argv[1])
 seconds = time.perf_counter() - t
 result = parser.result()
 print(json.dumps({"seconds": seconds, "lines": parser.line_count,
-                  "maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "maxrss_kib": peak_rss_kib(),
                   "traced_peak_bytes": tracemalloc.get_traced_memory()[1] if trace else None,
                   "outcome": result.get("outcome")}))
 """
