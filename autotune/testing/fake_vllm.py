@@ -3,8 +3,9 @@
 It behaves as one vLLM version on one machine (profiles.py) for tests, and for trying autotune
 without a GPU: it prints that version's real boot lines (fake_lines.py) with the figures of
 its memory model, refuses a length that does not fit in that version's words, fits
-`--max-model-len auto` where the version can, serves /health, /v1/models, /tokenize and
-streaming /v1/completions when ready, and takes the version's time to shut down on SIGINT.
+`--max-model-len auto` where the version can, serves /health, /v1/models, /version, /tokenize,
+streaming /v1/completions and /metrics (the KV pool and queue in the version's labels,
+fake_metrics.py) when ready, and takes the version's time to shut down on SIGINT.
 It fails as the version fails when asked for what fails there: `--kv-cache-dtype fp8` below
 compute capability 8.9, GPU UUIDs in CUDA_VISIBLE_DEVICES up to 0.21, more --max-num-seqs
 than a hybrid model has Mamba cache blocks, a length above the model's own maximum.
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Sequence
 
-from autotune.testing import fake_lines, profiles
+from autotune.testing import fake_lines, fake_metrics, profiles
 from autotune.testing.profiles import GIB, Profile, Settings
 from autotune.vllm import servecmd, versions
 
@@ -250,8 +251,19 @@ def count_tokens(text: str) -> int:
     return 1 + math.ceil(len(text) / 4)
 
 
-def make_handler(boot: Boot, served_len: int):
+def _json_body(handler: BaseHTTPRequestHandler) -> dict:
+    """A request's JSON object body ({} when it is none)."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    try:
+        data = json.loads(handler.rfile.read(length) or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     model = boot.req.model
+    queue = fake_metrics.Queue(boot.req.settings.max_num_seqs)
     prefix = boot.family["prefixes"][0].format(**boot.figures)
 
     class Handler(BaseHTTPRequestHandler):
@@ -261,42 +273,41 @@ def make_handler(boot: Boot, served_len: int):
             print(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
                   f'{args[1] if len(args) > 1 else ""} OK', flush=True)
 
-        def _json(self, status: int, payload: dict) -> None:
-            body = json.dumps(payload).encode()
+        def _send(self, status: int, body: bytes = b"", content_type: str | None = None) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            if content_type:
+                self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
 
-        def _body(self) -> dict:
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                data = json.loads(self.rfile.read(length) or b"{}")
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
+        def _json(self, status: int, payload: dict) -> None:
+            self._send(status, json.dumps(payload).encode(), "application/json")
 
         def do_GET(self):
             if self.path == "/health":
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self._send(200)
             elif self.path == "/v1/models":
                 self._json(200, {"object": "list", "data": [{
                     "id": model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
                     "root": model, "parent": None, "max_model_len": served_len}]})
+            elif self.path == "/version":
+                self._json(200, {"version": boot.p.version})
+            elif self.path == "/metrics":
+                self._send(200, fake_metrics.exposition(boot.p, boot.req.settings, model, served_len, kv_tokens,
+                                                        queue).encode(), "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._json(404, {"detail": "Not Found"})
 
         def do_POST(self):
-            data = self._body()
+            data = _json_body(self)
             prompt = str(data.get("prompt", ""))
             if self.path == "/tokenize":
                 count = count_tokens(prompt)
                 self._json(200, {"count": count, "max_model_len": served_len, "tokens": list(range(count))})
             elif self.path == "/v1/completions":
-                self._complete(prompt, int(data.get("max_tokens") or 16), bool(data.get("stream")))
+                with queue:
+                    self._complete(prompt, int(data.get("max_tokens") or 16), bool(data.get("stream")))
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -329,11 +340,11 @@ def make_handler(boot: Boot, served_len: int):
     return Handler
 
 
-def serve(boot: Boot, served_len: int) -> int:
+def serve(boot: Boot, served_len: int, kv_tokens: int) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    server = ThreadingHTTPServer(("0.0.0.0", boot.req.port), make_handler(boot, served_len))
+    server = ThreadingHTTPServer(("0.0.0.0", boot.req.port), make_handler(boot, served_len, kv_tokens))
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     boot.say("listening")
@@ -378,7 +389,7 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     if isinstance(outcome, int):
         boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
         return outcome
-    return serve(boot, outcome[0])
+    return serve(boot, *outcome)
 
 
 if __name__ == "__main__":
