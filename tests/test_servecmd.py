@@ -92,3 +92,50 @@ def test_one_reader_for_docker_short_o_and_the_end_of_options():
     assert cmd.model == "m"
     assert cmd.options == [("optimization-level", "3"), ("max-num-seqs", "2")]
     assert cmd.typed == ["-O", "--max-num-seqs"]
+
+
+# ---- --device-memory-utilization: vLLM 0.31's name for --gpu-memory-utilization ----------------
+
+GMU = "--gpu-memory-utilization"
+
+
+@pytest.mark.parametrize("argv,value", [
+    (["vllm", "serve", "m", "--device-memory-utilization", "0.9"], "0.9"),
+    (["vllm", "serve", "m", "--device_memory_utilization=0.85"], "0.85"),
+    # one argparse dest: the last of either name wins
+    (["vllm", "serve", "m", "--gpu-memory-utilization", "0.8", "--device-memory-utilization", "0.95"], "0.95"),
+    (["vllm", "serve", "m", "--device-memory-utilization", "0.95", "--gpu-memory-utilization=0.8"], "0.8"),
+])
+def test_the_gmu_flag_is_read_under_either_name(argv, value):
+    assert servecmd.flag_value(argv, GMU) == value
+    assert servecmd.has_flag(argv, GMU)
+    assert servecmd.long_options(argv)["gpu-memory-utilization"] == float(value)
+    assert "device-memory-utilization" not in servecmd.long_options(argv)
+
+
+def test_rewriting_gmu_leaves_one_value_whatever_names_the_command_used():
+    argv = ["vllm", "serve", "m", "--device-memory-utilization", "0.9", "--gpu_memory_utilization", "0.8",
+            "--device_memory_utilization=0.7", "--max-num-seqs", "1"]
+    rewritten = servecmd.with_flag(argv, GMU, 0.95)
+    assert rewritten == ["vllm", "serve", "m", "--max-num-seqs", "1", GMU, "0.95"]
+    assert servecmd.without_flag(argv, GMU) == ["vllm", "serve", "m", "--max-num-seqs", "1"]
+
+
+def test_a_config_file_may_use_the_device_name(tmp_path):
+    config = tmp_path / "c.yaml"
+    config.write_text("device-memory-utilization: 0.9\nmax-num-seqs: 2\n")
+    argv = servecmd.expand_config(["vllm", "serve", "m", "--config", str(config)])
+    assert servecmd.flag_value(argv, GMU) == "0.9"
+    assert servecmd.flag_value(servecmd.with_flag(argv, GMU, 0.5), GMU) == "0.5"
+
+
+# ---- the launcher is not a setting -----------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [
+    ["python", "-m", "autotune.testing.fake_vllm", "--profile", "p", "--max-num-seqs", "8"],
+    ["/usr/bin/python3.12", "-m", "autotune.testing.fake_vllm", "--profile", "p", "--max-num-seqs", "8"],
+    ["./serve.sh", "--profile", "p", "--max-num-seqs", "8"],
+])
+def test_a_launchers_program_and_its_m_are_not_options(argv):
+    options = servecmd.long_options(argv)
+    assert options == {"profile": "p", "max-num-seqs": 8}

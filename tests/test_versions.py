@@ -88,3 +88,13 @@ def test_warnings_for_what_the_version_ignores_or_refuses():
     found = vllminfo.warnings_for(["vllm", "serve", "m"], env, "0.17.0")
     assert found[0].startswith("VLLM_ATTENTION_BACKEND=TRITON_ATTN is ignored by vLLM 0.17.0")
     assert vllminfo.warnings_for(["vllm", "serve", "m"], env, None) == []
+
+
+@pytest.mark.parametrize("version,alias", [("0.30.0", False), ("0.31.0", True), ("0.33.0", True)])
+def test_the_device_memory_name_exists_from_031(version, alias):
+    assert vllminfo.profile(version).device_memory_alias is alias
+    argv = ["vllm", "serve", "m", "--device-memory-utilization", "0.9"]
+    warned = [w for w in vllminfo.warnings_for(argv, {}, version) if w.startswith("--device-memory-utilization")]
+    assert bool(warned) is not alias
+    if warned:
+        assert f"vLLM {version} does not know it: write --gpu-memory-utilization" in warned[0]

@@ -23,7 +23,7 @@ its parts live beside it: run_row.py (one run as a Row), gmu_fit.py (the line), 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from autotune.analysis.run_groups import Group, VersionChange, differing_keys, group_rows, version_changes
 from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row, run_row
@@ -42,9 +42,11 @@ class Report:
         return asdict(self)
 
 
-def compare(records: list[RunRecord | dict]) -> Report:
-    """The whole comparison of some run records (typed, or their JSON form)."""
-    rows = sorted((run_row(as_run_record(r)) for r in records), key=lambda r: (r.started_at or "", r.run_id))
+def compare(records: list[RunRecord | dict], device_memory_gib: float | None = None) -> Report:
+    """The whole comparison of some run records (typed, or their JSON form). device_memory_gib:
+    what vLLM multiplied gmu by, for the runs whose records cannot say (`compare --device-memory`)."""
+    rows = sorted((with_device_memory(run_row(as_run_record(r)), device_memory_gib) for r in records),
+                  key=lambda r: (r.started_at or "", r.run_id))
     seen, unique = set(), []
     for row in rows:  # the same run named twice (by id and by folder) counts once
         if row.run_id not in seen:
@@ -54,6 +56,13 @@ def compare(records: list[RunRecord | dict]) -> Report:
     rows_by_id = {r.run_id: r for r in unique}
     return Report(runs=unique, groups=groups, not_comparable=not_comparable_of(groups),
                   version_changes=version_changes(groups, rows_by_id))
+
+
+def with_device_memory(row: Row, memory_gib: float | None) -> Row:
+    """The row with the device memory the user gave, where its record does not know it."""
+    if memory_gib is None or row.device_memory_gib is not None:
+        return row
+    return replace(row, device_memory_gib=float(memory_gib), device_memory_source="given with --device-memory")
 
 
 NEAREST_GROUPS = 8  # how many earlier groups of a model a group is held against, for the nearest

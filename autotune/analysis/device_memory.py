@@ -39,11 +39,12 @@ def first_gpu() -> dict | None:
     return gpus[0] if gpus else None
 
 
-def detect(kind: str | None = None, memory_gib: float | None = None) -> Device:
-    """--device / --device-memory when given, else NVML's first GPU, else the CPU node."""
+def detect(kind: str | None = None, memory_gib: float | None = None, gpus: list[dict] | None = None) -> Device:
+    """--device / --device-memory when given, else the first GPU (of `gpus`, the GPUs a serve command
+    gets, or NVML's), else the CPU node."""
     if memory_gib is not None and kind is not None:
         return Device(kind, int(memory_gib * GIB), "--device-memory")
-    gpu = first_gpu() if kind in (None, "gpu") else None
+    gpu = None if kind not in (None, "gpu") else gpus[0] if gpus else first_gpu() if gpus is None else None
     if gpu is not None:
         if memory_gib is not None:
             return Device("gpu", int(memory_gib * GIB), "--device-memory")

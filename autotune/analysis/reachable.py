@@ -91,15 +91,16 @@ def load_records(runs_dir) -> list[dict]:
     return out
 
 
-def for_tune(argv: list[str], env: dict[str, str], target, runs_dir, allow_risky_gmu: bool) -> dict | None:
+def for_tune(argv: list[str], env: dict[str, str], target, runs_dir, allow_risky_gmu: bool,
+             gpus: list[dict] | None = None) -> dict | None:
     """preflight's question for a tune: the problem (a dict of Problem's fields) or None. Never raises:
-    a prediction that cannot be made refuses nothing."""
+    a prediction that cannot be made refuses nothing. gpus: the GPUs the command gets (NVML's when None)."""
     if not isinstance(target, int):
         return None
     try:
         from autotune.analysis import device_memory
 
-        device = device_memory.detect()
+        device = device_memory.detect(gpus=gpus)
         return problem(argv, env, target, load_records(runs_dir), device, allow_risky_gmu)
     except Exception:  # noqa: BLE001 - preflight must not fail because a prediction could not be made
         return None

@@ -97,7 +97,8 @@ def expectation_for(rows: list[Row], fit: Fit | None) -> Expectation:
                                            f"({rows[0].device_memory_source}), so the memory's change counts too")
     if fit is not None and not fit.exact:
         return Expectation("fitted", fit.a_gib, f"the fitted slope a = {fit.a_gib:.2f} GiB (device memory unknown)")
-    return Expectation("none", None, "device memory unknown and too few runs for a fitted slope to mean anything")
+    return Expectation("none", None, "device memory unknown (give it: compare --device-memory 24GiB) and too few "
+                                     "runs for a fitted slope to mean anything")
 
 
 def expected_delta(older: Row, newer: Row, expectation: Expectation) -> float | None:

@@ -13,7 +13,7 @@ import click
 from autotune.analysis import compare as cmp
 from autotune.analysis import run_groups
 from autotune.analysis import run_row
-from autotune.cli.options import runs_dir_option
+from autotune.cli.options import MemoryType, runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
 
@@ -185,7 +185,10 @@ def _write_plot(report: cmp.Report, path: Path) -> Path:
 @click.option("--json", "json_", is_flag=True, help="Print the comparison as JSON (rows, groups, fits, verdicts).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path),
               help="Also write a PNG of available KV GiB and the ceiling against gmu (needs matplotlib).")
-def compare_cmd(runs, runs_dir, json_, plot):
+@click.option("--device-memory", type=MemoryType(),
+              help="The memory vLLM multiplies gmu by (a GPU's total, 24GiB), for runs whose records cannot say "
+                   "(no NVML where they ran); a run that recorded its own keeps it.")
+def compare_cmd(runs, runs_dir, json_, plot, device_memory):
     """Compare runs honestly: settings first, then the change they do not explain.
 
     \b
@@ -206,7 +209,8 @@ def compare_cmd(runs, runs_dir, json_, plot):
         unexplained Δ Z GiB
     The expected change is the change of the budget vLLM computes, device memory x gmu
     (the GPU's total memory, or the CPU node's memory vLLM printed, which a VM can change
-    between runs); without a known device memory, the fitted slope from 3 runs on. The tolerance is the
+    between runs, or --device-memory for runs that do not know it); without a known device
+    memory, the fitted slope from 3 runs on. The tolerance is the
     larger of 0.02 GiB and 5% of the figure (vLLM boots differ by up to ~5%), or 3 robust
     standard deviations of the runs around the line when 3 or more runs show more spread.
     A group that differs in anything else is listed as not comparable with its nearest
@@ -216,15 +220,16 @@ def compare_cmd(runs, runs_dir, json_, plot):
 
     \b
     Examples:
-      autotune compare runs/                    every run in the folder
+      autotune compare runs/                         every run in the folder
       autotune compare latest RUN_ID --json
       autotune compare runs/<sweep> --plot kv.png
+      autotune compare runs/ --device-memory 24GiB   runs recorded where NVML could not say
 
     \b
     Exit codes: 0 compared; 1 a run could not be found or read, or the plot could not be written.
     """
     records = load_records(runs, runs_dir)
-    report = cmp.compare(records)
+    report = cmp.compare(records, device_memory)
     if plot:
         written = _write_plot(report, plot)
         click.echo(f"wrote {written}", err=True)

@@ -5,6 +5,7 @@ Every command module imports these public names from here; no private name cross
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -69,6 +70,22 @@ class LengthType(click.ParamType):
             return servecmd.parse_length(value)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class MemoryType(click.ParamType):
+    """An amount of memory in GiB: 24, 24GiB, 23.58G, 24576MiB (binary units; a bare number is GiB)."""
+
+    name = "GIB"
+    _UNITS = {"": 1.0, "g": 1.0, "m": 1 / 1024, "t": 1024.0}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)):
+            return float(value)
+        found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([gmt]?)(?:i?b)?\s*", str(value), re.IGNORECASE)
+        if not found or float(found[1]) <= 0:
+            self.fail(f"{value!r} is not an amount of memory: give GiB, e.g. 24, 24GiB, 23.58GiB or 24576MiB",
+                      param, ctx)
+        return float(found[1]) * self._UNITS[found[2].lower()]
 
 
 def serve_argv(serve_command: tuple[str, ...]) -> list[str]:

@@ -6,12 +6,16 @@ something from them lives elsewhere as pure functions.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import socket
 import sys
+from typing import Mapping, Sequence
 
 import psutil
+
+from autotune.vllm import versions
 
 
 def host_facts() -> dict:
@@ -153,9 +157,27 @@ def wait_for_free_memory(indices: list[int], need_gib: float, timeout_s: float =
         return False, last
 
 
-def machine_facts() -> dict:
-    gpus, why = gpu_facts()
+def gpu_facts_for(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> tuple[list[dict], str | None]:
+    """The GPUs a serve command gets: NVML's here, or, where the command runs the replaying vLLM
+    (which stands for another machine), the GPUs it reports as NVML would list them there."""
+    if argv and versions.replays(argv):
+        answer = versions.replayed_gpus(argv, dict(os.environ if env is None else env))
+        try:
+            gpus = json.loads(answer) if answer else None
+        except ValueError:
+            gpus = None
+        if not isinstance(gpus, list):
+            return [], "the replaying vLLM did not say which GPUs it replays (run it with --print-gpus)"
+        return gpus, None
+    return gpu_facts()
+
+
+def machine_facts(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict:
+    """This machine, with the GPUs the serve command gets (gpu_facts_for)."""
+    gpus, why = gpu_facts_for(argv, env)
     facts = {"host": host_facts(), "gpus": gpus}
+    if argv and versions.replays(argv) and not why:
+        facts["gpus_source"] = f"the replaying vLLM ({versions.FAKE_GPUS_FLAG}): its GPUs as NVML would list them"
     if why:
         facts["gpus_absent_reason"] = why
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")

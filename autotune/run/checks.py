@@ -16,12 +16,12 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight").
     Raises PreflightFailed (nothing booted) unless --force; a bad --gpu raises GpuSelectorError."""
     from autotune.host import gpus
-    from autotune.host.machine import gpu_facts
+    from autotune.host.machine import gpu_facts_for
     from autotune.analysis import reachable
     from autotune.run import modelconfig
     from autotune.run import preflight as rules
 
-    inventory, _ = gpu_facts()
+    inventory, _ = gpu_facts_for(argv, env)  # the replaying vLLM's own, where it runs
     plan = gpus.plan_gpus(opts.gpu, env, inventory)
     for warning in plan.warnings:
         emit("warning", text=warning)
@@ -37,7 +37,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
     beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
-                                                             opts.allow_risky_gmu)
+                                                             opts.allow_risky_gmu, inventory)
     problems += [rules.Problem(**beyond)] if beyond else []  # a calibrated prediction: cannot fit at any gmu
     if problems and not opts.force:
         raise PreflightFailed(problems)
@@ -65,7 +65,7 @@ def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
 
 def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOptions, emit: Emit):
     """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
-    from autotune.host.machine import wait_for_free_memory
+    from autotune.host.machine import gpu_facts_for, wait_for_free_memory
     from autotune.run import recovery as rules
 
     if attempt.outcome not in (strategy.ERROR, strategy.EXITED) or not attempt.error_kind:
@@ -84,7 +84,7 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOpt
     emit("recovery", index=attempt.index, reason=fix.reason)
     if fix.wait_for_memory and fix.need_free_gib:
         indices = record.get("gpus", {}).get("indices") or []
-        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib)
+        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: gpu_facts_for(argv))
         attempt.recovery["memory_freed"] = ok
     return fix
 

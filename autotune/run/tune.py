@@ -92,7 +92,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
               "environment": redact_env(gpu_plan.env_changes), "warnings": list(gpu_plan.warnings)},
         preflight=preflight_record, options=_options_kept(opts),
         owner=cleanup.owner_stamp(),  # a SIGKILLed autotune's run is found by this (cleanup.mark_abandoned)
-        plan=plan, vllm_version_detected=detected, links=dict(opts.links), machine=machine_facts(),
+        plan=plan, vllm_version_detected=detected, links=dict(opts.links), machine=machine_facts(argv, env),
         vllm_version=None, attempts=[], result=None)
     record.order = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked",
                     "model", "command", "environment", "environment_added_by_autotune", "gpus", "preflight",

@@ -14,7 +14,8 @@ It is NOT vLLM: the real CPU-backend boots (tests/e2e) stay the proof that autot
 
 Its own options: --profile NAME (or `list`), --time-scale F (real seconds x F; default 0.01,
 so a 90 s boot takes about a second; 0 is instant), --print-version (what package metadata
-would say: autotune asks this, vllm/versions.py).
+would say) and --print-gpus (the profile's GPUs as NVML would list them, JSON): it stands for
+another machine, so autotune asks it these (vllm/versions.py, host/machine.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from autotune.testing.profiles import GIB, Profile, Settings
 from autotune.vllm import servecmd, versions
 
 DEFAULT_TIME_SCALE = 0.01
-FAKE_OPTIONS = ("profile", "time-scale", "print-version")
+FAKE_OPTIONS = ("profile", "time-scale", "print-version", "print-gpus")
 
 
 class UsageError(Exception):
@@ -102,7 +103,7 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
         kv_cache_memory_bytes=_kv_bytes(kv_bytes) if kv_bytes is not None else None,
         tp=_number(options, "tensor-parallel-size", int, 1))
-    shown = {k.replace("-", "_"): _shown(v) for k, v in options.items() if k != "print-version"}
+    shown = {k.replace("-", "_"): _shown(v) for k, v in options.items() if k not in ("print-version", "print-gpus")}
     if max_len == "auto":
         shown["max_model_len"] = -1
     model = cmd.model or profile.model
@@ -381,8 +382,11 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
         print(f"usage: python -m autotune.testing.fake_vllm --profile NAME [vllm serve flags]\n"
               f"fake_vllm: error: {exc}", file=sys.stderr)
         return 2
-    if servecmd.has_flag(argv, "--print-version"):
+    if servecmd.has_flag(argv, versions.FAKE_VERSION_FLAG):
         print(req.profile.version)
+        return 0
+    if servecmd.has_flag(argv, versions.FAKE_GPUS_FLAG):
+        print(json.dumps(req.profile.nvml_inventory()))
         return 0
     boot = Boot(req)
     outcome = boot.run()

@@ -17,9 +17,26 @@ from typing import Sequence
 MAX_MODEL_LEN = "--max-model-len"
 PORT = "--port"
 
-# vLLM accepts both spellings for every long option (argparse in vLLM maps _ and -).
-def _spellings(flag: str) -> tuple[str, str]:
-    return flag, "--" + flag[2:].replace("-", "_")
+# Long options vLLM reads under a second name (the same argparse dest; the last one given wins):
+# --device-memory-utilization is --gpu-memory-utilization from 0.31 (vllm/engine/arg_utils.py,
+# read in the 0.30.0, 0.31.0 and 0.33.0 sdists; versions.VersionProfile.device_memory_alias).
+# autotune reads either, rewrites both to the first name (which every version knows) and so
+# never passes two values.
+ALIASES = {"--gpu-memory-utilization": ("--device-memory-utilization",)}
+_CANONICAL = {alias[2:]: flag[2:] for flag, aliases in ALIASES.items() for alias in aliases}
+
+
+def canonical_name(name: str) -> str:
+    """An option's long name (without dashes, `_` as `-`) under its first name: `device-memory-utilization`
+    is `gpu-memory-utilization`."""
+    name = name.replace("_", "-")
+    return _CANONICAL.get(name, name)
+
+
+# vLLM accepts both spellings for every long option (argparse in vLLM maps _ and -), and each alias's.
+def _spellings(flag: str) -> tuple[str, ...]:
+    names = (flag, *ALIASES.get(flag, ()))
+    return tuple(spelling for name in names for spelling in (name, "--" + name[2:].replace("-", "_")))
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
@@ -223,7 +240,7 @@ def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
         if strict:
             raise NotPlainVllm("the command is not a plain `vllm serve` or api_server command "
                                f"({shlex.join(argv[:3])} ...), so its vLLM options cannot be separated out")
-        start = 0
+        start = _program_end(argv)
     model = None
     options: list[tuple[str, object]] = []
     typed: list[str] = []
@@ -237,7 +254,7 @@ def parse_vllm_command(argv: Sequence[str], strict: bool = True) -> VllmCommand:
             break
         if token.startswith("--"):
             written, eq, inline = token.partition("=")
-            name = written[2:].replace("_", "-")
+            name = canonical_name(written[2:])
             if eq:
                 value: object = inline
                 i += 1
@@ -343,11 +360,25 @@ def read_config_file(path: str) -> list[tuple[str, object]]:
     return out
 
 
+def _program_end(argv: Sequence[str]) -> int:
+    """Where the options of a command that is no known vLLM entry point begin: after its program
+    (`./serve.sh`), a Python's flags and `-m MODULE` or script (`python -u -m pkg.server`), or at
+    once when argv holds only options. A launcher's own words are never settings."""
+    if not argv or str(argv[0]).startswith("-"):
+        return 0
+    if not re.fullmatch(r"python[\d.]*", PurePosixPath(argv[0]).name):
+        return 1
+    i = 1
+    while i < len(argv) and argv[i].startswith("-") and argv[i] != "-m":
+        i += 1  # the interpreter's own flags (-u, -O, -B)
+    return min(len(argv), i + 2 if argv[i:i + 1] == ["-m"] else i + 1)
+
+
 def _options_start(argv: Sequence[str]) -> int:
     """Where vLLM's own options begin: after the entry point (and the positional model)."""
     start = _entry_point(argv, strict=False)
     if start is None:
-        start = 3 if list(argv[1:2]) == ["-m"] else 1
+        start = _program_end(argv)
     elif start and argv[start - 1] == "serve" and start < len(argv) and _is_value(argv[start]):
         start += 1
     return start

@@ -9,7 +9,9 @@ which names the commit and the sdists it was verified in):
 - auto-fit (docs/how-it-works.md): none before 0.14; 0.14-0.19 `auto_probe` (`--max-model-len
   auto` fits, but the fitted length is not passed to the API server, so requests above it
   hang, vLLM PR #39102: autotune only reads the number and relaunches); `auto` from 0.20;
-- flags: `--kv-cache-memory-bytes` since 0.10.2, `--max-model-len auto` since 0.14;
+- flags: `--kv-cache-memory-bytes` since 0.10.2, `--max-model-len auto` since 0.14,
+  `--device-memory-utilization` (an alias of --gpu-memory-utilization, servecmd.ALIASES) since 0.31
+  (vllm/engine/arg_utils.py: absent in the 0.30.0 sdist, there in 0.31.0 and 0.33.0);
 - GPU UUIDs in CUDA_VISIBLE_DEVICES: `int()` fails on them up to 0.21 (UUIDs work by 0.33;
   short UUIDs still fail there);
 - VLLM_ATTENTION_BACKEND: honoured up to 0.14, silently ignored from 0.15 (use
@@ -44,10 +46,13 @@ _VERSION_SNIPPET = (
     "    except m.PackageNotFoundError:\n"
     "        pass\n"
 )
-# The replaying vLLM (autotune.testing.fake_vllm) is a program of its own: asked with this
-# flag, it prints the version of the profile it replays, as package metadata would.
+# The replaying vLLM (autotune.testing.fake_vllm) is a program of its own that stands for another
+# machine: asked with one of these flags, it answers for the profile it replays what package
+# metadata (its vLLM version) and NVML (its GPUs, as JSON in host.machine.gpu_facts' form) would
+# say there. Any other program runs on this machine, and this machine's answers are its own.
 FAKE_VLLM_MODULE = "autotune.testing.fake_vllm"
 FAKE_VERSION_FLAG = "--print-version"
+FAKE_GPUS_FLAG = "--print-gpus"
 
 # (first version, default gmu), oldest first.
 _GMU_DEFAULTS: tuple[tuple[Version, float], ...] = (((0, 0, 0), 0.9), ((0, 20, 0), 0.92))
@@ -78,6 +83,7 @@ class VersionProfile:
     attention_backend_env: bool  # VLLM_ATTENTION_BACKEND is honoured
     cudagraph_profiling: str  # "absent" | "opt-in" | "default": CUDA-graph memory subtracted from KV
     cpu_gmu_sizes_kv: bool  # the CPU backend sizes KV from gmu x node RAM (before: VLLM_CPU_KVCACHE_SPACE)
+    device_memory_alias: bool = False  # --device-memory-utilization is read as --gpu-memory-utilization
 
 
 def profile(version: str | Version | None) -> VersionProfile | None:
@@ -91,7 +97,8 @@ def profile(version: str | Version | None) -> VersionProfile | None:
     return VersionProfile(version=parsed, default_gmu=gmu, auto_fit=auto,
                           kv_cache_memory_bytes=parsed >= (0, 10, 2), max_model_len_auto=parsed >= (0, 14, 0),
                           gpu_uuids_work=parsed >= (0, 22, 0), attention_backend_env=parsed < (0, 15, 0),
-                          cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0))
+                          cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0),
+                          device_memory_alias=parsed >= (0, 31, 0))
 
 
 def default_gmu(version: str | Version | None) -> float | None:
@@ -132,6 +139,10 @@ def warnings_for(argv: Sequence[str], env: Mapping[str, str], version: str | Non
     if any(a.split("=", 1)[0] in ("--kv-cache-memory-bytes", "--kv_cache_memory_bytes") for a in argv) \
             and not found.kv_cache_memory_bytes:
         out.append(f"--kv-cache-memory-bytes needs vLLM 0.10.2 or newer; vLLM {version} does not know it")
+    alias = "--device-memory-utilization"
+    if any(a.split("=", 1)[0] in (alias, "--device_memory_utilization") for a in argv) and not found.device_memory_alias:
+        out.append(f"{alias} needs vLLM 0.31 or newer (an alias of --gpu-memory-utilization there); vLLM {version} "
+                   "does not know it: write --gpu-memory-utilization")
     return out
 
 
@@ -159,23 +170,37 @@ def python_of(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
     return None
 
 
-def _version_query(argv: Sequence[str], python: str) -> list[str]:
-    """The command that prints the version the serve command will run."""
-    args = list(argv[1:])
-    if args[:2] == ["-m", FAKE_VLLM_MODULE]:
-        # The replaying vLLM is the program here: it answers for the profile it replays.
-        return [python, "-m", FAKE_VLLM_MODULE, *args[2:], FAKE_VERSION_FLAG]
+def replays(argv: Sequence[str]) -> bool:
+    """Does the serve command run the replaying vLLM (which answers for the machine it replays)?"""
+    return list(argv[1:3]) == ["-m", FAKE_VLLM_MODULE]
+
+
+def _query(argv: Sequence[str], python: str, flag: str) -> list[str]:
+    """The command that asks the serve command's program one of the replaying vLLM's questions;
+    for the version, any other Python answers from its package metadata."""
+    if replays(argv):
+        return [python, "-m", FAKE_VLLM_MODULE, *argv[3:], flag]
     return [python, "-c", _VERSION_SNIPPET]
 
 
-def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
+def _ask(argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
     python = python_of(argv, env)
     if python is None:
         return None
     try:
-        out = subprocess.run(_version_query(argv, python), capture_output=True, text=True,
+        out = subprocess.run(_query(argv, python, flag), capture_output=True, text=True,
                              timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0] if out.returncode == 0 and lines else None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
+    answer = _ask(argv, env, FAKE_VERSION_FLAG, timeout_s)
+    return answer.splitlines()[0] if answer else None
+
+
+def replayed_gpus(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
+    """The GPUs the replaying vLLM stands for, as NVML would list them there (JSON text); None
+    when the command runs anything else, or the answer cannot be had."""
+    return _ask(argv, env, FAKE_GPUS_FLAG, timeout_s) if replays(argv) else None
