@@ -112,6 +112,28 @@ def test_a_hybrid_model_with_too_many_sequences_recovers_with_vllms_number(machi
     assert record["result"]["verdict"] == "verified"
 
 
+@pytest.mark.parametrize("strategy", ["refusal", "auto"])
+def test_the_seed_command_verifies_54560_on_both_strategies(machine, strategy):
+    """issue 20: the refusal path's first estimate (34,736) was made at vLLM's default 256 sequences; the
+    Mamba recovery lowered --max-num-seqs to 16, which sizes another pool, and the relaunch still booted
+    the stale estimate. A recovery that changes what sizes the pool starts the search again."""
+    machine(SEED)
+    record = tune("--target", "64K", "--strategy", strategy, "--probe", "none", "--",
+                  *fake(SEED, "--gpu-memory-utilization", "0.98"))
+    result = record["result"]
+    assert (result["verdict"], result["ceiling"]) == ("verified", 54560)
+    assert result["final_argv"][result["final_argv"].index("--max-num-seqs") + 1] == "16"
+    boots = [(a["max_model_len"], a["outcome"]) for a in record["attempts"]]
+    if strategy == "refusal":
+        assert boots == [(65536, "refused"), (34736, "error"), (65536, "refused"), (54560, "verified")]
+        assert record["attempts"][1]["recovery"]["figures_stale"] is True
+    else:
+        assert boots == [("auto", "error"), ("auto", "verified")]
+    card = run("show", "latest").output
+    assert "Verified ceiling: --max-model-len 54,560" in card
+    assert "refused 2 lengths" not in card  # the first refusal was of another pool, not a tight estimate
+
+
 # ---- compare, reach, sweep, reproduce, resume -------------------------------------------------------
 
 def test_seed_runs_at_092_and_098_compare_as_explained_by_gmu(machine):

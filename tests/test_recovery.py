@@ -156,3 +156,31 @@ def test_no_recovery(path):
     record = record_from_file(path)
     assert recovery_for(record, ARGV, RecoveryOptions(target_max=True, stopped_own_server=True)) is None
     assert explain_no_recovery(record, ARGV, RecoveryOptions()) is None
+
+
+# --- a recovery that changes what sizes the KV pool (issue 20) ----------------------------
+
+
+def test_lowering_max_num_seqs_changes_the_kv_pool_options_a_new_port_does_not():
+    lowered = recovery_for(record_from_lines(MAMBA_LINE), ARGV, RecoveryOptions()).new_argv
+    assert servecmd.kv_pool_options(ARGV)["max-num-seqs"] == 256
+    assert servecmd.kv_pool_options(lowered) != servecmd.kv_pool_options(ARGV)
+    assert servecmd.kv_pool_options(servecmd.with_flag(ARGV, "--port", 9)) == servecmd.kv_pool_options(ARGV)
+    assert servecmd.kv_pool_options(["vllm", "serve", "m", "-tp", "2"]) == {"tensor-parallel-size": 2}
+
+
+def test_the_strategy_forgets_the_figures_of_another_pool():
+    """The seed's refusal path: 65,536 refused (estimate 34,736 at 256 sequences), 34,736 failed on the
+    Mamba blocks and was recovered with --max-num-seqs 16: the estimate describes the old pool."""
+    from autotune.run import checks
+    from autotune.store.record import Attempt
+
+    refused = Attempt(index=1, max_model_len=65536, outcome="refused", ceiling=34736, ceiling_source="estimate")
+    mamba = Attempt(index=2, max_model_len=34736, outcome="error", error_kind="mamba_cache_blocks",
+                    recovery={"kind": "mamba_cache_blocks", "reason": "...", "figures_stale": True})
+    port = Attempt(index=2, max_model_len=34736, outcome="error", error_kind="address_in_use",
+                   recovery={"kind": "address_in_use", "reason": "..."})
+    assert checks.current_summaries([refused, mamba]) == []
+    assert [s.ceiling for s in checks.current_summaries([refused, port])] == [34736]  # the same pool
+    again = Attempt(index=3, max_model_len=65536, outcome="refused", ceiling=54560, ceiling_source="estimate")
+    assert [s.index for s in checks.current_summaries([refused, mamba, again])] == [3]

@@ -62,7 +62,9 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
             "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
             "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
                       "they may still hold device memory"})
-    refusals = [a for a in attempts if a.get("outcome") == "refused"]
+    # Refusals before a recovery that changed what sizes the KV pool were of another pool.
+    fresh = max((i for i, a in enumerate(attempts) if (a.get("recovery") or {}).get("figures_stale")), default=-1)
+    refusals = [a for a in attempts[fresh + 1:] if a.get("outcome") == "refused"]
     if len(refusals) > 1 and result.get("verdict") == "verified":
         warnings.append({
             "message": f"vLLM refused {len(refusals)} lengths before one booted",

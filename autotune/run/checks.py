@@ -81,7 +81,13 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOpt
             attempt.no_recovery = why
         return None
     attempt.recovery = {"kind": fix.kind, "reason": fix.reason}
-    emit("recovery", index=attempt.index, reason=fix.reason)
+    if fix.new_argv and servecmd.kv_pool_options(fix.new_argv) != servecmd.kv_pool_options(argv):
+        # Earlier refusals estimated another pool: the strategy starts again from the target.
+        attempt.recovery["figures_stale"] = True
+        if current_summaries(record.attempts[:-1]):
+            attempt.recovery["reason"] += ("; the lengths earlier boots found were sized for the old setting, so "
+                                           "the search starts again")
+    emit("recovery", index=attempt.index, reason=attempt.recovery["reason"])
     if fix.wait_for_memory and fix.need_free_gib:
         indices = record.get("gpus", {}).get("indices") or []
         ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: gpu_facts_for(argv))
@@ -92,6 +98,18 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOpt
 def counts(attempt: Attempt) -> bool:
     """Does this attempt count for the strategy? Not when interrupted, nor when a recovery redid it."""
     return attempt.outcome != strategy.INTERRUPTED and not isinstance(attempt.recovery, dict)
+
+
+def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
+    """What the strategy decides from: the attempts that count, since the last recovery that changed
+    what sizes the KV pool (a figure read before it describes another pool)."""
+    out: list[strategy.AttemptSummary] = []
+    for attempt in attempts:
+        if isinstance(attempt.recovery, dict) and attempt.recovery.get("figures_stale"):
+            out = []
+        elif counts(attempt):
+            out.append(summary_of(attempt))
+    return out
 
 
 def summary_of(attempt: Attempt) -> strategy.AttemptSummary:

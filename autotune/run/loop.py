@@ -31,7 +31,7 @@ class Loop:
                  argv: list[str], port: int, port_chosen: bool, plan: str, emit: Emit):
         self.record, self.run_dir, self.opts, self.env, self.emit = record, run_dir, opts, env, emit
         self.argv, self.port, self.plan = argv, port, plan
-        self.summaries = [checks.summary_of(a) for a in record.attempts if checks.counts(a)]
+        self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target
         self.user_port = None if port_chosen else port
         self.kept: launch.ServerProcess | None = None
@@ -74,8 +74,7 @@ class Loop:
         fix = checks.recovery(attempt, attempt_argv, record, self.opts, emit)
         if fix is not None:
             self._apply(fix)  # this attempt does not count for the strategy
-        else:
-            self.summaries.append(checks.summary_of(attempt))
+        self.summaries = checks.current_summaries(record.attempts)
         artifact.save_run(self.run_dir, record)
         emit("attempt_ended", index=index, attempt=attempt.to_dict())
         if server is not None:

@@ -309,6 +309,20 @@ def long_options(argv: Sequence[str]) -> dict[str, object]:
     return options
 
 
+# The options whose values size vLLM's KV pool: what profiling holds back (gmu, the warm-up batch
+# of max-num-seqs and max-num-batched-tokens, chunked prefill), what a token costs (the cache's and
+# the model's dtype, quantization, the block) and how it is split over ranks. A figure vLLM printed
+# at other values of them (a refusal's estimate, a pool) describes another pool.
+KV_POOL_OPTIONS = ("gpu-memory-utilization", "kv-cache-memory-bytes", "max-num-seqs", "max-num-batched-tokens",
+                   "enable-chunked-prefill", "kv-cache-dtype", "dtype", "quantization", "block-size",
+                   "tensor-parallel-size", "pipeline-parallel-size")
+
+
+def kv_pool_options(argv: Sequence[str]) -> dict[str, object]:
+    """The KV_POOL_OPTIONS a serve command sets (a --config file's included), by long name."""
+    options = long_options(with_config(argv))
+    return {name: options[name] for name in KV_POOL_OPTIONS if name in options}
+
 def _scalar(text: str) -> object:
     if re.fullmatch(r"-?\d+", text):
         return int(text)
