@@ -16,6 +16,7 @@ from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
 from autotune.run.signals import Interrupted
 from autotune.run.client import FrontDoorError
+from autotune.run.margin import MarginError
 from autotune.store.artifact import ArtifactError
 from autotune.store.record import RunRecord
 from autotune.store.redact import MissingSecret
@@ -49,7 +50,7 @@ VERDICT_EXIT = {
 }
 
 # Exceptions that mean bad input: the message is printed as "Error: ..." and the exit code is 1.
-INPUT_ERRORS = (ArtifactError, GpuSelectorError, FrontDoorError, MissingSecret)
+INPUT_ERRORS = (ArtifactError, GpuSelectorError, FrontDoorError, MissingSecret, MarginError)
 
 PREFLIGHT_REFUSED = "Not booting: a preflight check says this cannot work (--force boots anyway)."
 

@@ -142,6 +142,19 @@ def _serving_line(serving: Mapping, run_id: str | None) -> str:
             f"`autotune clean` leaves it running, `autotune stop {run_id}` stops it")
 
 
+def _context_lines(record: RunRecord) -> list[str]:
+    """The margin the run kept (--margin), and the run it reproduces."""
+    lines = []
+    kept = record.get("margin") or {}
+    if kept.get("summary"):
+        lines.append(f"  margin:   {kept['summary']}")
+    links = record.get("links") or {}
+    if links.get("reproduces"):
+        lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
+                     f"{record.get('run_id')}` puts them side by side)")
+    return lines
+
+
 def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
@@ -179,10 +192,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
         pad = "  KV cache: " if r.available_kv_gib is ABSENT else "            "
         across = " across all ranks (each holds its share of every token)" if ranks else ""
         lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
-    links = record.get("links") or {}
-    if links.get("reproduces"):
-        lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
-                     f"{record.get('run_id')}` puts them side by side)")
+    lines.extend(_context_lines(record))
     if verdict == "verified" and attempts and attempts[-1].get("basis") in ("start_at", "room") and r.get("reason"):
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
     if r.get("diagnosis"):

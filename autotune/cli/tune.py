@@ -8,7 +8,7 @@ import sys
 import click
 
 from autotune.cli.exitcodes import exit_code_of, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, runs_dir_option,
+from autotune.cli.options import (LengthType, MemoryType, ProgressPrinter, boot_options, echo_err, runs_dir_option,
                                   serve_argv)
 from autotune.cli.card import echo_card
 
@@ -41,6 +41,10 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @click.option("--max-gmu", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
               help="With --reach: the highest --gpu-memory-utilization to use (0.99+ is a gamble on a desktop).")
 @click.option("--allow-kv-quant", is_flag=True, help="With --reach: allow --kv-cache-dtype fp8 where the GPU supports it.")
+@click.option("--margin", type=MemoryType(), metavar="SIZE",
+              help="Keep this much device memory unused (1GiB, 512MiB; a bare number is GiB): autotune boots with the "
+                   "--gpu-memory-utilization that leaves it free (of the GPU's total, or on the CPU backend "
+                   "of the NUMA node's RAM), replacing the command's own, and records both.")
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress; only the summary and errors.")
 @click.option("--verbose", "--show-log", "show_log", is_flag=True,
@@ -48,7 +52,7 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_boots, strategy, reach, probe,
-         back_off, max_gmu, allow_kv_quant, json_, quiet, show_log, runs_dir, serve_command):
+         back_off, max_gmu, allow_kv_quant, margin, json_, quiet, show_log, runs_dir, serve_command):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
 
     \b
@@ -82,7 +86,8 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
                                 allow_risky_gmu=allow_risky_gmu, serve_argv=argv, runs_dir=runs_dir, keep_serving=keep_serving,
                                 stall_timeout_s=stall_timeout, max_boots=max_boots, reused_from=reused_from,
                                 strategy=strategy, reach=reach, max_gmu=max_gmu, allow_kv_quant=allow_kv_quant,
-                                probe=probe, back_off=back_off)
+                                probe=probe, back_off=back_off,
+                                margin_bytes=None if margin is None else int(margin * 2**30))
     progress = ProgressPrinter(quiet=quiet, show_log=show_log)
     with exits(INTERRUPTED_RUN):
         try:

@@ -133,6 +133,15 @@ class Boot:
             if fact.key == "listen_url" and self.listening_at is None:
                 self.listening_at = time.monotonic()
 
+    def _catch_up(self) -> None:
+        """Read the lines the server printed before it answered /health: the pipe's reader can be a
+        moment behind the HTTP server (seen with the replaying vLLM: "Using max model len 262144"
+        read, its auto-fit line not yet, so the derived length was taken for the fitted one)."""
+        deadline = time.monotonic() + 2 * POLL_S
+        while "autofit_max_model_len" not in self.parser.facts and time.monotonic() < deadline:
+            for raw in self.server.lines(timeout=POLL_S):
+                self._feed(raw)
+
     def _elapsed(self) -> float:
         return time.monotonic() - self.t_start
 
@@ -215,6 +224,7 @@ class Boot:
         expected = self.max_model_len
         if self.auto:
             # vLLM >= 0.20 serves the fitted length; the log says which.
+            self._catch_up()
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None

@@ -45,6 +45,7 @@ class TuneOptions:
     max_gmu: float = 0.95  # the highest --gpu-memory-utilization the levers may use
     allow_kv_quant: bool = False  # may the levers use --kv-cache-dtype fp8
     links: dict = field(default_factory=dict)  # e.g. {"sweep_id": ..., "reproduces": run_id}
+    margin_bytes: int | None = None  # --margin: device memory to keep unused (run/margin.py)
 
 
 def from_record(record: RunRecord, run_dir: Path, env: dict[str, str] | None) -> TuneOptions:

@@ -21,6 +21,7 @@ from autotune.host.machine import machine_facts
 from autotune.run import aim
 from autotune.run import checks
 from autotune.run import launch
+from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
 from autotune.run.options import Emit, TuneOptions, from_record
@@ -67,6 +68,7 @@ def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict
 def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
     env, env_added = _environment(opts)
     opts.serve_argv = redact.prepare(opts.serve_argv, env)  # a recorded ${VLLM_API_KEY} from env; secrets noted
+    kept_free = _margin(opts, env, emit)  # --margin: the command boots with the gmu that keeps it free
     argv, port, port_chosen = _with_port(opts.serve_argv)
     _check_front_door(argv, env, port)
     clean_leftovers(opts.runs_dir, emit)
@@ -94,8 +96,10 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
         owner=cleanup.owner_stamp(),  # a SIGKILLed autotune's run is found by this (cleanup.mark_abandoned)
         plan=plan, vllm_version_detected=detected, links=dict(opts.links), machine=machine_facts(argv, env),
         vllm_version=None, attempts=[], result=None)
+    if kept_free is not None:
+        record.margin = kept_free.as_dict()
     record.order = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked",
-                    "model", "command", "environment", "environment_added_by_autotune", "gpus", "preflight",
+                    "model", "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight",
                     "options", "owner", "plan", "vllm_version_detected", "prediction", "links", "machine",
                     "vllm_version", "attempts", "result"]
     prediction = _first_boot_prediction(record, opts, emit)  # the refusal path starts at a confident prediction
@@ -111,6 +115,18 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
              f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
     Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit).run()
     return _after_loop(record, run_dir, opts, env, emit)
+
+
+def _margin(opts: TuneOptions, env: dict[str, str], emit: Emit) -> margin.Margin | None:
+    """--margin SIZE as the gmu the command boots with (run/margin.py); the lever search may not raise
+    it (--max-gmu is capped there). Raises MarginError when the command cannot keep a margin."""
+    if opts.margin_bytes is None:
+        return None
+    kept_free = margin.plan_here(opts.margin_bytes, opts.serve_argv, env, opts.gpu)
+    opts.serve_argv = margin.apply(opts.serve_argv, kept_free)
+    opts.max_gmu = min(opts.max_gmu, kept_free.gmu)
+    emit("margin", message=kept_free.describe())
+    return kept_free
 
 
 def _first_boot_prediction(record: RunRecord, opts: TuneOptions, emit: Emit) -> dict | None:
@@ -129,7 +145,8 @@ def _options_kept(opts: TuneOptions) -> dict:
     return {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots, "probe": opts.probe,
             "back_off": opts.back_off, "keep_serving": opts.keep_serving, "strategy": opts.strategy,
             "start_at": opts.start_at, "slack": opts.slack, "reach": opts.reach, "max_gmu": opts.max_gmu,
-            "allow_kv_quant": opts.allow_kv_quant, "extra_env": redact_env(opts.extra_env)}
+            "allow_kv_quant": opts.allow_kv_quant, "extra_env": redact_env(opts.extra_env),
+            "margin_bytes": opts.margin_bytes}
 
 
 def _after_loop(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> RunRecord:

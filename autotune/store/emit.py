@@ -108,8 +108,17 @@ def verified_on(record: RunRecord) -> str:
 def provenance_line(record: RunRecord) -> str:
     return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
             f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
-            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; "
+            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; {margin_clause(record)}"
             "numbers age: re-check after upgrading vLLM, the driver or the model")
+
+
+def margin_clause(record: RunRecord) -> str:
+    """What --margin kept free, in GiB, where the run had one ("" otherwise)."""
+    kept = record.get("margin") or {}
+    if not kept.get("gmu"):
+        return ""
+    return (f"--gpu-memory-utilization {kept['gmu']:g} keeps {round(kept['kept_gib'], 2):g} GiB of "
+            f"{round(kept['device_total_gib'], 2):g} GiB free (--margin {round(kept['asked_gib'], 2):g} GiB); ")
 
 
 def fmt_int(value) -> str:

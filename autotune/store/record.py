@@ -334,6 +334,7 @@ class RunRecord(Part):
     target_asked: int | str = ABSENT
     model: str | None = ABSENT
     command: Command = ABSENT
+    margin: dict = ABSENT  # --margin: the bytes kept unused, the gmu they became, the device (run/margin.py)
     environment: dict = ABSENT
     environment_added_by_autotune: dict = ABSENT
     gpus: dict = ABSENT
