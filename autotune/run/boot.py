@@ -22,6 +22,7 @@ from autotune.run import marker
 from autotune.run import strategy
 from autotune.run import client
 from autotune.run import verify
+from autotune.run import witness
 from autotune.run.options import Emit, TuneOptions
 from autotune.run.signals import GATE
 from autotune.store import artifact
@@ -232,6 +233,9 @@ class Boot:
         self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
                              "door": self.door.describe()}
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
+        if ok:  # the second witness: the pool as /metrics tells it, beside the log's figures
+            result = self.parser.result()
+            self.attempt.metrics = witness.read(self.door, result, self.argv, result.get("vllm_version"))
         self.outcome = (strategy.VERIFIED if ok else
                         strategy.FRONT_DOOR if "front_door" in evidence else strategy.NOT_VERIFIED)
         if ok and self.opts.probe != "none":

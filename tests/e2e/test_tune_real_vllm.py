@@ -84,6 +84,19 @@ def test_refused_target_relaunches_at_the_estimate_and_verifies(refused_then_ver
     assert record["environment"]["HF_TOKEN"] == "***"
 
 
+def test_the_second_witness_reads_the_real_servers_metrics_and_they_agree_with_its_log(refused_then_verified):
+    """vLLM 0.32 CPU serves vllm:cache_config_info with the figures the log printed (no boot of its own)."""
+    _, runs_dir = refused_then_verified
+    verified = json.loads((only_run(runs_dir) / "run.json").read_text())["attempts"][-1]
+    seen = verified["metrics"]
+    assert seen["read"] is True and seen["disagreements"] == [], seen
+    config = seen["cache_config"]
+    assert config["kv_cache_size_tokens"] == verified["facts"]["kv_cache_tokens"] == 16384
+    assert config["kv_cache_memory_bytes"] == 128 * 2**20 and config["gpu_memory_utilization"] == 0.92
+    assert config["pool_tokens"] == config["num_gpu_blocks"] * config["block_size"] == 16384
+    assert abs(config["kv_cache_max_concurrency"] - verified["facts"]["max_concurrency"]) <= 0.005
+
+
 def test_command_sh_is_one_line_and_boots(refused_then_verified):
     _, runs_dir = refused_then_verified
     run_dir = only_run(runs_dir)
