@@ -39,4 +39,6 @@ def test_a_tune_reads_the_device_name_as_the_gmu():
     record = json.loads(result.output[result.output.index("{"):])
     row = json.loads(CliRunner().invoke(cli, ["compare", "--json", record["run_id"]]).output)["runs"][0]
     assert (row["gmu"], row["gmu_source"]) == (0.85, "flag")
-    assert "disagree" not in result.output and "do not show" not in result.output
+    attempt = record["attempts"][-1]
+    assert "disagreeing_flags" not in attempt and "missing_flags" not in attempt  # vLLM got it as gmu
+    assert attempt["metrics"]["disagreements"] == [] and attempt["metrics"]["cache_config"]["gpu_memory_utilization"] == 0.85
