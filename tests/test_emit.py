@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.store import emit
+from autotune.store import emit, verified
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 
@@ -86,7 +86,7 @@ def env_and_argv(line: str) -> tuple[dict[str, str], list[str]]:
 def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
     text = emit.render_command(typed(record))
     lines = text.splitlines()
-    secrets = emit.secret_names(typed(record))
+    secrets = verified.secret_names(typed(record))
     assert len(lines) == 2 + bool(secrets) and lines[0].startswith("# verified by autotune ")
     assert not lines[-1].startswith("#")
     assert f"with vLLM {record['vllm_version']} on 2026-11-29" in lines[0]
@@ -156,8 +156,8 @@ def vllm_reads(tmp_path_factory):
         rec = RECORDS_UNDER_TEST[name]()
         path = folder / f"{name}.yaml"
         path.write_text(emit.render_yaml(typed(rec)))
-        argv = emit.final_argv(typed(rec))
-        cmd = emit.parse_vllm_command(argv)
+        argv = verified.final_argv(typed(rec))
+        cmd = verified.parse_vllm_command(argv)
         # vllm-config.yaml's usage line adds the options that hold a secret reference
         usage = next(line for line in path.read_text().splitlines() if line.startswith("# usage: "))
         extra = shlex.split(usage.split("--config vllm-config.yaml", 1)[1].split("   (or:")[0])
@@ -201,7 +201,7 @@ def test_vllm_reads_the_config_file_into_the_same_settings_as_the_command(name, 
     ("1e5", '"1e5"'), ('{"a": 1}', '"{\\"a\\": 1}"'), ("qwen 27b", '"qwen 27b"'),
 ])
 def test_yaml_scalars_read_back_as_the_text_vllm_would_get(value, text):
-    assert emit.yaml_scalar(value) == text
+    assert verified.yaml_scalar(value) == text
     loaded = yaml.safe_load(f"k: {text}")["k"]  # vLLM's loader then passes str(loaded) on
     assert loaded is True if value is True else str(loaded) == str(value)
 
@@ -225,8 +225,8 @@ def test_docker_compose_for_a_pinned_gpu():
     # the same vLLM options after the image, compose's $ escaping undone
     command = [word.replace("$$", "$") for word in service["command"]]
     assert command[:2] == ["--model", "Qwen/Qwen3.6-27B-AWQ"]
-    assert emit.parse_vllm_command(["vllm", "serve", *command]).options == \
-        emit.parse_vllm_command(emit.final_argv(typed(rec))).options
+    assert verified.parse_vllm_command(["vllm", "serve", *command]).options == \
+        verified.parse_vllm_command(verified.final_argv(typed(rec))).options
     assert "key-one" not in text and command[command.index("--api-key") + 1] == "${VLLM_API_KEY}"
     # inside the container the reserved GPU is device 0: no CUDA_VISIBLE_DEVICES there
     env = service["environment"]
@@ -268,7 +268,7 @@ def test_the_unit_runs_command_sh_s_command_with_the_same_environment(record):
     text = emit.render_systemd(typed(record))
     line = emit.render_command(typed(record)).splitlines()[-1]
     env, argv = env_and_argv(line.strip())
-    command_part = " ".join(emit.shell_word(a) for a in argv)  # shlex's quoting; a ${secret} double-quoted
+    command_part = " ".join(verified.shell_word(a) for a in argv)  # shlex's quoting; a ${secret} double-quoted
     if "/" in argv[0] and not argv[0].startswith("/"):
         # systemd runs only absolute paths: the relative python of `make demo` is made absolute
         # when the run recorded its folder, else a note says to set WorkingDirectory=
@@ -306,12 +306,15 @@ def test_exec_start_words(word, written):
 
 
 # ---------------------------------------------------------------------------
-# All four
+# All of them
 # ---------------------------------------------------------------------------
 
-def test_write_all_writes_the_four_files_atomically(tmp_path):
+def test_write_all_writes_every_file_atomically(tmp_path):
     names = emit.write_all(tmp_path, typed(real()))
-    assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service"]
+    # the four, then the deployment targets and the sizing report (tests/test_deploy.py)
+    assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service",
+                     "values-production-stack.yaml", "ray-serve.yaml", "rayservice.yaml",
+                     "kserve-inferenceservice.yaml", "k8s-deployment.yaml", "skypilot.yaml", "sizing-report.md"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left
     assert (tmp_path / "command.sh").read_text() == emit.render_command(typed(real()))
 
@@ -320,7 +323,7 @@ def test_a_run_without_a_verified_command_gives_no_file(tmp_path):
     rec = real()
     rec["result"] = {"verdict": "hung", "ceiling": None, "verified": False}
     assert emit.write_all(tmp_path, typed(rec)) == [] and list(tmp_path.iterdir()) == []
-    with pytest.raises(emit.NotEmittable, match="no verified command .verdict: hung"):
+    with pytest.raises(verified.NotEmittable, match="no verified command .verdict: hung"):
         emit.render(typed(rec), emit.COMPOSE)
 
 
@@ -343,20 +346,20 @@ def test_a_command_that_is_not_plain_vllm_gives_the_shell_and_systemd_files_only
      [("tensor-parallel-size", "2"), ("enable-expert-parallel", True), ("api-key", ["a", "b"])]),
 ])
 def test_parse_vllm_command(argv, model, options):
-    cmd = emit.parse_vllm_command(argv)
+    cmd = verified.parse_vllm_command(argv)
     assert (cmd.model, cmd.options) == (model, options)
 
 
 def test_an_unknown_short_option_is_refused_rather_than_guessed():
-    with pytest.raises(emit.NotEmittable, match="-zz has no known long name"):
-        emit.parse_vllm_command(["vllm", "serve", "m", "-zz", "1"])
+    with pytest.raises(verified.NotEmittable, match="-zz has no known long name"):
+        verified.parse_vllm_command(["vllm", "serve", "m", "-zz", "1"])
 
 
 def test_a_command_whose_config_file_is_gone_gets_no_merged_one():
     rec = real()
     rec["command"]["cwd"] = "/nonexistent"
     rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
-    with pytest.raises(emit.NotEmittable, match=r"--config /nonexistent/mine.yaml: No such file"):
+    with pytest.raises(verified.NotEmittable, match=r"--config /nonexistent/mine.yaml: No such file"):
         emit.render_yaml(typed(rec))
     texts, skipped = emit.render_all(typed(rec))
     assert "vllm-config.yaml" in skipped and "command.sh" in texts

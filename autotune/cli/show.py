@@ -18,6 +18,7 @@ from autotune.store import emit
 from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
+from autotune.store.verified import NotEmittable
 
 
 @click.command("show")
@@ -26,7 +27,10 @@ from autotune.store.record import Result, RunRecord
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
 @click.option("--emit", "emit_kind", type=click.Choice(list(emit.KINDS)),
               help="Print one paste-ready file of the run instead: command (command.sh), "
-                   "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service).")
+                   "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
+                   "helm (production-stack values), ray-serve (Ray Serve LLM config), rayservice "
+                   "(KubeRay), kserve (InferenceService), k8s (Deployment and Service), skypilot "
+                   "(task); report (the sizing report, Markdown).")
 def show(run, runs_dir, json_, emit_kind):
     """Print one run's summary (RUN: a run folder, a run id, or `latest`; default latest).
 
@@ -36,6 +40,9 @@ def show(run, runs_dir, json_, emit_kind):
     the boots and their time, warnings with cause and remedy, and the files written.
     --emit prints one of the run's paste-ready files, for example
       autotune show latest --emit compose > docker-compose.yml
+      autotune show latest --emit helm > values.yaml
+    Each carries every setting that sized the KV pool, pins the vLLM version that
+    verified it, takes secrets by reference and is stamped with the run.
 
     \b
     Exit codes: 0 printed; 1 no such run, an unreadable run.json, or a file this
@@ -54,8 +61,8 @@ def show(run, runs_dir, json_, emit_kind):
         return
     if emit_kind:
         try:
-            click.echo(emit.render(shown, emit.KINDS[emit_kind]), nl=False)
-        except emit.NotEmittable as exc:
+            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder), nl=False)
+        except NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return
     echo_card(run_record, run_dir=folder)

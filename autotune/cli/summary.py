@@ -9,6 +9,7 @@ from typing import Mapping
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
 from autotune.run import witness
+from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
 
@@ -232,6 +233,15 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
             lines.append(f"    remedy: {w['remedy']}")
     folder = run_dir
     lines.append(f"  run:      {folder if folder else record.get('run_id')}")
-    for i, name in enumerate(r.get("files") or []):
-        lines.append(("  files:    " if i == 0 else "            ") + (str(Path(folder) / name) if folder else name))
+    lines += files_lines(r.get("files") or [], folder)
     return "\n".join(lines)
+
+
+def files_lines(files: list[str], folder) -> list[str]:
+    """The paste-ready files a line each; the deployment files and the report on one line beside them."""
+    beside = [name for name in files if name in deploy_targets.FILE_NAMES]
+    lines = [("  files:    " if i == 0 else "            ") + (str(Path(folder) / name) if folder else name)
+             for i, name in enumerate(name for name in files if name not in beside)]
+    if beside:
+        lines.append(f"  deploy:   {' '.join(beside)} (beside them)")
+    return lines

@@ -33,161 +33,35 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
-from autotune import __version__
 from autotune.store import artifact
-from autotune.vllm import servecmd
-from autotune.vllm.servecmd import VllmCommand
+from autotune.store.deploy import targets as deploy
 from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
+from autotune.store.verified import (
+    CONTAINER_MODELS, CPU_IMAGE, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute, cwd_of, final_argv,
+    fmt_int, gpu_names, image_tag, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line,
+    secret_names, set_first_line, shell_env, shell_word, with_config_merged, yaml_scalar)
+from autotune.vllm import servecmd
 
 COMMAND = "command.sh"
 YAML = "vllm-config.yaml"
 COMPOSE = "docker-compose.yml"
 SYSTEMD = "vllm.service"
-FILES = (COMMAND, YAML, COMPOSE, SYSTEMD)
+# The run folder's files: these four, then the deployment targets and the sizing report (store/deploy/).
+FILES = (COMMAND, YAML, COMPOSE, SYSTEMD, *deploy.FILE_NAMES)
 # `autotune show --emit KIND`
-KINDS = {"command": COMMAND, "yaml": YAML, "compose": COMPOSE, "systemd": SYSTEMD}
+KINDS = {"command": COMMAND, "yaml": YAML, "compose": COMPOSE, "systemd": SYSTEMD, **deploy.KINDS}
 
-IMAGE = "vllm/vllm-openai"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"
-CONTAINER_MODELS = "/models"
-DEFAULT_PORT = 8000  # vLLM's default --port
-
-# Environment that must not be copied into a container: device selection is the
-# reservation's job (inside the container the reserved GPU is device 0), and host paths
-# (HF_HOME, LD_PRELOAD, CUDA_HOME) do not exist there.
-_NOT_IN_CONTAINER = {"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HF_HOME", "HF_HUB_CACHE",
-                     "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "LD_PRELOAD", "CUDA_HOME",
-                     "LD_LIBRARY_PATH"}
-
-
-class NotEmittable(Exception):
-    """This run cannot give this file (not verified, or a command that is not plain vLLM)."""
-
-
-# ---------------------------------------------------------------------------
-# Reading the verified command
-# ---------------------------------------------------------------------------
-
-def final_argv(record: RunRecord) -> list[str]:
-    """The verified command, each secret in it as a `${NAME}` reference (even in a record
-    written before autotune scrubbed its records)."""
-    result = record.get("result") or {}
-    argv = result.get("final_argv")
-    if not argv:
-        raise NotEmittable(f"run {record.get('run_id')} has no verified command "
-                           f"(verdict: {result.get('verdict') or record.get('state', 'unknown')})")
-    return redact.record_scrubber(record).obj([str(a) for a in argv])
-
-
-def secret_references(argv: list[str]) -> list[str]:
-    """The variables the command's `${NAME}` references need, in order."""
-    return list(dict.fromkeys(name for a in argv for name in redact.placeholders_in(a)))
-
-
-def parse_vllm_command(argv: list[str]) -> VllmCommand:
-    """servecmd.parse_vllm_command, for a file that needs every option: NotEmittable otherwise."""
-    try:
-        return servecmd.parse_vllm_command(argv)
-    except servecmd.NotPlainVllm as exc:
-        raise NotEmittable(str(exc)) from None
-
-
-# ---------------------------------------------------------------------------
-# Shared pieces
-# ---------------------------------------------------------------------------
-
-def verified_on(record: RunRecord) -> str:
-    """The UTC date the command was verified (the last attempt's end), else the run's start."""
-    attempts = record.get("attempts") or []
-    stamp = (attempts[-1].get("ended_at") if attempts else None) or record.get("started_at") or ""
-    return stamp[:10] or "unknown date"
-
-
-def provenance_line(record: RunRecord) -> str:
-    return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
-            f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
-            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; {margin_clause(record)}"
-            "numbers age: re-check after upgrading vLLM, the driver or the model")
-
-
-def margin_clause(record: RunRecord) -> str:
-    """What --margin kept free, in GiB, where the run had one ("" otherwise)."""
-    kept = record.get("margin") or {}
-    if not kept.get("gmu"):
-        return ""
-    return (f"--gpu-memory-utilization {kept['gmu']:g} keeps {round(kept['kept_gib'], 2):g} GiB of "
-            f"{round(kept['device_total_gib'], 2):g} GiB free (--margin {round(kept['asked_gib'], 2):g} GiB); ")
-
-
-def fmt_int(value) -> str:
-    return f"{value:,}" if isinstance(value, int) else str(value)
-
-
-def shell_env(record: RunRecord) -> dict[str, str]:
-    """The recorded environment for a shell: secrets (recorded as ***) become $NAME."""
-    env = record.get("environment") or {}
-    return {k: (f"${k}" if is_secret(k) else str(v)) for k, v in env.items()}
-
-
-def secret_names(record: RunRecord) -> list[str]:
-    """Every variable the files expect the user to set: secrets of the environment, then the
-    references in the command."""
-    names = [k for k in (record.get("environment") or {}) if is_secret(k)]
-    try:
-        names += secret_references(final_argv(record))
-    except NotEmittable:
-        pass
-    return list(dict.fromkeys(names))
-
-
-def set_first_line(record: RunRecord) -> list[str]:
-    """The comment that says which variables to set, when there are any."""
-    names = secret_names(record)
-    if not names:
-        return []
-    return [f"# set {', '.join(names)} in the environment first: autotune writes no secret down, "
-            "only a reference to it"]
-
-
-def cwd_of(record: RunRecord) -> str | None:
-    return (record.get("command") or {}).get("cwd")
-
-
-def _is_local_path(model: str) -> bool:
-    """A model given as a path rather than a Hub id (org/name)."""
-    return model.startswith(("/", ".", "~")) or model.count("/") >= 2 or model.endswith(".gguf")
-
-
-def _absolute(path: str, cwd: str | None) -> str:
-    if path.startswith(("/", "~")) or cwd is None:
-        return path
-    return str(PurePosixPath(cwd) / path)
-
-
-def port_of(cmd: VllmCommand) -> int:
-    value = cmd.option("port")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return DEFAULT_PORT
+# Environment compose does not copy into the container: host paths, and device selection, which is
+# the reservation's job (inside the container the reserved GPU is device 0, in the reservation's order).
+_NOT_IN_CONTAINER = HOST_PATHS_ENV | DEVICE_SELECTION_ENV | {"CUDA_DEVICE_ORDER"}
 
 
 # ---------------------------------------------------------------------------
 # command.sh
 # ---------------------------------------------------------------------------
-
-def shell_word(arg: str) -> str:
-    """One word of command.sh: as shlex quotes it, except that a word holding a `${NAME}`
-    reference is double-quoted so the shell expands the reference (and nothing else)."""
-    if not redact.placeholders_in(arg):
-        return shlex.quote(arg)
-    parts = re.split(r"(\$\{[A-Z_][A-Z0-9_]*\})", arg)
-    escaped = "".join(part if redact.placeholders_in(part) else re.sub(r'(["\\$`])', r"\\\1", part)
-                      for part in parts)
-    return f'"{escaped}"'
-
 
 def command_line(record: RunRecord) -> str:
     """The verified command as ONE shell line, environment first."""
@@ -205,34 +79,9 @@ def render_command(record: RunRecord) -> str:
 # vllm-config.yaml
 # ---------------------------------------------------------------------------
 
-def yaml_scalar(value: object) -> str:
-    """A YAML scalar that reads back as the same text vLLM would get on the command line.
-
-    vLLM's config loader passes `str(value)` on, so a number is written bare only when YAML
-    reads it back to exactly the text given (`0.95`, `16256`); `1.10`, `007`, `128M`, `yes`
-    and everything else is a double-quoted string (JSON strings are valid YAML).
-    """
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    text = str(value)
-    if re.fullmatch(r"-?[1-9]\d*|0", text):
-        return text
-    if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
-        return text
-    return json.dumps(text, ensure_ascii=False)
-
-
 def render_yaml(record: RunRecord) -> str:
-    argv = final_argv(record)
-    if servecmd.has_flag(argv, servecmd.CONFIG):
-        # vLLM reads the file under the flags (flags win): one file holds the merged options.
-        try:
-            argv = redact.record_scrubber(record).obj(servecmd.expand_config(argv, (record.get("command") or {}).get("cwd")))
-        except servecmd.ConfigFileError as exc:
-            raise NotEmittable(f"{exc}: its options cannot be merged into {YAML}") from None
-    cmd = parse_vllm_command(argv)
+    # vLLM reads a --config file under the flags (flags win): one file holds the merged options.
+    cmd = parse_vllm_command(with_config_merged(record, final_argv(record), YAML))
     cmd.options = list(dict(cmd.options).items())  # one key each, the last value (argparse: the last wins)
     # vLLM does not expand a variable in a config file: options with a secret go on the command line.
     on_command_line = [(name, value) for name, value in cmd.options if _has_reference(value)]
@@ -267,31 +116,6 @@ def _has_reference(value: object) -> bool:
 # docker-compose.yml
 # ---------------------------------------------------------------------------
 
-def image_tag(version: str | None) -> str:
-    """vllm/vllm-openai:v0.32.0 for vLLM 0.32.0 (a local build suffix such as +cpu dropped)."""
-    if not version:
-        return f"{IMAGE}:latest"
-    return f"{IMAGE}:v{version.split('+')[0]}"
-
-
-def pinned_gpus(record: RunRecord) -> list[str] | None:
-    """The GPU ids the run was pinned to (CUDA_VISIBLE_DEVICES as recorded), or None."""
-    value = (record.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
-    if value is None or value == "":
-        return None
-    return [part.strip() for part in str(value).split(",") if part.strip()]
-
-
-def _gpu_names(record: RunRecord, ids: list[str]) -> list[str]:
-    gpus = (record.get("machine") or {}).get("gpus") or []
-    named = []
-    for gid in ids:
-        for gpu in gpus:
-            if str(gpu.get("index")) == gid or gpu.get("uuid") == gid:
-                named.append(f"GPU {gid}: {gpu.get('name', '?')} ({gpu.get('uuid', 'no uuid recorded')})")
-    return named
-
-
 def _compose_value(text: str) -> str:
     # Compose interpolates $VAR in values: a literal $ is written $$, a secret's ${NAME} stays
     # (compose fills it from the environment or .env).
@@ -312,13 +136,13 @@ def render_compose(record: RunRecord) -> str:
     hf_host = env.get("HF_HOME")
     hf_host = f"{hf_host}/hub" if hf_host and not env.get("HF_HUB_CACHE") else env.get("HF_HUB_CACHE")
     if hf_host:
-        volumes.append(f"{_absolute(hf_host, cwd)}:{CONTAINER_HF_CACHE}/hub")
+        volumes.append(f"{absolute(hf_host, cwd)}:{CONTAINER_HF_CACHE}/hub")
     else:
         volumes.append(f"${{HOME}}/.cache/huggingface:{CONTAINER_HF_CACHE}")
 
     model = cmd.model
-    if model is not None and _is_local_path(model):
-        host = _absolute(model, cwd)
+    if model is not None and is_local_path(model):
+        host = absolute(model, cwd)
         inside = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
         volumes.append(f"{host}:{inside}:ro")
         if not host.startswith(("/", "~")):
@@ -347,9 +171,9 @@ def render_compose(record: RunRecord) -> str:
     gpus = (record.get("machine") or {}).get("gpus") or []
     if ids is None and not gpus:
         out.append(f"# this run used vLLM's CPU backend (no GPU recorded); {IMAGE} is the CUDA build: "
-                   "for the CPU backend use vLLM's CPU image (public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo) "
+                   f"for the CPU backend use vLLM's CPU image ({CPU_IMAGE}) "
                    "with the same command")
-    for named in _gpu_names(record, ids or []):
+    for named in gpu_names(record, ids or []):
         out.append(f"# {named}")
     if ids and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and len(gpus) > 1:
         out.append("# the run did not set CUDA_DEVICE_ORDER=PCI_BUS_ID: its CUDA index may differ from the "
@@ -405,7 +229,7 @@ def exec_start(record: RunRecord) -> str:
     program = argv[0]
     if "/" in program and not program.startswith("/"):
         # systemd runs only absolute paths or names on its fixed PATH.
-        program = _absolute(program, cwd_of(record))
+        program = absolute(program, cwd_of(record))
     return " ".join(systemd_word(a) for a in [program, *argv[1:]])
 
 
@@ -455,18 +279,24 @@ def render_systemd(record: RunRecord) -> str:
 RENDERERS = {COMMAND: render_command, YAML: render_yaml, COMPOSE: render_compose, SYSTEMD: render_systemd}
 
 
-def render(record: RunRecord, name: str) -> str:
-    """One file's text; raises NotEmittable with the reason when this run cannot give it."""
-    return RENDERERS[name](record)
+def render(record: RunRecord, name: str, run_dir: Path | None = None,
+           found: deploy.Sources | None = None) -> str:
+    """One file's text; raises NotEmittable with the reason when this run cannot give it.
+    run_dir: the run's folder, where the deployment files read what the record does not hold
+    (deploy.sources; found: that reading, done already)."""
+    if name in RENDERERS:
+        return RENDERERS[name](record)
+    return deploy.render(record, name, found or deploy.sources(run_dir, record))
 
 
-def render_all(record: RunRecord) -> tuple[dict[str, str], dict[str, str]]:
+def render_all(record: RunRecord, run_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """(files that can be written: name -> text, files that cannot: name -> why)."""
     texts: dict[str, str] = {}
     skipped: dict[str, str] = {}
-    for name, renderer in RENDERERS.items():
+    found = deploy.sources(run_dir, record)
+    for name in FILES:
         try:
-            texts[name] = renderer(record)
+            texts[name] = render(record, name, run_dir, found)
         except NotEmittable as exc:
             skipped[name] = str(exc)
     return texts, skipped
@@ -474,7 +304,7 @@ def render_all(record: RunRecord) -> tuple[dict[str, str], dict[str, str]]:
 
 def write_all(run_dir: Path, record: RunRecord) -> list[str]:
     """Write every file this run can give into run_dir (atomically); return their names."""
-    texts, _ = render_all(record)
+    texts, _ = render_all(record, run_dir)
     for name, text in texts.items():
         artifact.write_atomic(Path(run_dir) / name, text)
     return list(texts)

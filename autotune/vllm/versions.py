@@ -53,6 +53,20 @@ _VERSION_SNIPPET = (
 FAKE_VLLM_MODULE = "autotune.testing.fake_vllm"
 FAKE_VERSION_FLAG = "--print-version"
 FAKE_GPUS_FLAG = "--print-gpus"
+# Its own options with a value, which vLLM does not have (nor the flags above): a replayed command
+# stands for `vllm serve` without them.
+FAKE_VLLM_OWN_OPTIONS = ("--profile", "--time-scale")
+
+# Ray Serve LLM runs the vLLM its Ray release pins: ray[llm]'s `vllm==X` requirement, read from
+# each release's package metadata (tests/test_deploy.py checks the installed ray against it).
+RAY_LLM_VLLM_PINS = {"2.60.0": "0.29.0"}
+
+
+def ray_release_pinning(vllm_version: str | None) -> str | None:
+    """The Ray release (of those known) whose ray[llm] pins this vLLM version, or None."""
+    plain = (vllm_version or "").split("+")[0]
+    return next((ray for ray, pinned in RAY_LLM_VLLM_PINS.items() if pinned == plain), None)
+
 
 # (first version, default gmu), oldest first.
 _GMU_DEFAULTS: tuple[tuple[Version, float], ...] = (((0, 0, 0), 0.9), ((0, 20, 0), 0.92))

@@ -23,13 +23,16 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from autotune.store import emit
+from autotune.store.deploy import targets
 from autotune.store.record import RunRecord
 from autotune.cli.main import cli
 from autotune.cli.progress import render_summary
 from tests.conftest import vllm_serve_argv
+from tests.helpers import deploy_checks as checks
 
 pytestmark = pytest.mark.vllm
 
@@ -114,11 +117,41 @@ def test_the_terminal_showed_one_live_line_through_the_boot_phases(tuned):
     assert "Traceback" not in term
 
 
-def test_the_run_folder_holds_the_four_paste_ready_files(tuned):
-    names = ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service"]
+def test_the_run_folder_holds_the_paste_ready_files(tuned):
+    names = ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service", *targets.FILE_NAMES]
     assert tuned.record["result"]["files"] == names
     for name in names:
-        assert (tuned.run_dir / name).read_text() == emit.render(RunRecord.from_dict(tuned.record), name)
+        assert (tuned.run_dir / name).read_text() == emit.render(RunRecord.from_dict(tuned.record), name,
+                                                                  tuned.run_dir)
+    assert f"  deploy:   {' '.join(targets.FILE_NAMES)} (beside them)" in tuned.stdout
+
+
+def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_its_command(tuned):
+    """tests/test_deploy.py's checks, on the files of a run of real vLLM."""
+    text = {name: (tuned.run_dir / name).read_text() for name in targets.FILE_NAMES}
+    for doc in checks.documents(text[targets.K8S]):
+        checks.validate_k8s(doc)
+    checks.validate_kserve(yaml.safe_load(text[targets.KSERVE]))
+    checks.validate_helm(yaml.safe_load(text[targets.HELM]))
+    checks.validate_skypilot(yaml.safe_load(text[targets.SKYPILOT]))
+    serve = checks.validate_rayservice(yaml.safe_load(text[targets.RAYSERVICE]))
+    checks.validate_ray_serve(serve)
+    argv = tuned.record["result"]["final_argv"]
+    words = argv[argv.index("vllm.entrypoints.openai.api_server") + 1:]
+    files = list(targets.RENDERERS)
+    command, *reads = checks.vllm_reads([{"words": words}] + [checks.read_back(n, text[n]) for n in files])
+    assert command["engine"]["max_model_len"] == "16256" and command["engine"]["kv_cache_memory_bytes"] == "134217728"
+    for name, read in zip(files, reads):
+        # the model's folder moves into the container (its id is kept as --served-model-name / model_id)
+        keys = (set(command["engine"]) | set(read["engine"])) - {"model", "served_model_name", "tokenizer"}
+        differ = {k: (command["engine"].get(k), read["engine"].get(k)) for k in keys
+                  if command["engine"].get(k) != read["engine"].get(k)}
+        assert differ == {}, name
+    # the chart's forced prefix-caching flag is what this boot's engine ran with (its log's config line)
+    assert "set to true, what the verified boot ran with (vLLM's engine config line)" in text[targets.HELM]
+    report = text[targets.REPORT]
+    assert "| KV cache | 0.12 | --kv-cache-memory-bytes 128M |" in report and "| 16,256 | 1 | 1 |" in report
+    assert f"boot measured {tuned.record['attempts'][-1]['time_to_outcome_s']:.1f} s" in text[targets.K8S]
 
 
 @pytest.mark.parametrize("kind", sorted(emit.KINDS))

@@ -1,0 +1,8 @@
+"""Paste-ready files for the places teams deploy vLLM, and the sizing report.
+
+From one verified run: the vLLM production-stack Helm values (helm.py), a Ray Serve LLM
+config and a KubeRay RayService (ray.py), a KServe InferenceService and a plain Kubernetes
+Deployment with its Service (kube.py), a SkyPilot task (skypilot.py), and the Markdown
+sizing report (report.py). Each takes its settings from settings.py, the one reading of
+"the settings that sized the KV pool"; targets.py names the files and writes them.
+"""

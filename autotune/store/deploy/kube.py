@@ -1,0 +1,185 @@
+"""Kubernetes: a Deployment and its Service (k8s), and a KServe InferenceService (pure).
+
+The pieces every Kubernetes target shares live here too: the vLLM container (the pinned image,
+`vllm serve` with every option, secrets from a Secret by `$(NAME)`, the probes sized from the
+measured boot), the GPU request and the node selector that pins the GPU type.
+"""
+
+from __future__ import annotations
+
+import re
+
+from autotune.store.deploy import settings, yamltext
+from autotune.store.deploy.settings import Deployment
+from autotune.store.record import RunRecord
+
+# The node label NVIDIA's GPU feature discovery sets from the product name (spaces -> dashes).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_RESOURCE = "nvidia.com/gpu"
+MODEL_VOLUME = "model"
+MODEL_CLAIM = "vllm-model"  # a PersistentVolumeClaim the user fills with a local model's folder
+# KServe's Hugging Face runtime (its own image, with its own vLLM) and where it listens.
+KSERVE_RUNTIME_FORMAT = "huggingface"
+KSERVE_HEALTH = "/v2/health/ready"
+
+
+def name_of(dep: Deployment) -> str:
+    """A DNS-1035 label for the objects: vllm-<model>."""
+    tail = re.sub(r"[^a-z0-9]+", "-", dep.served_name.rstrip("/").split("/")[-1].lower()).strip("-")
+    return f"vllm-{tail}"[:63].rstrip("-")
+
+
+def gpu_label(name: str) -> str:
+    """The gpu.product label value GPU feature discovery gives a GPU of this NVML name."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name.strip())[:63]
+
+
+def env_list(dep: Deployment) -> list[dict]:
+    """The container's environment: carried variables, then each secret from the Secret."""
+    out = [{"name": k, "value": v} for k, v in dep.env.items()]
+    out += [{"name": s, "valueFrom": {"secretKeyRef": {"name": settings.SECRET_NAME, "key": s}}}
+            for s in dep.secrets]
+    return out
+
+
+def http_probe(path: str, port: int | str, period: int, failures: int) -> dict:
+    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def probes(dep: Deployment, path: str = "/health", port: int | str = "http") -> dict:
+    p = settings.probes(dep)
+    return {"startupProbe": http_probe(path, port, settings.STARTUP_PERIOD_S, p.startup_failures),
+            "livenessProbe": http_probe(path, port, settings.LIVENESS_PERIOD_S, p.liveness_failures),
+            "readinessProbe": http_probe(path, port, settings.READINESS_PERIOD_S, 3)}
+
+
+def gpu_resources(dep: Deployment) -> dict:
+    if dep.cpu:
+        return {}
+    count = str(dep.gpu_count)
+    return {"resources": {"requests": {GPU_RESOURCE: count}, "limits": {GPU_RESOURCE: count}}}
+
+
+def node_selector(dep: Deployment) -> dict:
+    return {GPU_PRODUCT_LABEL: gpu_label(dep.gpu_name)} if dep.gpu_name and not dep.cpu else {}
+
+
+def volumes(dep: Deployment) -> tuple[list[dict], list[dict]]:
+    """(pod volumes, container mounts): shared memory for vLLM's workers, and a local model's claim."""
+    vols = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
+    mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
+    if dep.model_host_path:
+        vols.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": MODEL_CLAIM, "readOnly": True}})
+        mounts.append({"name": MODEL_VOLUME, "mountPath": dep.model, "readOnly": True})
+    return vols, mounts
+
+
+def vllm_container(dep: Deployment, mounts: list[dict]) -> dict:
+    container = {"name": "vllm", "image": dep.image, "command": ["vllm", "serve"],
+                 "args": [*settings.serve_args(dep, reference="$()"), "--port", str(dep.port)],
+                 "ports": [{"name": "http", "containerPort": dep.port}]}
+    env = env_list(dep)
+    if env:
+        container["env"] = env
+    container.update(gpu_resources(dep))
+    container.update(probes(dep))
+    container["volumeMounts"] = mounts
+    return container
+
+
+def secret_usage(dep: Deployment) -> list[str]:
+    if not dep.secrets:
+        return []
+    literals = " ".join(f"--from-literal={s}=..." for s in dep.secrets)
+    return [f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}"]
+
+
+def placement_notes(dep: Deployment) -> list[str]:
+    out = [f"verified on {settings.describe_gpus(dep)}; {settings.probes(dep).why}"]
+    if dep.gpu_name and not dep.cpu:
+        out.append(f"pinned by type: {GPU_PRODUCT_LABEL}={gpu_label(dep.gpu_name)} "
+                   "(the label NVIDIA's GPU feature discovery sets), not by device index")
+    if dep.model_host_path:
+        out.append(f"{dep.model} is mounted from the PersistentVolumeClaim {MODEL_CLAIM}: create it and copy "
+                   "the model's folder into it")
+    return out
+
+
+# ---------------------------------------------------------------------------
+# k8s: Deployment + Service
+# ---------------------------------------------------------------------------
+
+def k8s_objects(dep: Deployment) -> list[dict]:
+    name = name_of(dep)
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "autotune"}
+    vols, mounts = volumes(dep)
+    pod = {"containers": [vllm_container(dep, mounts)], "volumes": vols}
+    if node_selector(dep):
+        pod["nodeSelector"] = node_selector(dep)
+    annotations = {"autotune/run": dep.run_id, "autotune/verified-on": dep.date,
+                   "autotune/verified-max-model-len": str(dep.ceiling)}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": name, "labels": labels, "annotations": annotations},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+                           # one pod at a time: a second would not fit beside the first on the GPU it sized
+                           "strategy": {"type": "Recreate"},
+                           "template": {"metadata": {"labels": labels}, "spec": pod}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+               "spec": {"selector": {"app.kubernetes.io/name": name},
+                        "ports": [{"name": "http", "port": dep.port, "targetPort": "http"}]}}
+    return [deployment, service]
+
+
+def render_k8s(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
+    dep = settings.from_record(record, verifier, engine_flags)
+    usage = [*secret_usage(dep), "apply: kubectl apply -f k8s-deployment.yaml   "
+             f"(then: kubectl port-forward svc/{name_of(dep)} {dep.port}:{dep.port})", *placement_notes(dep)]
+    first, second = k8s_objects(dep)
+    return yamltext.document(settings.header(dep, usage), first) + "---\n" + yamltext.dump(second)
+
+
+# ---------------------------------------------------------------------------
+# KServe InferenceService (the Hugging Face runtime, vLLM backend)
+# ---------------------------------------------------------------------------
+
+def kserve_args(dep: Deployment) -> list[str]:
+    """The runtime's own two options, then vLLM's, which it passes on to its vLLM."""
+    where = "--model_dir" if dep.model_host_path else "--model_id"
+    args = [f"--model_name={dep.served_name}", f"{where}={dep.model}"]
+    for name, value in dep.options:
+        if name not in settings.FRONTEND_OPTIONS:
+            args += settings.words(name, value, reference="$()")
+    return args
+
+
+def kserve_object(dep: Deployment) -> dict:
+    vols, mounts = volumes(dep)
+    model = {"modelFormat": {"name": KSERVE_RUNTIME_FORMAT}, "args": kserve_args(dep)}
+    env = env_list(dep)
+    if env:
+        model["env"] = env
+    model.update(gpu_resources(dep))
+    model.update(probes(dep, KSERVE_HEALTH, 8080))
+    model["volumeMounts"] = mounts
+    predictor = {"model": model, "volumes": vols}
+    if node_selector(dep):
+        predictor["nodeSelector"] = node_selector(dep)
+    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
+            "metadata": {"name": name_of(dep), "annotations": {"autotune/run": dep.run_id,
+                                                               "autotune/verified-on": dep.date,
+                                                               "autotune/verified-max-model-len": str(dep.ceiling)}},
+            "spec": {"predictor": predictor}}
+
+
+def render_kserve(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
+    dep = settings.from_record(record, verifier, engine_flags)
+    runtime = (f"KServe's Hugging Face runtime runs the vLLM its own image brings, not necessarily vLLM "
+               f"{dep.vllm_version} that verified this: check its version, or verify the endpoint once deployed "
+               f"(`autotune verify URL/openai --run {dep.run_id}`)")
+    usage = [*secret_usage(dep), "apply: kubectl apply -f kserve-inferenceservice.yaml   "
+             "(the OpenAI routes are under /openai/v1)", *placement_notes(dep)]
+    left_out = [n for n, _ in dep.options if n in settings.FRONTEND_OPTIONS and n != "served-model-name"]
+    if left_out:
+        usage.append(f"not carried (vLLM front-end options; the runtime serves its own front end): "
+                     f"{', '.join('--' + n for n in left_out)}")
+    return yamltext.document(settings.header(dep, usage, runtime), kserve_object(dep))

@@ -1,0 +1,203 @@
+"""The sizing report (Markdown): how much of the device each part of vLLM took, what margin was
+kept, how many requests fit at the verified length and at shorter ones, what the probe measured,
+and where the predictions met vLLM's own figures (pure; vllm#53216 asks for such a method).
+
+Every figure is vLLM's own, with the log line it came from, or says how it was derived. The
+memory figures are one rank's (with TP/PP each rank sizes its own pool, analysis/ranks.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from autotune.analysis import kv_pool
+from autotune.store.deploy import settings
+from autotune.store.deploy.settings import Deployment
+from autotune.store.record import Attempt, RunRecord
+from autotune.store.verified import NotEmittable, fmt_int
+from autotune.vllm import versions
+
+# vLLM's docs: set --max-num-seqs at 80-90% of the concurrency the boot reports.
+MAX_NUM_SEQS_SHARE = (0.8, 0.9)
+SHORTER_LENGTHS = (262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048)
+
+
+def verified_attempt(record: RunRecord) -> Attempt | None:
+    return next((a for a in reversed(record.get("attempts") or []) if a.get("outcome") == "verified"), None)
+
+
+def _gib(value) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) else "-"
+
+
+def _line(source: RunRecord, attempt: Attempt, key: str, dep: Deployment) -> str:
+    """Where a figure was read: the log line (and the run, when it is the lever run's)."""
+    where = (attempt.get("provenance") or {}).get(key) or {}
+    if not where.get("line"):
+        return ""
+    run = f" (run {source.get('run_id')})" if source.get("run_id") != dep.run_id else ""
+    return f"{attempt.get('log') or 'attempt log'} line {where['line']}{run}"
+
+
+def memory_rows(dep: Deployment, record: RunRecord, source: RunRecord, attempt: Attempt) -> list[tuple[str, str, str]]:
+    """(component, GiB, where it comes from), one rank. source: the run whose boot verified the
+    command (the record itself, or its lever run)."""
+    facts = attempt.get("facts") or {}
+    device, device_from = _device(dep, record, facts)
+    gmu_text = dep.option("gpu-memory-utilization")
+    gmu = float(gmu_text) if gmu_text else versions.default_gmu(dep.vllm_version)
+    kv_bytes = dep.option("kv-cache-memory-bytes")
+    rows = [("device memory", _gib(device), device_from)]
+    budget = device * gmu if device and gmu and not kv_bytes else None
+    if budget is not None:
+        gmu_from = "--gpu-memory-utilization" if gmu_text else f"vLLM {dep.vllm_version}'s default gmu"
+        rows.append((f"vLLM's budget ({gmu:g} x device)", _gib(budget), gmu_from))
+    weights = facts.get("weights_gib")
+    rows.append(("weights", _gib(weights), _line(source, attempt, "weights_gib", dep) or "not printed by this boot"))
+    estimate, actual = facts.get("cuda_graph_estimated_gib"), facts.get("cuda_graph_gib")
+    rows.append(("CUDA graphs: estimate (subtracted from KV)", _gib(estimate),
+                 _line(source, attempt, "cuda_graph_estimated_gib", dep) or "not printed (no graphs, or before 0.18)"))
+    rows.append(("CUDA graphs: actual (captured)", _gib(actual),
+                 _line(source, attempt, "cuda_graph_gib", dep) or "not printed"))
+    kv = facts.get("available_kv_gib")
+    rows.append(("KV cache", _gib(kv), f"--kv-cache-memory-bytes {kv_bytes}" if kv_bytes else
+                 _line(source, attempt, "available_kv_gib", dep) or "not printed"))
+    if budget is not None and isinstance(weights, (int, float)) and isinstance(kv, (int, float)):
+        rest = budget - weights - kv - (estimate or 0.0)
+        rows.append(("activation peak + non-torch memory", _gib(rest),
+                     "derived: budget - weights - KV - graph estimate (vLLM prints no activation figure at INFO)"))
+    if budget is not None:
+        rows.append(("margin kept outside vLLM's budget", _gib(device - budget), "device - budget"))
+    asked = record.get("margin") or {}
+    if asked.get("summary"):
+        rows.append(("margin asked (--margin)", _gib(asked.get("asked_gib")), asked["summary"]))
+    return rows
+
+
+def _device(dep: Deployment, record: RunRecord, facts: dict) -> tuple[float | None, str]:
+    if dep.cpu:
+        node = facts.get("cpu_node_total_gib")
+        return node, "the NUMA node's memory, as vLLM's CPU backend read it" if node else "not printed"
+    for gpu in (record.get("machine") or {}).get("gpus") or []:
+        if gpu.get("name") == dep.gpu_name and gpu.get("memory_total_gib"):
+            return gpu["memory_total_gib"], f"{dep.gpu_name}, NVML"
+    return None, "not recorded"
+
+
+def block_size(dep: Deployment) -> int:
+    given = dep.option("block-size")
+    if given:
+        return int(given)
+    return kv_pool.CPU_BLOCK_SIZE if dep.cpu else kv_pool.GPU_BLOCK_SIZE
+
+
+def concurrency_rows(dep: Deployment, kv_tokens: int) -> list[tuple[int, int, str]]:
+    """(length, full-length requests the pool holds at once, --max-num-seqs at 80-90% of that)."""
+    block = block_size(dep)
+    blocks = kv_tokens // block
+    lengths = [dep.ceiling] + [n for n in SHORTER_LENGTHS if n < dep.ceiling]
+    rows = []
+    for length in lengths:
+        fits = blocks // math.ceil(length / block)
+        low, high = (max(1, math.floor(fits * share)) for share in MAX_NUM_SEQS_SHARE)
+        rows.append((length, fits, f"{low}" if low == high else f"{low}-{high}"))
+    return rows
+
+
+def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def concurrency_section(dep: Deployment, source: RunRecord, attempt: Attempt) -> list[str]:
+    facts = attempt.get("facts") or {}
+    tokens = facts.get("kv_cache_tokens")
+    if not isinstance(tokens, int) or not isinstance(dep.ceiling, int):
+        return ["## Concurrency", "", "vLLM printed no KV cache size for this boot."]
+    kinds = ((attempt.get("prediction") or {}).get("kinds")) or []
+    out = ["## Concurrency", "",
+           f"The pool holds {fmt_int(tokens)} tokens ({_line(source, attempt, 'kv_cache_tokens', dep)}) in blocks of "
+           f"{block_size(dep)}; a request of L tokens takes ceil(L / {block_size(dep)}) blocks. vLLM's own figure at "
+           f"{fmt_int(facts.get('max_concurrency_tokens'))} tokens: {facts.get('max_concurrency')}x "
+           f"({_line(source, attempt, 'max_concurrency', dep)}).", ""]
+    out += _table(("length", "full-length requests at once", "--max-num-seqs (80-90%)"),
+                  [(fmt_int(n), fmt_int(c), s) for n, c, s in concurrency_rows(dep, tokens)])
+    out.append("")
+    if kinds != ["full"]:
+        out.append("For a model with sliding-window or linear-attention (hybrid) layers vLLM's token figure is "
+                   "concurrency x length and each sequence also keeps its own state: read these as upper bounds.")
+    out.append("--max-num-seqs itself takes memory (and a hybrid model's state per sequence): after changing it, "
+               f"verify again (`autotune --target {dep.ceiling} -- <the command with it>`).")
+    return out
+
+
+def probe_section(record: RunRecord) -> list[str]:
+    probe = (record.get("result") or {}).get("probe") or {}
+    if not probe:
+        return ["## Probe", "", "No probe ran (--probe none): the length was verified by /v1/models only."]
+    hol = probe.get("head_of_line") or {}
+    memory = probe.get("memory") or {}
+    rows = [("mode", probe.get("mode")), ("passed", probe.get("ok")),
+            ("prompt tokens", fmt_int(probe.get("prompt_tokens"))),
+            ("time to first token", f"{probe.get('ttft_s')} s"),
+            ("prefill", f"{fmt_int(round(probe['prefill_tokens_per_s']))} tokens/s"
+             if probe.get("prefill_tokens_per_s") else "-")]
+    if hol:
+        rows.append(("head-of-line wait (a short request sent during the long prefill)",
+                     f"{hol.get('short_wait_s')} s" + (" (it waited for the prefill)" if hol.get("waited_for_long_prefill")
+                                                      else "")))
+    if probe.get("repeat_ttft_ratio") is not None:
+        rows.append(("repeat / first time to first token", probe.get("repeat_ttft_ratio")))
+    growth = memory.get("growth_gib")
+    rows.append(("memory growth during the probe", f"{growth} GiB" if growth is not None else
+                 memory.get("unavailable_reason") or "-"))
+    return ["## Probe (measured)", "", *_table(("figure", "value"), rows)]
+
+
+def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, attempt: Attempt) -> list[str]:
+    """source: the run whose boot verified the command (record itself, or its lever run)."""
+    facts = attempt.get("facts") or {}
+    rows = []
+    check = attempt.get("prediction") or {}
+    if check.get("checked"):
+        tokens = check.get("kv_cache_tokens") or {}
+        rows.append(("KV tokens from the model's files", fmt_int(tokens.get("predicted")), fmt_int(tokens.get("vllm")),
+                     "matches" if check.get("matches") else "differs"))
+    aimed = source.get("prediction") or {}
+    if aimed.get("ceiling"):
+        rows.append(("ceiling from this machine's earlier runs", fmt_int(aimed["ceiling"]), fmt_int(dep.ceiling),
+                     aimed.get("basis", "")))
+    if facts.get("cuda_graph_estimated_gib") is not None and facts.get("cuda_graph_gib") is not None:
+        rows.append(("CUDA graph memory (GiB)", facts["cuda_graph_estimated_gib"], facts["cuda_graph_gib"],
+                     "vLLM's estimate vs what capture took"))
+    out = ["## Predicted vs measured", ""]
+    out += _table(("figure", "predicted", "measured", "note"), rows) if rows else ["No prediction was made for this run."]
+    levers = (record.get("reach") or {}).get("explanation") or []
+    if levers:
+        out += ["", "The lever search (--reach), predicted then measured:", ""] + [f"- {line}" for line in levers]
+    return out
+
+
+def render_report(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None,
+                  plot: str | None = None) -> str:
+    dep = settings.from_record(record, verifier, engine_flags)
+    source = verifier or record
+    attempt = verified_attempt(source)
+    if attempt is None:
+        raise NotEmittable(f"run {source.get('run_id')} has no verified boot to report on")
+    out = [f"# Sizing report: {dep.served_name}, --max-model-len {fmt_int(dep.ceiling)}", "",
+           f"{dep.stamp}.", "", f"Machine: {settings.describe_gpus(dep)}. vLLM {dep.vllm_version}."]
+    if dep.replay_profile:
+        out.append(f"Replayed by autotune's replaying vLLM (profile {dep.replay_profile}): the figures are the "
+                   "profile's memory model, not a measured GPU.")
+    out += ["", "## Settings that sized the KV pool", ""]
+    out += _table(("option", "value"), [(f"--{n}", "(flag)" if v is True else v) for n, v in settings.pool_settings(dep)])
+    out += ["", "## Memory (one rank)", ""] + _table(("component", "GiB", "from"), memory_rows(dep, record, source, attempt))
+    if plot:
+        out += ["", f"![the runs of this sweep]({plot})"]
+    out += ["", *concurrency_section(dep, source, attempt), "", *probe_section(record), "",
+            *predictions_section(dep, record, source, attempt), "", "## Reproduce", "",
+            f"`autotune reproduce {dep.run_id}` boots it again and compares; once deployed, "
+            f"`autotune verify URL --run {dep.run_id}` checks what the endpoint serves."]
+    return "\n".join(out) + "\n"

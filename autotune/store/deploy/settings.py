@@ -1,0 +1,291 @@
+"""What a deployment file carries, read once from a verified run (pure).
+
+Every target takes the same things under its own keys: the vLLM options of the verified
+command (all of them; POOL_OPTIONS names those that sized the KV pool, which the report lists
+and the round-trip tests check first), the environment it ran with, the secrets by name, the
+GPUs by count and type (not indices), the vLLM version to pin, the boot time the probes are
+sized from, and the stamp (versions, date, run, verified ceiling).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from autotune.store import redact
+from autotune.store.record import RunRecord
+from autotune.store.redact import is_secret
+from autotune.store.verified import (
+    CONTAINER_MODELS, CPU_IMAGE, DEFAULT_PORT, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute,
+    cwd_of, final_argv, fmt_int, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line, replayed,
+    secret_names, verified_on, with_config_merged)
+from autotune.vllm import servecmd
+
+# The options that size vLLM's KV pool (long names), in the order the report lists them.
+POOL_OPTIONS = ("max-model-len", "gpu-memory-utilization", "kv-cache-memory-bytes", "max-num-seqs",
+                "max-num-batched-tokens", "enable-chunked-prefill", "no-enable-chunked-prefill",
+                "enable-prefix-caching", "no-enable-prefix-caching", "kv-cache-dtype", "block-size",
+                "tensor-parallel-size", "pipeline-parallel-size", "dtype", "quantization", "enforce-eager",
+                "compilation-config", "cpu-offload-gb", "swap-space")
+# Where the server listens is the deployment's to say (its container port, its Service).
+LISTEN_OPTIONS = ("host", "port", "uds")
+# Options of vLLM's HTTP front end, not of its engine: Ray Serve LLM runs the engine behind its
+# own OpenAI front end, which has no place for them.
+FRONTEND_OPTIONS = ("api-key", "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "ssl-cert-reqs", "root-path",
+                    "allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials",
+                    "middleware", "uvicorn-log-level", "disable-uvicorn-access-log", "enable-log-requests",
+                    "no-enable-log-requests", "disable-log-requests", "response-role", "chat-template",
+                    "enable-auto-tool-choice", "tool-call-parser", "served-model-name", "api-server-count",
+                    "disable-fastapi-docs", "enable-prompt-tokens-details", "return-tokens-as-token-ids")
+# The Kubernetes Secret the manifests read the secrets from (one key per variable).
+SECRET_NAME = "vllm-secrets"
+STARTUP_PERIOD_S = 10
+LIVENESS_PERIOD_S = 10
+READINESS_PERIOD_S = 5
+
+
+@dataclass
+class Probes:
+    """Health checks sized from what the run measured."""
+
+    startup_failures: int  # x STARTUP_PERIOD_S: the time a boot may take
+    liveness_failures: int  # x LIVENESS_PERIOD_S: the time /health may stay silent
+    why: str  # one comment line: the figures they come from
+
+
+@dataclass
+class Deployment:
+    """The settings of one verified run, as every target needs them."""
+
+    run_id: str
+    stamp: str  # autotune and vLLM versions, date, run, verified --max-model-len
+    date: str
+    ceiling: int | None
+    vllm_version: str | None
+    image: str  # repository:tag pinning the vLLM version that verified it
+    cpu: bool  # vLLM's CPU backend: no GPU
+    model: str  # what vLLM is given: a Hub id, or the model's folder inside the container
+    model_host_path: str | None  # a local model: its folder on the machine that verified it
+    served_name: str  # the model id clients ask for (kept when the folder moves)
+    options: list[tuple[str, object]]  # vLLM options, long names, command order; no listen options
+    env: dict[str, str]  # the environment to carry (no secret, no host path, no device index)
+    secrets: list[str]  # variables holding a secret: set them, autotune wrote none down
+    gpu_count: int
+    gpu_name: str | None  # as NVML names it
+    tp: int
+    pp: int
+    port: int
+    boot_s: float | None  # launch to verified, the verified boot
+    boot_from: str
+    longest_ttft_s: float | None  # the probe's slowest first token
+    replay_profile: str | None  # a run of the replaying vLLM (autotune.testing.fake_vllm)
+    notes: list[str] = field(default_factory=list)
+    # What the verified boot's engine ran with where the command left it to vLLM (its engine
+    # config line): enable_prefix_caching, enable_chunked_prefill.
+    engine_flags: dict = field(default_factory=dict)
+
+    def option(self, name: str):
+        """An option's value (the last one given), else None."""
+        return dict(self.options).get(name)
+
+
+def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> Deployment:
+    """The deployment settings of a verified run. verifier: the run whose boot verified the
+    final command (a lever run of --reach), when it is not the record itself; engine_flags:
+    what that boot's engine config line said (targets.engine_flags reads it from its log)."""
+    argv = final_argv(record)
+    replay = replayed(argv)
+    if replay is not None:
+        argv = replay[1]
+    cmd = parse_vllm_command(with_config_merged(record, argv, "a deployment file"))
+    if cmd.model is None:
+        raise NotEmittable("the serve command names no model")
+    options = list(dict((n, v) for n, v in cmd.options if n not in LISTEN_OPTIONS).items())
+    model, host_path, notes = cmd.model, None, []
+    served = cmd.option("served-model-name")
+    if is_local_path(model):
+        host_path = absolute(model, cwd_of(record))
+        model = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
+        if served is None:  # vLLM serves the path it was given as the id: keep the id clients know
+            options.append(("served-model-name", cmd.model))
+            served = cmd.model
+    tp, pp = _size(cmd.option("tensor-parallel-size")), _size(cmd.option("pipeline-parallel-size"))
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    chosen = _chosen_gpus(record, gpus)
+    result = record.get("result") or {}
+    boot_s, boot_from = _boot(verifier or record)
+    return Deployment(
+        run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
+        ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
+        image=image_of(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
+        model_host_path=host_path, served_name=str(served if isinstance(served, str) else cmd.model),
+        options=options, env=carried_env(record), secrets=secret_names(record),
+        gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
+        tp=tp, pp=pp, port=port_of(cmd) if cmd.option("port") else DEFAULT_PORT, boot_s=boot_s,
+        boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
+        replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(engine_flags or {}))
+
+
+def image_of(version: str | None, cpu: bool) -> str:
+    """vllm/vllm-openai:v0.32.0 (or vLLM's CPU image) for the vLLM that verified the run."""
+    tag = f"v{version.split('+')[0]}" if version else "latest"
+    return f"{CPU_IMAGE if cpu else IMAGE}:{tag}"
+
+
+def carried_env(record: RunRecord) -> dict[str, str]:
+    """The recorded environment a deployment keeps: not the secrets (they come by reference), not
+    host paths, not device indices (a scheduler gives GPUs by count and type)."""
+    env = record.get("environment") or {}
+    return {k: str(v) for k, v in env.items()
+            if not is_secret(k) and k not in HOST_PATHS_ENV and k not in DEVICE_SELECTION_ENV}
+
+
+def _size(value) -> int:
+    try:
+        return max(1, int(value))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _chosen_gpus(record: RunRecord, gpus: list[dict]) -> list[dict]:
+    ids = pinned_gpus(record)
+    if ids is None:
+        return gpus
+    return [g for g in gpus if str(g.get("index")) in ids or g.get("uuid") in ids]
+
+
+def _boot(record: RunRecord) -> tuple[float | None, str]:
+    """Seconds from launch to the verified answer of the boot that verified the command."""
+    for attempt in reversed(record.get("attempts") or []):
+        if attempt.get("outcome") == "verified" and attempt.get("time_to_outcome_s"):
+            return float(attempt.time_to_outcome_s), f"run {record.get('run_id')} boot {attempt.get('index')}"
+    return None, "no verified boot with a time recorded"
+
+
+def _longest_ttft(probe: dict) -> float | None:
+    times = [r.get("ttft_s") for r in probe.get("requests") or [] if isinstance(r.get("ttft_s"), (int, float))]
+    return max(times) if times else probe.get("ttft_s")
+
+
+# ---------------------------------------------------------------------------
+# The options in each target's form
+# ---------------------------------------------------------------------------
+
+def pool_settings(dep: Deployment) -> list[tuple[str, object]]:
+    """The options that sized the KV pool, as the command gave them (POOL_OPTIONS order)."""
+    given = dict(dep.options)
+    return [(name, given[name]) for name in POOL_OPTIONS if name in given]
+
+
+def words(name: str, value: object, reference: str = "${}") -> list[str]:
+    """An option as command-line words; a secret's ${NAME} written in the target's form
+    (reference "$()" for Kubernetes, which expands $(NAME) from the container's env)."""
+    values = [] if value is True else value if isinstance(value, list) else [value]
+    return [f"--{name}", *(_reference(str(v), reference) for v in values)]
+
+
+def _reference(text: str, form: str) -> str:
+    if form == "${}":
+        return text
+    return re.sub(r"\$\{([A-Z_][A-Z0-9_]*)\}", r"$(\1)", text)
+
+
+def serve_args(dep: Deployment, reference: str = "${}") -> list[str]:
+    """`vllm serve` arguments: the model, then every option (secrets by reference)."""
+    out = [dep.model]
+    for name, value in dep.options:
+        out += words(name, value, reference)
+    return out
+
+
+def engine_kwargs(dep: Deployment) -> tuple[dict[str, object], list[str]]:
+    """(vLLM engine arguments as keyword arguments, the options left out and why): for a runtime
+    that starts vLLM's engine itself (Ray Serve LLM). Values are typed as vLLM's parser would
+    type them; `--no-X` is X: false."""
+    kwargs: dict[str, object] = {}
+    left_out = []
+    for name, value in dep.options:
+        if name in FRONTEND_OPTIONS:
+            left_out.append(name)
+            continue
+        if isinstance(value, str) and redact.placeholders_in(value):
+            left_out.append(name)
+            continue
+        key, typed_value = (name[3:], False) if name.startswith("no-") and value is True else (name, typed(value))
+        kwargs[key.replace("-", "_")] = typed_value
+    return kwargs, left_out
+
+
+def typed(value: object) -> object:
+    """A command-line value as the engine argument it stands for: whole and decimal numbers
+    (those that read back as the same text), vLLM's human-readable integers (64K), JSON."""
+    if value is True:
+        return True
+    if isinstance(value, list):
+        return [typed(v) for v in value]
+    text = str(value)
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
+        return float(text)
+    if re.fullmatch(r"\d+(\.\d+)?[kKmMgGtT]", text):
+        return servecmd.parse_length(text)
+    if text[:1] in "{[":
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+# ---------------------------------------------------------------------------
+# Probes and comments
+# ---------------------------------------------------------------------------
+
+def probes(dep: Deployment) -> Probes:
+    """Startup: 3x the measured boot, at least 2 minutes (the weights' first download on a new
+    node is not in it). Liveness: /health may stay silent for twice the slowest first token the
+    probe measured (a full-length prefill), at least 3 periods."""
+    if dep.boot_s:
+        budget = max(3 * dep.boot_s, 120.0)
+        why = f"boot measured {dep.boot_s:.1f} s ({dep.boot_from}): startup allows {math.ceil(budget)} s (3x, at least 120)"
+    else:
+        budget = 600.0
+        why = f"{dep.boot_from}: startup allows 600 s"
+    silent = 2 * dep.longest_ttft_s if dep.longest_ttft_s else 0.0
+    liveness = max(3, math.ceil(silent / LIVENESS_PERIOD_S))
+    if dep.longest_ttft_s:
+        why += f"; slowest first token {dep.longest_ttft_s:.1f} s: liveness allows {liveness * LIVENESS_PERIOD_S} s"
+    return Probes(math.ceil(budget / STARTUP_PERIOD_S), liveness, why)
+
+
+def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -> list[str]:
+    """The comment lines every file starts with: the stamp, how to use it, what to set, and the
+    warnings that belong to this run."""
+    lines = [f"# {dep.stamp}"]
+    if dep.replay_profile:
+        lines.append(f"# replayed: autotune's replaying vLLM (profile {dep.replay_profile}) stood in for vLLM; "
+                     "its figures are the profile's, not a measured GPU's")
+    lines += [f"# {line}" for line in usage]
+    if runtime_vllm:
+        lines.append(f"# WARNING: {runtime_vllm}")
+    if dep.secrets:
+        lines.append(f"# secrets by reference only: set {', '.join(dep.secrets)} (autotune wrote none down)")
+    if dep.model_host_path:
+        lines.append(f"# the model is the local folder {dep.model_host_path} on the machine that verified it: "
+                     f"put it at {dep.model} where this runs")
+    lines += [f"# note: {n}" for n in dep.notes]
+    return lines
+
+
+def describe_gpus(dep: Deployment) -> str:
+    if dep.cpu:
+        return "vLLM's CPU backend (no GPU)"
+    return f"{dep.gpu_count} x {dep.gpu_name or 'GPU'} (TP {dep.tp}, PP {dep.pp})"
+
+
+def ceiling_text(dep: Deployment) -> str:
+    return fmt_int(dep.ceiling)

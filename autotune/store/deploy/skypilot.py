@@ -1,0 +1,61 @@
+"""A SkyPilot task: `resources.accelerators` (GPU type and count), the pinned vLLM image, and
+the verified command as `run:` (pure). tests/test_deploy.py validates it with SkyPilot's own
+task and resources schemas (vendored from skypilot, sky/utils/schemas.py)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from autotune.store.deploy import settings, yamltext
+from autotune.store.deploy.settings import Deployment
+from autotune.store.record import RunRecord
+from autotune.store.verified import shell_word
+
+# Words of an NVML name that SkyPilot's accelerator names leave out.
+_VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce)\s+", re.IGNORECASE)
+_PACKAGING = re.compile(r"^(SXM\d*|PCIE|PCIe|HBM\d*e?|NVL|\d+GB)$")
+
+
+def accelerator_name(nvml_name: str, memory_gib: float | None = None) -> str:
+    """SkyPilot's name for a GPU: 'NVIDIA GeForce RTX 3090' -> 'RTX3090', 'NVIDIA A100-SXM4-80GB' ->
+    'A100-80GB', 'NVIDIA H100 80GB HBM3' -> 'H100' (`sky show-gpus` lists them)."""
+    name = nvml_name.strip()
+    while _VENDOR.match(name):
+        name = _VENDOR.sub("", name)
+    parts = [p for p in re.split(r"[\s-]+", name) if p and not _PACKAGING.match(p)]
+    base = "".join(parts) if parts and parts[0].isalpha() else (parts[0] if parts else name)
+    big = memory_gib is not None and memory_gib > 60 or "80GB" in nvml_name
+    return f"{base}-80GB" if base == "A100" and big else base
+
+
+def task(dep: Deployment, gpu_memory_gib: float | None) -> dict:
+    resources: dict = {"image_id": f"docker:{dep.image}", "ports": dep.port}
+    if dep.cpu:
+        resources = {"cpus": "2+", **resources}
+    else:
+        resources = {"accelerators": f"{accelerator_name(dep.gpu_name or 'GPU', gpu_memory_gib)}:{dep.gpu_count}",
+                     **resources}
+    out: dict = {"name": f"vllm-{re.sub(r'[^a-z0-9-]+', '-', dep.served_name.split('/')[-1].lower()).strip('-')}",
+                 "resources": resources}
+    if dep.env:
+        out["envs"] = dict(dep.env)
+    if dep.secrets:
+        out["secrets"] = {s: None for s in dep.secrets}  # given at launch: sky launch --secret NAME
+    if dep.model_host_path:
+        out["file_mounts"] = {dep.model: dep.model_host_path}
+    words = ["vllm", "serve", *settings.serve_args(dep), "--port", str(dep.port)]
+    out["run"] = " ".join(shell_word(w) for w in words) + "\n"
+    return out
+
+
+def render_skypilot(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
+    dep = settings.from_record(record, verifier, engine_flags)
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    memory = next((g.get("memory_total_gib") for g in gpus if g.get("name") == dep.gpu_name), None)
+    secrets = " ".join(f"--secret {s}" for s in dep.secrets)
+    usage = [f"launch: sky launch -c vllm skypilot.yaml {secrets}".rstrip(),
+             f"verified on {settings.describe_gpus(dep)}; {shlex.quote(dep.image)} pins vLLM {dep.vllm_version}"]
+    if not dep.cpu:
+        usage.append(f"accelerators: SkyPilot's name for the {dep.gpu_name} (check it with `sky show-gpus`)")
+    return yamltext.document(settings.header(dep, usage), task(dep, memory))

@@ -1,0 +1,228 @@
+"""What every paste-ready file is made from: the verified command of a run record.
+
+The command with each secret as a `${NAME}` reference (never the secret), the variables the
+files expect the user to set, the stamp each file carries (autotune and vLLM versions, the
+date, the run, the verified ceiling), the image that pins the vLLM version, and the GPUs the
+run was pinned to. store/emit.py (the four host files) and store/deploy/ (Helm, Ray Serve,
+KServe, Kubernetes, SkyPilot, the sizing report) render from these. Pure: a run record in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import PurePosixPath
+
+from autotune import __version__
+from autotune.store import redact
+from autotune.store.record import RunRecord
+from autotune.store.redact import is_secret
+from autotune.vllm import servecmd
+from autotune.vllm import versions
+from autotune.vllm.servecmd import VllmCommand
+
+IMAGE = "vllm/vllm-openai"
+# vLLM's CPU build (the image its docs name for the CPU backend), tagged like the CUDA one.
+CPU_IMAGE = "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo"
+CONTAINER_MODELS = "/models"
+DEFAULT_PORT = 8000  # vLLM's default --port
+
+# Environment that names paths of the host: they do not exist in a container or on another node.
+HOST_PATHS_ENV = {"HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "LD_PRELOAD",
+                  "CUDA_HOME", "LD_LIBRARY_PATH"}
+# Device selection by index: a container or a scheduler is given GPUs by count and type instead.
+DEVICE_SELECTION_ENV = {"CUDA_VISIBLE_DEVICES"}
+
+
+class NotEmittable(Exception):
+    """This run cannot give this file (not verified, or a command that is not plain vLLM)."""
+
+
+# ---------------------------------------------------------------------------
+# Reading the verified command
+# ---------------------------------------------------------------------------
+
+def final_argv(record: RunRecord) -> list[str]:
+    """The verified command, each secret in it as a `${NAME}` reference (even in a record
+    written before autotune scrubbed its records)."""
+    result = record.get("result") or {}
+    argv = result.get("final_argv")
+    if not argv:
+        raise NotEmittable(f"run {record.get('run_id')} has no verified command "
+                           f"(verdict: {result.get('verdict') or record.get('state', 'unknown')})")
+    return redact.record_scrubber(record).obj([str(a) for a in argv])
+
+
+def secret_references(argv: list[str]) -> list[str]:
+    """The variables the command's `${NAME}` references need, in order."""
+    return list(dict.fromkeys(name for a in argv for name in redact.placeholders_in(a)))
+
+
+def with_config_merged(record: RunRecord, argv: list[str], file: str) -> list[str]:
+    """argv with the options of its `--config FILE` merged in (vLLM reads the file under the
+    flags, flags win), for a file that must hold every option; argv itself when it has none."""
+    if not servecmd.has_flag(argv, servecmd.CONFIG):
+        return argv
+    try:
+        return redact.record_scrubber(record).obj(servecmd.expand_config(argv, cwd_of(record)))
+    except servecmd.ConfigFileError as exc:
+        raise NotEmittable(f"{exc}: its options cannot be merged into {file}") from None
+
+
+def replayed(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(profile, the `vllm serve` command it stands for) for a command of the replaying vLLM
+    (autotune.testing.fake_vllm), else None. Its own options are dropped; the rest are vLLM's."""
+    if versions.FAKE_VLLM_MODULE not in argv:
+        return None
+    flags = (versions.FAKE_VERSION_FLAG, versions.FAKE_GPUS_FLAG)
+    options = [a for a in argv[argv.index(versions.FAKE_VLLM_MODULE) + 1:] if a not in flags]
+    profile = servecmd.flag_value(options, "--profile") or "?"
+    for flag in versions.FAKE_VLLM_OWN_OPTIONS:
+        options = servecmd.without_flag(options, flag)
+    return profile, ["vllm", "serve", *options]
+
+
+def parse_vllm_command(argv: list[str]) -> VllmCommand:
+    """servecmd.parse_vllm_command, for a file that needs every option: NotEmittable otherwise."""
+    try:
+        return servecmd.parse_vllm_command(argv)
+    except servecmd.NotPlainVllm as exc:
+        raise NotEmittable(str(exc)) from None
+
+
+# ---------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------
+
+def verified_on(record: RunRecord) -> str:
+    """The UTC date the command was verified (the last attempt's end), else the run's start."""
+    attempts = record.get("attempts") or []
+    stamp = (attempts[-1].get("ended_at") if attempts else None) or record.get("started_at") or ""
+    return stamp[:10] or "unknown date"
+
+
+def provenance_line(record: RunRecord) -> str:
+    return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
+            f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
+            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; {margin_clause(record)}"
+            "numbers age: re-check after upgrading vLLM, the driver or the model")
+
+
+def margin_clause(record: RunRecord) -> str:
+    """What --margin kept free, in GiB, where the run had one ("" otherwise)."""
+    kept = record.get("margin") or {}
+    if not kept.get("gmu"):
+        return ""
+    return (f"--gpu-memory-utilization {kept['gmu']:g} keeps {round(kept['kept_gib'], 2):g} GiB of "
+            f"{round(kept['device_total_gib'], 2):g} GiB free (--margin {round(kept['asked_gib'], 2):g} GiB); ")
+
+
+def fmt_int(value) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def shell_env(record: RunRecord) -> dict[str, str]:
+    """The recorded environment for a shell: secrets (recorded as ***) become $NAME."""
+    env = record.get("environment") or {}
+    return {k: (f"${k}" if is_secret(k) else str(v)) for k, v in env.items()}
+
+
+def secret_names(record: RunRecord) -> list[str]:
+    """Every variable the files expect the user to set: secrets of the environment, then the
+    references in the command."""
+    names = [k for k in (record.get("environment") or {}) if is_secret(k)]
+    try:
+        names += secret_references(final_argv(record))
+    except NotEmittable:
+        pass
+    return list(dict.fromkeys(names))
+
+
+def set_first_line(record: RunRecord) -> list[str]:
+    """The comment that says which variables to set, when there are any."""
+    names = secret_names(record)
+    if not names:
+        return []
+    return [f"# set {', '.join(names)} in the environment first: autotune writes no secret down, "
+            "only a reference to it"]
+
+
+def shell_word(arg: str) -> str:
+    """One word of command.sh: as shlex quotes it, except that a word holding a `${NAME}`
+    reference is double-quoted so the shell expands the reference (and nothing else)."""
+    if not redact.placeholders_in(arg):
+        return shlex.quote(arg)
+    parts = re.split(r"(\$\{[A-Z_][A-Z0-9_]*\})", arg)
+    escaped = "".join(part if redact.placeholders_in(part) else re.sub(r'(["\\$`])', r"\\\1", part)
+                      for part in parts)
+    return f'"{escaped}"'
+
+
+def cwd_of(record: RunRecord) -> str | None:
+    return (record.get("command") or {}).get("cwd")
+
+
+def is_local_path(model: str) -> bool:
+    """A model given as a path rather than a Hub id (org/name)."""
+    return model.startswith(("/", ".", "~")) or model.count("/") >= 2 or model.endswith(".gguf")
+
+
+def absolute(path: str, cwd: str | None) -> str:
+    if path.startswith(("/", "~")) or cwd is None:
+        return path
+    return str(PurePosixPath(cwd) / path)
+
+
+def port_of(cmd: VllmCommand) -> int:
+    value = cmd.option("port")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return DEFAULT_PORT
+
+
+
+def yaml_scalar(value: object) -> str:
+    """A YAML scalar that reads back as the same text vLLM would get on the command line.
+
+    vLLM's config loader passes `str(value)` on, so a number is written bare only when YAML
+    reads it back to exactly the text given (`0.95`, `16256`); `1.10`, `007`, `128M`, `yes`
+    and everything else is a double-quoted string (JSON strings are valid YAML).
+    """
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    text = str(value)
+    if re.fullmatch(r"-?[1-9]\d*|0", text):
+        return text
+    if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+
+def image_tag(version: str | None) -> str:
+    """vllm/vllm-openai:v0.32.0 for vLLM 0.32.0 (a local build suffix such as +cpu dropped)."""
+    if not version:
+        return f"{IMAGE}:latest"
+    return f"{IMAGE}:v{version.split('+')[0]}"
+
+
+def pinned_gpus(record: RunRecord) -> list[str] | None:
+    """The GPU ids the run was pinned to (CUDA_VISIBLE_DEVICES as recorded), or None."""
+    value = (record.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
+    if value is None or value == "":
+        return None
+    return [part.strip() for part in str(value).split(",") if part.strip()]
+
+
+def gpu_names(record: RunRecord, ids: list[str]) -> list[str]:
+    gpus = (record.get("machine") or {}).get("gpus") or []
+    named = []
+    for gid in ids:
+        for gpu in gpus:
+            if str(gpu.get("index")) == gid or gpu.get("uuid") == gid:
+                named.append(f"GPU {gid}: {gpu.get('name', '?')} ({gpu.get('uuid', 'no uuid recorded')})")
+    return named

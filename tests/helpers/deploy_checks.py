@@ -1,0 +1,223 @@
+"""Checks of the deployment files, each by its consumer's own rules, shared by tests/test_deploy.py
+(replayed and recorded runs) and tests/e2e/test_show_runs_real_vllm.py (the real demo run).
+
+- Kubernetes objects: `kubernetes-validate` (strict: an unknown field fails), Kubernetes 1.28's
+  schemas; the pod templates inside the KubeRay and KServe objects the same way.
+- Helm values: the production-stack chart's values.schema.json (vendored, tests/fixtures/deploy),
+  every key one it names; and read back into vLLM arguments as the chart's template does.
+- Ray Serve: Ray's ServeDeploySchema and LLMConfig (ray.serve.llm).
+- SkyPilot: its task and resources JSON schemas (vendored).
+- The round trip: `read_back` turns each file into the `vllm serve` arguments (or engine keyword
+  arguments) it gives vLLM; `vllm_reads` has the installed vLLM parse those and the verified command.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "deploy"
+KUBERNETES = "1.28.0"
+# The keys KServe adds to a Container in predictor.model (ModelSpec), and kube's `name`.
+KSERVE_MODEL_KEYS = {"modelFormat", "runtime", "storageUri", "protocolVersion", "runtimeVersion"}
+
+
+def documents(text: str) -> list:
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+# ---- Kubernetes ---------------------------------------------------------------------------------
+
+def validate_k8s(obj: dict) -> None:
+    kubernetes_validate.validate(obj, KUBERNETES, strict=True)
+
+
+def validate_pod_template(template: dict) -> None:
+    validate_k8s({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "check"}, "template": template})
+
+
+def validate_rayservice(obj: dict) -> dict:
+    """The RayService's pod templates as Kubernetes pods; its serve config (returned) for Ray's checks."""
+    assert (obj["apiVersion"], obj["kind"]) == ("ray.io/v1", "RayService")
+    cluster = obj["spec"]["rayClusterConfig"]
+    assert set(obj["spec"]) == {"serveConfigV2", "rayClusterConfig"}
+    assert set(cluster) == {"rayVersion", "headGroupSpec", "workerGroupSpecs"}
+    validate_pod_template(cluster["headGroupSpec"]["template"])
+    for group in cluster["workerGroupSpecs"]:
+        assert set(group) <= {"groupName", "replicas", "minReplicas", "maxReplicas", "rayStartParams", "template"}
+        validate_pod_template(group["template"])
+    return yaml.safe_load(obj["spec"]["serveConfigV2"])
+
+
+def validate_kserve(obj: dict) -> None:
+    """spec.predictor.model is a Container with KServe's model keys; the predictor's volumes and
+    nodeSelector are a pod's."""
+    assert (obj["apiVersion"], obj["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    predictor = obj["spec"]["predictor"]
+    assert set(predictor) <= {"model", "volumes", "nodeSelector"}
+    container = {k: v for k, v in predictor["model"].items() if k not in KSERVE_MODEL_KEYS}
+    pod = {"containers": [{"name": "kserve-container", **container}],
+           **{k: v for k, v in predictor.items() if k != "model"}}
+    validate_pod_template({"spec": pod})
+
+
+# ---- Helm: the production-stack chart -----------------------------------------------------------
+
+def helm_schema() -> dict:
+    return json.loads((FIXTURES / "production-stack-values.schema.json").read_text())
+
+
+def unknown_keys(value, schema: dict, path: str = "") -> list[str]:
+    """Every key of value that the schema does not name (where it names its keys)."""
+    found = []
+    if isinstance(value, dict) and "properties" in schema:
+        for key, item in value.items():
+            if key not in schema["properties"]:
+                found.append(f"{path}.{key}")
+            else:
+                found += unknown_keys(item, schema["properties"][key], f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            found += unknown_keys(item, schema["items"], f"{path}[{i}]")
+    return found
+
+
+def validate_helm(values: dict) -> None:
+    """The chart's schema, key by key; the free-form parts (env, volumes, node selector terms) as
+    the Kubernetes objects the chart copies them into."""
+    schema = helm_schema()
+    jsonschema.validate(values, schema)
+    assert unknown_keys(values, schema) == []
+    for spec in values["servingEngineSpec"]["modelSpec"]:
+        container = {"name": "vllm", "image": "x", "env": spec.get("env", []),
+                     "volumeMounts": spec.get("extraVolumeMounts", [])}
+        pod = {"containers": [container], "volumes": spec.get("extraVolumes", [])}
+        if spec.get("nodeSelectorTerms"):
+            pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": spec["nodeSelectorTerms"]}}}
+        validate_pod_template({"spec": pod})
+
+
+def helm_argv(values: dict) -> list[str]:
+    """The `vllm serve` arguments the chart's template (deployment-vllm-multi.yaml) builds from the
+    values, in its order (the flags the chart always adds included)."""
+    engine = values["servingEngineSpec"]
+    (spec,) = engine["modelSpec"]
+    config = spec["vllmConfig"]
+    argv = [spec["modelURL"], "--host", "0.0.0.0", "--port", str(engine.get("containerPort", 8000))]
+    if "enableChunkedPrefill" in config:
+        argv.append("--enable-chunked-prefill" if config["enableChunkedPrefill"] else "--no-enable-chunked-prefill")
+    argv.append("--enable-prefix-caching" if config.get("enablePrefixCaching") else "--no-enable-prefix-caching")
+    for key, flag in (("maxModelLen", "--max-model-len"), ("dtype", "--dtype"),
+                      ("tensorParallelSize", "--tensor-parallel-size"), ("maxNumSeqs", "--max-num-seqs"),
+                      ("gpuMemoryUtilization", "--gpu_memory_utilization")):
+        if key in config:
+            argv += [flag, str(config[key])]
+    return argv + [str(a) for a in config.get("extraArgs", [])]
+
+
+# ---- Ray Serve ----------------------------------------------------------------------------------
+
+def validate_ray_serve(config: dict) -> list:
+    """Ray's own schema for the config file, and LLMConfig for each model (returned)."""
+    from ray.serve.llm import LLMConfig
+    from ray.serve.schema import ServeDeploySchema
+
+    ServeDeploySchema.model_validate(config)
+    return [LLMConfig(**c) for app in config["applications"] for c in app["args"]["llm_configs"]]
+
+
+# ---- SkyPilot -----------------------------------------------------------------------------------
+
+def validate_skypilot(task: dict) -> None:
+    jsonschema.validate(task, json.loads((FIXTURES / "skypilot-task-schema.json").read_text()))
+    jsonschema.validate(task["resources"], json.loads((FIXTURES / "skypilot-resources-schema.json").read_text()))
+
+
+# ---- Reading each file back into what it gives vLLM ---------------------------------------------
+
+def k8s_to_shell(words: list[str]) -> list[str]:
+    """Kubernetes expands $(NAME) from the container's env; as a shell word that is ${NAME}."""
+    return [re.sub(r"\$\(([A-Z_][A-Z0-9_]*)\)", r"${\1}", w) for w in words]
+
+
+def read_back(name: str, text: str) -> dict:
+    """{"words": the `vllm serve` arguments (model first)} or {"kwargs": engine keyword arguments,
+    "model": ...} that the file gives vLLM."""
+    docs = documents(text) if name.endswith(".yaml") else []
+    if name == "k8s-deployment.yaml":
+        (container,) = docs[0]["spec"]["template"]["spec"]["containers"]
+        assert container["command"] == ["vllm", "serve"]
+        return {"words": k8s_to_shell(container["args"])}
+    if name == "values-production-stack.yaml":
+        return {"words": k8s_to_shell(helm_argv(docs[0]))}
+    if name == "kserve-inferenceservice.yaml":
+        args = docs[0]["spec"]["predictor"]["model"]["args"]
+        model = next(a.split("=", 1)[1] for a in args if a.startswith(("--model_id=", "--model_dir=")))
+        return {"words": [model, *k8s_to_shell([a for a in args if not a.startswith("--model_")])]}
+    if name == "skypilot.yaml":
+        words = shlex.split(docs[0]["run"])
+        assert words[:2] == ["vllm", "serve"]
+        return {"words": words[2:]}
+    if name in ("ray-serve.yaml", "rayservice.yaml"):
+        config = docs[0] if name == "ray-serve.yaml" else yaml.safe_load(docs[0]["spec"]["serveConfigV2"])
+        (llm,) = config["applications"][0]["args"]["llm_configs"]
+        return {"kwargs": llm["engine_kwargs"], "model": llm["model_loading_config"]["model_source"]}
+    raise AssertionError(f"no reader for {name}")
+
+
+VLLM_READ = r"""
+import dataclasses, json, sys, warnings
+warnings.simplefilter("ignore")
+from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+except ImportError:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+FIELDS = sorted(f.name for f in dataclasses.fields(AsyncEngineArgs))
+
+def parse(words):
+    return make_arg_parser(FlexibleArgumentParser()).parse_args(words)
+
+def fields(engine_args):
+    return {k: repr(getattr(engine_args, k)) for k in FIELDS}
+
+def changed(found, default):
+    return {k: v for k, v in found.items() if default.get(k) != v}
+
+# What each path gives when nothing is set: a setting is what differs from that.
+CLI_DEFAULT = fields(AsyncEngineArgs.from_cli_args(parse([])))
+FRONT_DEFAULT = {k: repr(v) for k, v in vars(parse([])).items() if k not in FIELDS}
+out = []
+for case in json.load(sys.stdin):
+    if "words" in case:
+        args = parse(case["words"])
+        front = {k: repr(v) for k, v in vars(args).items() if k not in FIELDS}
+        out.append({"engine": changed(fields(AsyncEngineArgs.from_cli_args(args)), CLI_DEFAULT),
+                    "frontend": changed(front, FRONT_DEFAULT)})
+    else:
+        unknown = sorted(set(case["kwargs"]) - set(FIELDS))
+        made = fields(AsyncEngineArgs(model=case["model"], **{k: v for k, v in case["kwargs"].items() if k in FIELDS}))
+        out.append({"engine": changed(made, fields(AsyncEngineArgs(model=case["model"]))), "unknown": unknown})
+print(json.dumps(out))
+"""
+
+
+def vllm_reads(cases: list[dict]) -> list[dict]:
+    """What the installed vLLM makes of each case ({"words": the serve command's words after `vllm
+    serve` or the api_server module} or {"kwargs": {...}, "model": ...}):
+    the engine arguments it sets (repr by field, those that differ from what that path gives with
+    nothing set) and, for words, the front end's. One subprocess."""
+    proc = subprocess.run([sys.executable, "-c", VLLM_READ], input=json.dumps(cases), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

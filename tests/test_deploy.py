@@ -1,0 +1,358 @@
+"""The deployment files (Helm, Ray Serve, RayService, KServe, Kubernetes, SkyPilot) and the sizing
+report, checked by their consumers' own rules (tests/helpers/deploy_checks.py) and read back into
+what they give vLLM, which the installed vLLM must read as the verified command.
+
+The runs: a replayed seed-class run made here (two RTX 3090, --tensor-parallel-size 2, an API key
+in the environment, --reach reaching the target with --max-num-seqs 1 and
+--max-num-batched-tokens 512 in lever runs); the recorded real CPU runs (tests/fixtures/progress);
+and a real record moved to a pinned GPU with secrets and many options (tests/test_emit.py). The
+real demo run's files are checked the same way in tests/e2e/test_show_runs_real_vllm.py.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.store import artifact, emit
+from autotune.store.deploy import ray as ray_target
+from autotune.store.deploy import report, settings, skypilot, targets, yamltext
+from autotune.store.record import RunRecord
+from autotune.store.verified import NotEmittable, final_argv, replayed
+from autotune.testing import profiles
+from autotune.vllm import servecmd, versions
+from tests.helpers import deploy_checks as checks
+from tests.test_emit import gpu_record, real
+
+PROFILE = "tp2-2x3090-qwen3.6-27b"
+SECRET = "sk-replay-secret-4711"
+DEPLOY_FILES = [name for name in emit.FILES if name in targets.RENDERERS]
+
+
+@pytest.fixture(scope="module")
+def replay(tmp_path_factory):
+    """A tune of the replaying vLLM on the profile's two RTX 3090 (autotune sees its GPUs)."""
+    runs_dir = tmp_path_factory.mktemp("runs")
+    argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", PROFILE, "--time-scale", "0.002",
+            "--model", "Qwen/Qwen3.6-27B-AWQ", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.75",
+            "--max-num-seqs", "64"]
+    inventory = profiles.by_name(PROFILE).nvml_inventory()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+        result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(runs_dir), "--quiet", "--target", "240000",
+                                          "--reach", "--max-gmu", "0.75", "--probe", "full", "--", *argv],
+                                    env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                         "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).get("kind") == "tune")
+    return SimpleNamespace(runs_dir=runs_dir, run_dir=parent, record=artifact.load(parent))
+
+
+def records(replay) -> dict[str, tuple[RunRecord, Path | None]]:
+    return {"replay-tp2-levers": (replay.record, replay.run_dir),
+            "cpu-refusal": (RunRecord.from_dict(real()), None),
+            "cpu-auto": (RunRecord.from_dict(real("cpu-0.32.0-auto-verified.run.json")), None),
+            "gpu-pinned-secrets": (RunRecord.from_dict(gpu_record()), None)}
+
+
+@pytest.fixture(scope="module")
+def rendered(replay) -> dict[str, dict[str, str]]:
+    """Every record's deployment files: record name -> file name -> text."""
+    out = {}
+    for name, (record, run_dir) in records(replay).items():
+        texts, skipped = emit.render_all(record, run_dir)
+        assert not set(skipped) & set(targets.RENDERERS) | ({targets.REPORT} & set(skipped)), skipped
+        out[name] = texts
+    return out
+
+
+# ---- the replayed run: what the files carry -------------------------------------------------------
+
+def test_the_replay_reached_the_target_with_levers_on_two_gpus(replay):
+    result = replay.record.result
+    assert (result.verdict, result.ceiling, result.target_reached) == ("verified", 240000, True)
+    assert result.reached_with_levers and replay.record.environment["VLLM_API_KEY"] == "***"
+    argv = result.final_argv
+    assert argv[argv.index("--max-num-seqs") + 1] == "1" and "--enable-chunked-prefill" in argv
+
+
+def test_the_run_folder_lists_the_deployment_files_and_the_report(replay):
+    files = replay.record.result.files
+    assert files == [n for n in emit.FILES if n not in ("vllm-config.yaml", "docker-compose.yml")]
+    for name in files:
+        assert (replay.run_dir / name).read_text() == emit.render(replay.record, name, replay.run_dir)
+
+
+def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
+    files = rendered["replay-tp2-levers"]
+    helm = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]
+    (spec,) = helm["modelSpec"]
+    assert spec["vllmConfig"] == {"tensorParallelSize": 2, "gpuMemoryUtilization": 0.75, "maxNumSeqs": 1,
+                                  "enableChunkedPrefill": True, "maxModelLen": 240000, "enablePrefixCaching": True,
+                                  "extraArgs": ["--max-num-batched-tokens", "512"]}
+    assert (spec["repository"], spec["tag"], spec["requestGPU"]) == ("vllm/vllm-openai", "v0.20.2", 2)
+    assert spec["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["NVIDIA-GeForce-RTX-3090"]
+    assert {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"} in spec["env"]
+    (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
+    assert llm["engine_kwargs"] == {"tensor_parallel_size": 2, "gpu_memory_utilization": 0.75, "max_num_seqs": 1,
+                                    "max_num_batched_tokens": 512, "enable_chunked_prefill": True,
+                                    "max_model_len": 240000}
+    assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "accelerator_type:GeForce-RTX-3090": 0.001}}
+    deployment, service = checks.documents(files["k8s-deployment.yaml"])
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3090"}
+    assert "CUDA_VISIBLE_DEVICES" not in files["k8s-deployment.yaml"]  # GPUs by count and type, not index
+    sky = yaml.safe_load(files["skypilot.yaml"])
+    assert sky["resources"]["accelerators"] == "RTX3090:2"
+    assert sky["resources"]["image_id"] == "docker:vllm/vllm-openai:v0.20.2"
+
+
+def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
+    files = rendered["replay-tp2-levers"]
+    assert not [name for name, text in files.items() if SECRET in text]
+    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+    env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-secrets", "key": "VLLM_API_KEY"}}} in env
+    assert yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["vllmApiKey"] == \
+        {"secretName": "vllm-secrets", "secretKey": "VLLM_API_KEY"}
+    assert yaml.safe_load(files["skypilot.yaml"])["secrets"] == {"VLLM_API_KEY": None}
+    assert "kubectl create secret generic vllm-secrets --from-literal=VLLM_API_KEY=..." in files["k8s-deployment.yaml"]
+    assert "does not check vLLM's API key" in files["ray-serve.yaml"]
+
+
+def test_the_probes_are_sized_from_the_measured_boot(replay, rendered):
+    lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
+    boot = next(a for a in lever_run.attempts if a.outcome == "verified").time_to_outcome_s
+    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
+    startup = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= max(3 * boot, 120)
+    assert f"boot measured {boot:.1f} s (run {lever_run.run_id} boot 1)" in rendered["replay-tp2-levers"]["k8s-deployment.yaml"]
+
+
+def test_each_file_is_stamped_and_says_where_the_runtime_brings_its_own_vllm(replay, rendered):
+    files = rendered["replay-tp2-levers"]
+    for name in DEPLOY_FILES:
+        first = files[name].splitlines()[0]
+        assert f"with vLLM 0.20.2 on {replay.record.started_at[:10]} (run {replay.record.run_id})" in first, name
+        assert "--max-model-len 240,000" in first
+        assert "replayed: autotune's replaying vLLM (profile tp2-2x3090-qwen3.6-27b)" in files[name]
+    for name in ("ray-serve.yaml", "rayservice.yaml"):
+        assert "WARNING: Ray Serve LLM runs the vLLM its Ray release pins, not vLLM 0.20.2" in files[name]
+        assert "ray[llm] 2.60.0 pins vLLM 0.29.0" in files[name]
+    assert "WARNING: KServe's Hugging Face runtime runs the vLLM its own image brings" in files["kserve-inferenceservice.yaml"]
+    annotations = yaml.safe_load(files["kserve-inferenceservice.yaml"])["metadata"]["annotations"]
+    assert annotations["autotune/verified-max-model-len"] == "240000"
+
+
+# ---- validated by each consumer -------------------------------------------------------------------
+
+@pytest.mark.parametrize("record_name", ["replay-tp2-levers", "cpu-refusal", "cpu-auto", "gpu-pinned-secrets"])
+def test_each_file_passes_its_consumers_schema(rendered, record_name):
+    files = rendered[record_name]
+    for doc in checks.documents(files["k8s-deployment.yaml"]):
+        checks.validate_k8s(doc)
+    checks.validate_kserve(yaml.safe_load(files["kserve-inferenceservice.yaml"]))
+    checks.validate_helm(yaml.safe_load(files["values-production-stack.yaml"]))
+    checks.validate_skypilot(yaml.safe_load(files["skypilot.yaml"]))
+    serve = checks.validate_rayservice(yaml.safe_load(files["rayservice.yaml"]))
+    assert serve == yaml.safe_load(files["ray-serve.yaml"])
+    (llm,) = checks.validate_ray_serve(serve)
+    assert llm.engine_kwargs["max_model_len"] == yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"][
+        "llm_configs"][0]["engine_kwargs"]["max_model_len"]
+
+
+def test_the_checks_fail_on_what_the_consumer_would_reject(rendered):
+    """The validators are not vacuous: a key the chart never reads, an unknown container field,
+    a Ray accelerator type Ray does not know."""
+    values = yaml.safe_load(rendered["replay-tp2-levers"]["values-production-stack.yaml"])
+    values["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]["maxModelLength"] = 1  # a key the chart ignores
+    assert checks.unknown_keys(values, checks.helm_schema()) == [".servingEngineSpec.modelSpec[0].vllmConfig.maxModelLength"]
+    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
+    deployment["spec"]["template"]["spec"]["containers"][0]["maxModelLen"] = 1
+    with pytest.raises(Exception, match="maxModelLen"):
+        checks.validate_k8s(deployment)
+    serve = yaml.safe_load(rendered["replay-tp2-levers"]["ray-serve.yaml"])
+    llm = serve["applications"][0]["args"]["llm_configs"][0]
+    llm.pop("placement_group_config")
+    llm["accelerator_type"] = "GeForce-RTX-3090"  # what Ray calls the GPU, but not a type LLMConfig accepts
+    with pytest.raises(Exception, match="Unsupported accelerator type"):
+        checks.validate_ray_serve(serve)
+
+
+# ---- the round trip: each file, read back, gives vLLM the verified command's settings --------------
+
+# A local model's folder moves (its id is kept: test_a_local_model_keeps_the_id_clients_ask_for).
+ROUND_TRIP_IGNORED = {"model", "served_model_name", "tokenizer"}
+
+
+def command_words(record: RunRecord) -> list[str]:
+    """The verified command's words after its entry point (the replaying vLLM's own options out)."""
+    argv = final_argv(record)
+    argv = (replayed(argv) or (None, argv))[1]
+    return argv[len(servecmd.parse_vllm_command(argv).launcher):]
+
+
+@pytest.fixture(scope="module")
+def vllm_read_back(rendered, replay):
+    cases, index = [], []
+    for record_name, (record, _) in records(replay).items():
+        cases.append({"words": command_words(record)})
+        index.append((record_name, "the command"))
+        for name in DEPLOY_FILES:
+            cases.append(checks.read_back(name, rendered[record_name][name]))
+            index.append((record_name, name))
+    reads = checks.vllm_reads(cases)
+    out: dict = {}
+    for (record_name, name), read in zip(index, reads):
+        out.setdefault(record_name, {})[name] = read
+    return out
+
+
+@pytest.mark.parametrize("record_name", ["replay-tp2-levers", "cpu-refusal", "cpu-auto", "gpu-pinned-secrets"])
+@pytest.mark.parametrize("name", DEPLOY_FILES)
+def test_vllm_reads_each_file_as_the_verified_command(vllm_read_back, rendered, record_name, name):
+    command, read = vllm_read_back[record_name]["the command"], vllm_read_back[record_name][name]
+    assert command["engine"]["max_model_len"] == repr(records_ceiling(rendered, record_name))
+    assert read.get("unknown", []) == []  # every engine keyword is one of vLLM's engine arguments
+    keys = (set(command["engine"]) | set(read["engine"])) - ROUND_TRIP_IGNORED
+    differ = {k: (command["engine"].get(k), read["engine"].get(k)) for k in sorted(keys)
+              if command["engine"].get(k) != read["engine"].get(k)}
+    if name == "values-production-stack.yaml" and differ.get("enable_prefix_caching", ("",))[0] is None:
+        # The chart always passes one of the two flags; the command left it to vLLM, whose engine config
+        # line (not printed by the replaying vLLM, absent from the old fixtures' records) would say which.
+        assert differ.pop("enable_prefix_caching") == (None, "True")
+        assert "set to true (vLLM's default for generative models; the verified boot's engine config line " \
+               "was not read): check it" in rendered[record_name][name]
+    assert differ == {}
+    if "frontend" in read and name != "kserve-inferenceservice.yaml":  # KServe's runtime is its own front end
+        ignored = {"host", "port", "model_tag"}  # where it listens is the deployment's
+        keys = (set(command["frontend"]) | set(read["frontend"])) - ignored
+        differ = {k: (command["frontend"].get(k), read["frontend"].get(k)) for k in sorted(keys)
+                  if command["frontend"].get(k) != read["frontend"].get(k)}
+        if name == "values-production-stack.yaml":  # the chart sets the key from its Secret (vllmApiKey)
+            differ.pop("api_key", None)
+        assert differ == {}
+
+
+def records_ceiling(rendered, record_name) -> int:
+    first = rendered[record_name][targets.K8S].splitlines()[0]
+    return int(re.search(r"--max-model-len ([\d,]+)", first).group(1).replace(",", ""))
+
+
+def test_a_local_model_keeps_the_id_clients_ask_for(rendered):
+    files = rendered["cpu-auto"]
+    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "/models/tiny-llama"
+    assert args[args.index("--served-model-name") + 1] == ".demo/tiny-llama"
+    (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
+    assert llm["model_loading_config"] == {"model_id": ".demo/tiny-llama", "model_source": "/models/tiny-llama"}
+
+
+# ---- names each runtime gives a GPU ------------------------------------------------------------------
+
+NVML_NAMES = ["NVIDIA GeForce RTX 3090", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", "NVIDIA H100 80GB HBM3",
+              "NVIDIA L4", "Tesla T4", "NVIDIA A10G", "NVIDIA RTX A6000", "NVIDIA L40S", "NVIDIA H200",
+              "NVIDIA GeForce GTX 1660 SUPER", "NVIDIA B200"]
+
+
+def test_the_ray_accelerator_type_is_rays_own_name_for_the_gpu():
+    from ray._private.accelerators.nvidia_gpu import NvidiaGPUAcceleratorManager
+    from ray.llm._internal.serve.core.configs.llm_config import AcceleratorType
+
+    for name in NVML_NAMES:
+        assert ray_target.ray_accelerator_type(name) == NvidiaGPUAcceleratorManager._gpu_name_to_accelerator_type(name)
+    assert set(ray_target.RAY_ACCELERATOR_TYPES) <= {t.value for t in AcceleratorType}
+
+
+def test_the_vllm_ray_pins_is_what_the_installed_ray_requires():
+    import importlib.metadata as md
+
+    ray_version = md.version("ray")
+    pinned = [r for r in md.requires("ray") if r.startswith("vllm") and 'extra == "llm"' in r]
+    assert versions.RAY_LLM_VLLM_PINS.get(ray_version) and pinned
+    assert f"=={versions.RAY_LLM_VLLM_PINS[ray_version]}" in pinned[0]
+
+
+@pytest.mark.parametrize("name, memory, expected", [
+    ("NVIDIA GeForce RTX 3090", 24, "RTX3090"), ("NVIDIA A100-SXM4-80GB", 80, "A100-80GB"),
+    ("NVIDIA A100-SXM4-40GB", 40, "A100"), ("NVIDIA H100 80GB HBM3", 80, "H100"), ("Tesla T4", 15, "T4"),
+    ("NVIDIA RTX A6000", 48, "RTXA6000"), ("NVIDIA L40S", 46, "L40S")])
+def test_skypilot_accelerator_names(name, memory, expected):
+    assert skypilot.accelerator_name(name, memory) == expected
+
+
+# ---- the sizing report -----------------------------------------------------------------------------
+
+def test_the_report_of_the_replayed_run_reads_the_lever_run_that_verified_it(replay, rendered):
+    text = rendered["replay-tp2-levers"][targets.REPORT]
+    lever = replay.record.result.reached_with_levers
+    assert f"| weights | 9.46 | attempt-1.log line 11 (run {lever}) |" in text
+    assert f"| KV cache | 7.38 | attempt-1.log line 17 (run {lever}) |" in text
+    assert "| vLLM's budget (0.75 x device) | 18.00 | --gpu-memory-utilization |" in text
+    assert "| margin kept outside vLLM's budget | 6.00 | device - budget |" in text
+    assert "| CUDA graph memory (GiB) | 0.3 | 0.3 | vLLM's estimate vs what capture took |" in text
+    # 245,072 tokens in blocks of 16: 15,317 blocks; 32,768 tokens take 2,048 blocks -> 7 at once
+    assert "| 240,000 | 1 | 1 |" in text and "| 32,768 | 7 | 5-6 |" in text
+    assert "- max-num-batched-tokens reaches 240,000 tokens" in text
+    assert re.search(r"\| head-of-line wait .* \| \d+\.\d+ s", text)
+
+
+def test_the_report_of_a_recorded_cpu_run(rendered):
+    text = rendered["cpu-refusal"][targets.REPORT]
+    assert "| KV cache | 0.12 | --kv-cache-memory-bytes 128M |" in text
+    assert "| 16,256 | 1 | 1 |" in text and "| 2,048 | 8 | 6-7 |" in text
+    assert "No probe ran" in text
+
+
+def test_concurrency_rows_follow_vllms_block_arithmetic():
+    dep = settings.from_record(RunRecord.from_dict(real()))
+    assert report.concurrency_rows(dep, 16384) == [(16256, 1, "1"), (8192, 2, "1"), (4096, 4, "3"), (2048, 8, "6-7")]
+
+
+def test_a_run_without_a_verified_command_gives_no_deployment_file():
+    rec = real()
+    rec["result"] = {"verdict": "refused", "ceiling": None}
+    with pytest.raises(NotEmittable, match="no verified command"):
+        emit.render(RunRecord.from_dict(rec), targets.K8S)
+
+
+# ---- the CLI and the YAML writer ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", sorted(targets.KINDS))
+def test_show_emit_prints_each_file(replay, kind):
+    result = CliRunner().invoke(cli, ["show", replay.record.run_id, "--runs-dir", str(replay.runs_dir),
+                                      "--emit", kind], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (replay.run_dir / targets.KINDS[kind]).read_text()
+
+
+def test_the_engine_config_line_says_what_a_flag_left_to_vllm_became(tmp_path):
+    line = ("(EngineCore pid=9291) INFO 12-01 15:24:00 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with "
+            "config: model='x', enable_prefix_caching=True, enable_chunked_prefill=False, max_seq_len=16256")
+    (tmp_path / "attempt-1.log").write_text("noise\n" + line + "\n")
+    rec = RunRecord.from_dict({"run_id": "r", "attempts": [{"index": 1, "outcome": "verified", "log": "attempt-1.log"}]})
+    assert targets.engine_flags(tmp_path, rec) == {"enable_prefix_caching": True, "enable_chunked_prefill": False}
+
+
+@pytest.mark.parametrize("value", ["plain", "0.95", "16256", "yes", "null", "--flag", "a: b", "a #b", "$(X)",
+                                   "docker:vllm/vllm-openai:v0.20.2", "accelerator_type:A100", "", " lead",
+                                   "multi\nline\n", "ünïcode", "{json: 1}", "*ref", "!tag", "@at", "~"])
+def test_yaml_strings_read_back_as_written(value):
+    data = {"key": value, "list": [value, {"inner": value}], value or "empty": 1}
+    assert yaml.safe_load(yamltext.dump(data)) == data
+
+
+def test_yaml_typed_values_read_back():
+    data = {"int": 240000, "float": 0.75, "true": True, "false": False, "none": None, "empty": {}, "nothing": [],
+            "nested": [{"a": [1, 2], "b": {"c": "d"}}]}
+    assert yaml.safe_load(yamltext.dump(data)) == data
+    assert json.loads(json.dumps(data)) == data
