@@ -146,8 +146,11 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
         keys = (set(command["engine"]) | set(read["engine"])) - {"model", "served_model_name", "tokenizer"}
         differ = {k: (command["engine"].get(k), read["engine"].get(k)) for k in keys
                   if command["engine"].get(k) != read["engine"].get(k)}
+        if name == targets.HELM:  # the chart always passes a prefix-caching flag: the one this boot ran with
+            assert differ.pop("enable_prefix_caching") == (None, "True")
         assert differ == {}, name
-    # the chart's forced prefix-caching flag is what this boot's engine ran with (its log's config line)
+    log = (tuned.run_dir / tuned.record["attempts"][-1]["log"]).read_text()
+    assert "enable_prefix_caching=True" in next(line for line in log.splitlines() if "with config" in line)
     assert "set to true, what the verified boot ran with (vLLM's engine config line)" in text[targets.HELM]
     report = text[targets.REPORT]
     assert "| KV cache | 0.12 | --kv-cache-memory-bytes 128M |" in report and "| 16,256 | 1 | 1 |" in report
