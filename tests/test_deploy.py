@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -81,6 +82,8 @@ def test_the_replay_reached_the_target_with_levers_on_two_gpus(replay):
     assert result.reached_with_levers and replay.record.environment["VLLM_API_KEY"] == "***"
     argv = result.final_argv
     assert argv[argv.index("--max-num-seqs") + 1] == "1" and "--enable-chunked-prefill" in argv
+    # the per-rank figures are the lever run's too (they were the boot's before the levers: 6.76 per rank)
+    assert result.ranks["available_kv_gib_per_rank"] == result.available_kv_gib == 7.38
 
 
 def test_the_run_folder_lists_the_deployment_files_and_the_report(replay):
@@ -295,8 +298,8 @@ def test_skypilot_accelerator_names(name, memory, expected):
 def test_the_report_of_the_replayed_run_reads_the_lever_run_that_verified_it(replay, rendered):
     text = rendered["replay-tp2-levers"][targets.REPORT]
     lever = replay.record.result.reached_with_levers
-    assert f"| weights | 9.46 | attempt-1.log line 11 (run {lever}) |" in text
-    assert f"| KV cache | 7.38 | attempt-1.log line 17 (run {lever}) |" in text
+    assert f"| weights | 9.46 | attempt-1.log line 11 of run {lever} |" in text
+    assert f"| KV cache | 7.38 | attempt-1.log line 17 of run {lever} |" in text
     assert "| vLLM's budget (0.75 x device) | 18.00 | --gpu-memory-utilization |" in text
     assert "| margin kept outside vLLM's budget | 6.00 | device - budget |" in text
     assert "| CUDA graph memory (GiB) | 0.3 | 0.3 | vLLM's estimate vs what capture took |" in text
@@ -356,3 +359,13 @@ def test_yaml_typed_values_read_back():
             "nested": [{"a": [1, 2], "b": {"c": "d"}}]}
     assert yaml.safe_load(yamltext.dump(data)) == data
     assert json.loads(json.dumps(data)) == data
+
+
+def test_replay_machine_runs_autotune_as_on_the_profiles_machine():
+    out = subprocess.run([sys.executable, "-m", "autotune.testing.replay_machine", PROFILE, "gpus", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [g["name"] for g in json.loads(out.stdout)["gpus"]] == ["NVIDIA GeForce RTX 3090"] * 2
+    bad = subprocess.run([sys.executable, "-m", "autotune.testing.replay_machine", "nope", "gpus"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "no profile 'nope'" in bad.stderr and "Traceback" not in bad.stderr

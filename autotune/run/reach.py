@@ -195,6 +195,8 @@ class LeverSearch:
             if getattr(r, key) is not ABSENT:
                 setattr(result, key, getattr(r, key))
                 setattr(result, f"{key}_source", {**r.get(f"{key}_source", {}), "run": child.run_id})
+        if r.get("ranks"):  # the per-rank figures of the boot that reached it, not of the one before the levers
+            result.ranks = r.ranks
         verified = [a for a in child.attempts if a.outcome == strategy.VERIFIED]
         if verified and (verified[-1].get("verification") or {}).get("reason"):
             result.checked = {"run": child.run_id, "reason": verified[-1].verification["reason"]}

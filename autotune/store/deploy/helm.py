@@ -58,7 +58,7 @@ def model_spec(dep: Deployment) -> tuple[dict, list[str]]:
     config, notes = vllm_config(dep)
     spec: dict = {"name": kube.name_of(dep).removeprefix("vllm-"), "repository": repository, "tag": tag,
                   "modelURL": dep.model, "replicaCount": 1,
-                  # Required by the chart; autotune did not measure the host's CPU or RAM: size them for your nodes.
+                  # Required by the chart (settings.HOST_RESOURCES_NOTE).
                   "requestCPU": 4, "requestMemory": "16Gi", "requestGPU": dep.gpu_count}
     if dep.cpu:
         spec["runtimeClassName"] = ""  # no NVIDIA runtime for the CPU build
@@ -100,5 +100,5 @@ def render_helm(record: RunRecord, verifier: RunRecord | None = None, engine_fla
              f"install: helm repo add vllm https://vllm-project.github.io/production-stack && "
              f"helm install vllm {CHART} -f values-production-stack.yaml",
              f"pins {dep.image} (the chart's own default image is lmcache/vllm-openai, another build)",
-             *kube.placement_notes(dep), *notes]
+             *kube.placement_notes(dep), settings.HOST_RESOURCES_NOTE, *notes]
     return yamltext.document(settings.header(dep, usage), data)

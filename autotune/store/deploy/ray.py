@@ -140,5 +140,5 @@ def render_rayservice(record: RunRecord, verifier: RunRecord | None = None, engi
     usage = [*kube.secret_usage(dep),
              "apply: kubectl apply -f rayservice.yaml (KubeRay operator; the OpenAI routes on the serve "
              f"service :{SERVE_PORT}/v1)", f"image {RAY_IMAGE}:{release}-...: check the tag on Docker Hub",
-             *kube.placement_notes(dep), *notes]
+             *kube.placement_notes(dep), settings.HOST_RESOURCES_NOTE, *notes]
     return yamltext.document(settings.header(dep, usage, warning), rayservice(dep, release, yamltext.dump(data)))

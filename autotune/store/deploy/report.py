@@ -35,7 +35,7 @@ def _line(source: RunRecord, attempt: Attempt, key: str, dep: Deployment) -> str
     where = (attempt.get("provenance") or {}).get(key) or {}
     if not where.get("line"):
         return ""
-    run = f" (run {source.get('run_id')})" if source.get("run_id") != dep.run_id else ""
+    run = f" of run {source.get('run_id')}" if source.get("run_id") != dep.run_id else ""
     return f"{attempt.get('log') or 'attempt log'} line {where['line']}{run}"
 
 
@@ -124,6 +124,10 @@ def concurrency_section(dep: Deployment, source: RunRecord, attempt: Attempt) ->
     out += _table(("length", "full-length requests at once", "--max-num-seqs (80-90%)"),
                   [(fmt_int(n), fmt_int(c), s) for n, c, s in concurrency_rows(dep, tokens)])
     out.append("")
+    seqs = dep.option("max-num-seqs")
+    if seqs:
+        out.append(f"The run was verified with --max-num-seqs {seqs}: it schedules at most {seqs} at once, "
+                   "whatever the pool holds.")
     if kinds != ["full"]:
         out.append("For a model with sliding-window or linear-attention (hybrid) layers vLLM's token figure is "
                    "concurrency x length and each sequence also keeps its own state: read these as upper bounds.")
@@ -138,7 +142,7 @@ def probe_section(record: RunRecord) -> list[str]:
         return ["## Probe", "", "No probe ran (--probe none): the length was verified by /v1/models only."]
     hol = probe.get("head_of_line") or {}
     memory = probe.get("memory") or {}
-    rows = [("mode", probe.get("mode")), ("passed", probe.get("ok")),
+    rows = [("mode", probe.get("mode")), ("passed", "yes" if probe.get("ok") else f"no: {probe.get('reason')}"),
             ("prompt tokens", fmt_int(probe.get("prompt_tokens"))),
             ("time to first token", f"{probe.get('ttft_s')} s"),
             ("prefill", f"{fmt_int(round(probe['prefill_tokens_per_s']))} tokens/s"

@@ -45,6 +45,8 @@ SECRET_NAME = "vllm-secrets"
 STARTUP_PERIOD_S = 10
 LIVENESS_PERIOD_S = 10
 READINESS_PERIOD_S = 5
+HOST_RESOURCES_NOTE = ("the CPU and memory requests are placeholders: autotune measured the device's memory, "
+                       "not the host's CPU and RAM; size them for your nodes")
 
 
 @dataclass
