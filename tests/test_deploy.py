@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +26,6 @@ from autotune.store.deploy import ray as ray_target
 from autotune.store.deploy import report, settings, skypilot, targets, yamltext
 from autotune.store.record import RunRecord
 from autotune.store.verified import NotEmittable, final_argv, replayed
-from autotune.testing import profiles
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
 from tests.test_emit import gpu_record, real
@@ -39,18 +37,15 @@ DEPLOY_FILES = [name for name in emit.FILES if name in targets.RENDERERS]
 
 @pytest.fixture(scope="module")
 def replay(tmp_path_factory):
-    """A tune of the replaying vLLM on the profile's two RTX 3090 (autotune sees its GPUs)."""
+    """A tune of the replaying vLLM on the profile's two RTX 3090 (it answers for its GPUs as NVML would)."""
     runs_dir = tmp_path_factory.mktemp("runs")
     argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", PROFILE, "--time-scale", "0.002",
             "--model", "Qwen/Qwen3.6-27B-AWQ", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.75",
             "--max-num-seqs", "64"]
-    inventory = profiles.by_name(PROFILE).nvml_inventory()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
-        result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(runs_dir), "--quiet", "--target", "240000",
-                                          "--reach", "--max-gmu", "0.75", "--probe", "full", "--", *argv],
-                                    env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                                         "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
+    result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(runs_dir), "--quiet", "--target", "240000",
+                                      "--reach", "--max-gmu", "0.75", "--probe", "full", "--", *argv],
+                                env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                     "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).get("kind") == "tune")
     return SimpleNamespace(runs_dir=runs_dir, run_dir=parent, record=artifact.load(parent))
@@ -361,11 +356,25 @@ def test_yaml_typed_values_read_back():
     assert json.loads(json.dumps(data)) == data
 
 
-def test_replay_machine_runs_autotune_as_on_the_profiles_machine():
-    out = subprocess.run([sys.executable, "-m", "autotune.testing.replay_machine", PROFILE, "gpus", "--json"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert [g["name"] for g in json.loads(out.stdout)["gpus"]] == ["NVIDIA GeForce RTX 3090"] * 2
-    bad = subprocess.run([sys.executable, "-m", "autotune.testing.replay_machine", "nope", "gpus"],
-                         capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 1 and "no profile 'nope'" in bad.stderr and "Traceback" not in bad.stderr
+
+@pytest.mark.parametrize("text, value", [("16256", 16256), ("0.75", 0.75), ("1.10", "1.10"), ("64k", 64000),
+                                         ("64K", 65536), ("128M", 134217728), ("2G", 2 * 2**30), ("auto", "auto"),
+                                         ('{"a": 1}', {"a": 1}), ("awq_marlin", "awq_marlin")])
+def test_engine_keyword_values_are_typed_as_vllms_parser_types_them(text, value):
+    assert settings.typed(text) == value
+
+
+def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
+    from autotune.run.margin import GIB, Device, Margin
+
+    rec = gpu_record()
+    kept = Margin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
+    rec["margin"] = kept.as_dict()
+    rec["result"]["final_argv"] = [("0.9583" if a == "0.95" else a) for a in rec["result"]["final_argv"]]
+    record = RunRecord.from_dict(rec)
+    clause = "--gpu-memory-utilization 0.9583 keeps 1 GiB of 24 GiB free (--margin 1 GiB)"
+    for name in DEPLOY_FILES:
+        assert clause in emit.render(record, name).splitlines()[0], name
+    text = emit.render(record, targets.REPORT)
+    assert f"| margin asked (--margin) | 1.00 | {kept.describe()} |" in text
+    assert clause in text.splitlines()[2]

@@ -203,11 +203,13 @@ def yaml_scalar(value: object) -> str:
 
 
 
-def image_tag(version: str | None) -> str:
-    """vllm/vllm-openai:v0.32.0 for vLLM 0.32.0 (a local build suffix such as +cpu dropped)."""
+def image_tag(version: str | None, cpu: bool = False) -> str:
+    """vllm/vllm-openai:v0.32.0 for vLLM 0.32.0 (a local build suffix such as +cpu dropped); cpu:
+    vLLM's CPU image, tagged the same way."""
+    image = CPU_IMAGE if cpu else IMAGE
     if not version:
-        return f"{IMAGE}:latest"
-    return f"{IMAGE}:v{version.split('+')[0]}"
+        return f"{image}:latest"
+    return f"{image}:v{version.split('+')[0]}"
 
 
 def pinned_gpus(record: RunRecord) -> list[str] | None:

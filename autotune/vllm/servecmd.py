@@ -138,6 +138,16 @@ def parse_length(text: str) -> int:
     return int(value)
 
 
+def human_readable_int(text: str) -> int:
+    """A number with one of vLLM's human_readable_int suffixes (k m g t decimal, K M G T binary), as
+    vLLM reads it for sizes and counts: 2G (=2 x 2^30), 128M, 64k. ValueError otherwise."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", str(text).strip())
+    if not match:
+        raise ValueError(f"{text!r} is not a number with a k/K, m/M, g/G or t/T suffix")
+    number, suffix = match.groups()
+    return int(float(number) * {**_SUFFIX, "g": 1000**3, "G": 1024**3, "t": 1000**4, "T": 1024**4}[suffix])
+
+
 def one_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     """The command as ONE shell line, environment first (pasting keeps every flag)."""
     parts = [f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in (env or {}).items()]

@@ -19,8 +19,8 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.store.verified import (
-    CONTAINER_MODELS, CPU_IMAGE, DEFAULT_PORT, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute,
-    cwd_of, final_argv, fmt_int, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line, replayed,
+    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, NotEmittable, absolute, cwd_of, final_argv,
+    image_tag, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line, replayed,
     secret_names, verified_on, with_config_merged)
 from autotune.vllm import servecmd
 
@@ -106,8 +106,9 @@ def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_fla
     if cmd.model is None:
         raise NotEmittable("the serve command names no model")
     options = list(dict((n, v) for n, v in cmd.options if n not in LISTEN_OPTIONS).items())
-    model, host_path, notes = cmd.model, None, []
+    model, host_path = cmd.model, None
     served = cmd.option("served-model-name")
+    served = served[0] if isinstance(served, list) else served  # vLLM serves the first name as the id
     if is_local_path(model):
         host_path = absolute(model, cwd_of(record))
         model = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
@@ -117,24 +118,19 @@ def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_fla
     tp, pp = _size(cmd.option("tensor-parallel-size")), _size(cmd.option("pipeline-parallel-size"))
     gpus = (record.get("machine") or {}).get("gpus") or []
     chosen = _chosen_gpus(record, gpus)
+    notes = _gpu_notes(chosen, tp * pp) if gpus else []
     result = record.get("result") or {}
     boot_s, boot_from = _boot(verifier or record)
     return Deployment(
         run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
         ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
-        image=image_of(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
-        model_host_path=host_path, served_name=str(served if isinstance(served, str) else cmd.model),
+        image=image_tag(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
+        model_host_path=host_path, served_name=str(served or cmd.model),
         options=options, env=carried_env(record), secrets=secret_names(record),
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
-        tp=tp, pp=pp, port=port_of(cmd) if cmd.option("port") else DEFAULT_PORT, boot_s=boot_s,
+        tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
         replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(engine_flags or {}))
-
-
-def image_of(version: str | None, cpu: bool) -> str:
-    """vllm/vllm-openai:v0.32.0 (or vLLM's CPU image) for the vLLM that verified the run."""
-    tag = f"v{version.split('+')[0]}" if version else "latest"
-    return f"{CPU_IMAGE if cpu else IMAGE}:{tag}"
 
 
 def carried_env(record: RunRecord) -> dict[str, str]:
@@ -157,6 +153,18 @@ def _chosen_gpus(record: RunRecord, gpus: list[dict]) -> list[dict]:
     if ids is None:
         return gpus
     return [g for g in gpus if str(g.get("index")) in ids or g.get("uuid") in ids]
+
+
+def _gpu_notes(chosen: list[dict], ranks: int) -> list[str]:
+    """What the GPUs by count and type leave out: GPUs the run had beyond its ranks, mixed types."""
+    notes = []
+    if len(chosen) > ranks:
+        notes.append(f"the run saw {len(chosen)} GPUs and used {ranks} (TP x PP): the files ask for {ranks}")
+    names = list(dict.fromkeys(g.get("name") for g in chosen))
+    if len(names) > 1:
+        notes.append(f"the run's GPUs were of {len(names)} types ({', '.join(map(str, names))}): "
+                     f"the files ask for the first's")
+    return notes
 
 
 def _boot(record: RunRecord) -> tuple[float | None, str]:
@@ -234,7 +242,7 @@ def typed(value: object) -> object:
     if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
         return float(text)
     if re.fullmatch(r"\d+(\.\d+)?[kKmMgGtT]", text):
-        return servecmd.parse_length(text)
+        return servecmd.human_readable_int(text)
     if text[:1] in "{[":
         try:
             return json.loads(text)
@@ -288,6 +296,3 @@ def describe_gpus(dep: Deployment) -> str:
         return "vLLM's CPU backend (no GPU)"
     return f"{dep.gpu_count} x {dep.gpu_name or 'GPU'} (TP {dep.tp}, PP {dep.pp})"
 
-
-def ceiling_text(dep: Deployment) -> str:
-    return fmt_int(dep.ceiling)
