@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -378,3 +379,17 @@ def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
     text = emit.render(record, targets.REPORT)
     assert f"| margin asked (--margin) | 1.00 | {kept.describe()} |" in text
     assert clause in text.splitlines()[2]
+
+
+def test_the_report_shows_the_plot_of_the_sweep_the_run_belongs_to(replay, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(replay.runs_dir, runs)
+    run_dir = runs / replay.run_dir.name
+    rec = json.loads((run_dir / "run.json").read_text())
+    rec["links"] = {**(rec.get("links") or {}), "sweep_id": "20261201T000000Z-sweep"}
+    (run_dir / "run.json").write_text(json.dumps(rec))
+    record = artifact.load(run_dir)
+    assert "![" not in emit.render(record, targets.REPORT, run_dir)  # no plot drawn: none shown
+    (runs / "20261201T000000Z-sweep").mkdir()
+    (runs / "20261201T000000Z-sweep" / "sweep.png").write_bytes(b"\x89PNG")
+    assert "![the runs of this sweep](../20261201T000000Z-sweep/sweep.png)" in emit.render(record, targets.REPORT, run_dir)
