@@ -10,6 +10,7 @@ groups, cut digit runs, implausible values).
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import re
 from pathlib import Path
@@ -157,6 +158,23 @@ WITH_ARGS = [p.name for p in ALL_LOGS if any(_ARGS_RE.search(line) for line in _
 _MODEL_RE = re.compile(r"""(?:'model'|'model_tag'|\bmodel)(?::\s*|=)'([^']{2,200})'""")
 
 
+def _in_records(inject):
+    """The injection applied to the text of a JSON log record (vLLM's JSON logging) as to a text line:
+    a real JSON log escapes what its messages quote."""
+    def injected(lines: list[str], phrase: str) -> list[str]:
+        out = []
+        for line in lines:
+            if line.startswith('{"'):
+                record = json.loads(line)
+                record["message"] = inject([record["message"]], phrase)[0]
+                line = json.dumps(record)
+            else:
+                line = inject([line], phrase)[0]
+            out.append(line)
+        return out
+    return injected
+
+
 def _inject_args(lines: list[str], phrase: str) -> list[str]:
     out = []
     for line in lines:
@@ -168,16 +186,24 @@ def _inject_args(lines: list[str], phrase: str) -> list[str]:
     return out
 
 
+def _text_of(line: str) -> str:
+    return json.loads(line)["message"] if line.startswith('{"') else line
+
+
 def _inject_model(lines: list[str], phrase: str) -> list[str]:
-    names = {m.group(1) for line in lines for m in _MODEL_RE.finditer(line)}
-    out = []
-    for line in lines:
-        for name in sorted(names, key=len, reverse=True):
-            if name in line:
-                evil = f"acme/{phrase}-7B"
-                line = line.replace(f"'{name}'", repr(evil)).replace(name, evil)
-        out.append(line)
-    return out
+    names = {m.group(1) for line in lines for m in _MODEL_RE.finditer(_text_of(line))}
+    evil = f"acme/{phrase}-7B"
+
+    def rename(texts: list[str], _phrase: str) -> list[str]:
+        out = []
+        for text in texts:
+            for name in sorted(names, key=len, reverse=True):
+                if name in text:
+                    text = text.replace(f"'{name}'", repr(evil)).replace(name, evil)
+            out.append(text)
+        return out
+
+    return _in_records(rename)(lines, phrase)
 
 
 def _inject_requests(lines: list[str], phrase: str) -> list[str]:
@@ -200,7 +226,7 @@ def _inject_requests(lines: list[str], phrase: str) -> list[str]:
        site=st.sampled_from(("args", "model", "requests")))
 def test_injected_phrases_change_no_boot_fact(log: str, phrase: str, site: str):
     lines = _lines(log)
-    inject = {"args": _inject_args, "model": _inject_model, "requests": _inject_requests}[site]
+    inject = {"args": _in_records(_inject_args), "model": _inject_model, "requests": _inject_requests}[site]
     before = parse_lines(lines)
     after = parse_lines(inject(lines, phrase))
     assert _boot_facts(after.result()) == _boot_facts(before.result())
@@ -358,6 +384,9 @@ def test_every_terminal_escape_sequence_is_stripped():
     lambda line: "`" + line + "`",  # inline code (fixture 109)
     lambda line: "2024-04-27 10:13:05 | ERROR | stderr | " + line,  # QAnything's logger (fixture 509)
     lambda line: "2024-04-27 10:13:05.123 | INFO     | vllm_runner:main:42 - " + line,  # loguru's default
+    lambda line: html.escape(line).replace("&#x27;", "&#39;"),  # an HTML-escaped paste (issue 20)
+    lambda line: json.dumps({"MESSAGE": line, "PRIORITY": "6", "_PID": "1"}),  # journalctl -o json (issue 20)
+    lambda line: "2026-07-08T22:40:03Z " + json.dumps({"MESSAGE": line}),  # the same behind kubectl's stamp
 ))
 def test_wrappers_and_stacked_prefixes(wrapper):
     lines = _lines(REFUSED)

@@ -45,3 +45,41 @@ def test_a_line_longer_than_a_mebibyte_is_cut_not_held(tmp_path):
     assert parser.result()["kv_cache_tokens"] == 1024
     # bounded by a few copies of the 1 MiB cut (bytes, text, cleaned text), not by the 16 MiB line
     assert peak < 8 << 20
+
+
+# A serve command whose refusal line is longer than the 1 MiB a line is read to: the cut falls in the
+# middle of the estimate's digits ("... model length is 181" of 18176), as on a real log with a huge prefix.
+_LONG_REFUSAL = r'''
+import sys
+message = open(sys.argv[1]).read().strip()
+message = message[message.index("ValueError"):]
+prefix = "(EngineCore pid=1) ERROR 11-29 10:08:27 [core.py:1510] "
+spaces = (1 << 20) - len(prefix) - (message.index("18176") + 3)  # the first 1 MiB ends with "... is 181"
+print("INFO 11-29 10:08:09 [api_utils.py:347] vLLM API server version 0.32.0", flush=True)
+print(prefix + " " * spaces + message, flush=True)
+sys.exit(1)
+'''
+
+
+def test_a_refusal_line_cut_by_the_tunes_line_limit_gives_no_shortened_estimate(tmp_path):
+    """The tune reads its server's output in chunks of at most 1 MiB: the chunk that ends inside the
+    estimate's digits is a cut line (no estimate of 181), and the rest of the line is skipped."""
+    import sys
+
+    from autotune.run import tune as tune_mod
+
+    line = next(x for x in (FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log").read_text().split("\n") if "is 18176." in x)
+    (tmp_path / "refusal.txt").write_text(line)
+    script = tmp_path / "serve.py"
+    script.write_text(_LONG_REFUSAL)
+    opts = tune_mod.TuneOptions(target=1048576, runs_dir=tmp_path / "runs", strategy="refusal", max_boots=1,
+                                serve_argv=[sys.executable, str(script), str(tmp_path / "refusal.txt")])
+    events = []
+    record = tune_mod.tune(opts, lambda kind, **data: events.append((kind, data)))
+    facts = record["attempts"][0]["facts"]
+    assert facts["max_model_len_requested"] == 1048576 and facts["line_cut"] == 2
+    assert facts.get("estimated_max_model_len") != 181
+    shown = [d["value"] for kind, d in events if kind == "fact" and d["key"] == "estimated_max_model_len"]
+    refused = [d["result"] for kind, d in events if kind == "refused"]
+    assert 181 not in shown and refused and refused[0].get("estimated_max_model_len") != 181
+    assert record["attempts"][0]["provenance"]["max_model_len_requested"]["line"] == 2

@@ -72,6 +72,7 @@ class Boot:
         self.server: launch.ServerProcess | None = None
         self.outcome: str | None = None
         self.line_no = 0
+        self.rest_of_long_line = False  # the chunks after the first MAX_LINE_BYTES of a line are skipped
         self.fatal_seen_at: float | None = None
         self.listening_at: float | None = None
         self.verification: dict | None = None
@@ -125,10 +126,18 @@ class Boot:
                 break
 
     def _feed(self, raw: bytes) -> None:
+        # The server's output is read in chunks of at most MAX_LINE_BYTES: a longer line comes as a
+        # chunk without its newline (cut: a number at its end may have lost digits), then the rest,
+        # which the parser skips as parse_file does (the attempt's log on disk keeps the whole line).
+        if self.rest_of_long_line:
+            self.rest_of_long_line = not raw.endswith(b"\n")
+            return
+        cut = len(raw) >= launch.MAX_LINE_BYTES and not raw.endswith(b"\n")
+        self.rest_of_long_line = cut
         self.line_no += 1
         self.emit("log_line", index=self.index, line_no=self.line_no,
                   text=raw.decode("utf-8", "replace").rstrip("\r\n"))
-        for fact in self.parser.feed(raw):
+        for fact in self.parser.feed(raw, cut=cut):
             if fact.key in LIVE_FACTS:
                 self.emit("fact", index=self.index, key=fact.key, value=fact.value, line_no=fact.line_no)
             if fact.key == "listen_url" and self.listening_at is None:

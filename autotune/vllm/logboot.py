@@ -37,8 +37,10 @@ class Fact:
     text: str  # the cleaned line (at most TEXT_MAX chars, a window around the value)
 
 
-def read_number(text: str) -> int | float | None:
-    """A number as printed: thousands separators dropped; int if no decimal point."""
+def read_number(text: str | None) -> int | float | None:
+    """A number as printed: thousands separators dropped; int if no decimal point (None: no number)."""
+    if text is None:
+        return None
     try:
         text = text.replace(",", "")
         return float(text) if "." in text else int(text)

@@ -14,18 +14,22 @@ issue threads. Each adds something around vLLM's own text:
   ``(RayWorkerWrapper pid=1, ip=10.0.0.1) ``), ``[rank0]: `` and vLLM's logger prefix
   (``INFO 09-15 10:05:40 [file.py:864] ``);
 * hard wraps: a terminal (or a person) cut a long line; the rest follows on the next
-  line with no prefix, possibly in the middle of a word.
+  line with no prefix, possibly in the middle of a word;
+* HTML: a paste taken from a web page's source or an HTML mail (``&gt;``, ``&#39;``, the
+  ``<details>``/``<pre>`` around it).
 
 This module only looks at text; it knows no figure. Stdlib only.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 from autotune.vllm.logpatterns import prefilter
 
-__all__ = ["clean_line", "unwrap", "message_start", "level_of", "line_kind", "is_continuation", "KIND_NEEDLES"]
+__all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "level_of", "line_kind", "is_continuation",
+           "KIND_NEEDLES"]
 
 # Every escape sequence: CSI (ESC [ ... final; also the 8-bit CSI 0x9b), OSC (ESC ] ... BEL or
 # ESC \), other ESC-initiated two/three-byte sequences (charset selection ESC ( B, keypad
@@ -67,9 +71,22 @@ def clean_line(line: str) -> str:
     return line
 
 
+# An HTML character reference: "&gt;", "&#39;", "&#x27;" (a bare "&" is left as it is).
+_ENTITY_RE = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[A-Za-z]{2,8});")
+
+
+def unescape_html(line: str) -> str:
+    """The text of a line pasted as HTML (``&gt;`` -> ``>``, ``&#39;`` -> ``'``); others unchanged."""
+    return html.unescape(line) if "&" in line and _ENTITY_RE.search(line) is not None else line
+
+
 # --- wrappers around the whole line ------------------------------------------------------
 _BOX = "│┃║"
-_WRAPPER_FIRST = _BOX + ">`"
+_WRAPPER_FIRST = _BOX + ">`<"
+# The HTML around a paste (GitHub's <details>, <pre><code>): tags at the start or the end of a line.
+_TAG = r"</?(?:details|summary|pre|code|p|div|span|br|blockquote|tt|samp|kbd)\b[^<>]{0,200}>"
+_TAGS_LEFT_RE = re.compile(rf"^\s{{0,8}}(?:{_TAG}\s*)+", re.IGNORECASE)
+_TAGS_RIGHT_RE = re.compile(rf"(?:\s*{_TAG})+\s*$", re.IGNORECASE)
 _BOX_LEFT_RE = re.compile(r"^\s{0,8}[│┃║] ?")
 _BOX_RIGHT_RE = re.compile(r"\s*[│┃║]\s*$")
 _QUOTE_RE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
@@ -78,10 +95,14 @@ _RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]\s*$")
 
 def unwrap(line: str) -> str:
     """The line without what a viewer or a paste put around it: box frames, Markdown
-    quotes, inline-code backticks, Ray's repetition suffix. Trailing spaces of a plain line
-    are kept (they tell a word-wrapped line from a hard-wrapped one)."""
+    quotes, inline-code backticks, HTML tags, Ray's repetition suffix. Trailing spaces of a
+    plain line are kept (they tell a word-wrapped line from a hard-wrapped one)."""
     if not line:
         return line
+    if line.endswith(">"):
+        line = _TAGS_RIGHT_RE.sub("", line, count=1)
+        if not line:
+            return line
     # A wrapper starts the line, after spaces at most (most lines start with neither).
     for _ in range(4 if line[0] in _WRAPPER_FIRST or line[0].isspace() else 0):
         before = line  # wrappers nest: a quote inside a box, a backtick inside a quote
@@ -89,6 +110,8 @@ def unwrap(line: str) -> str:
             line = _BOX_RIGHT_RE.sub("", _BOX_LEFT_RE.sub("", line, count=1), count=1)
         if line.lstrip()[:1] == ">":
             line = _QUOTE_RE.sub("", line, count=1)
+        if line.lstrip()[:1] == "<":
+            line = _TAGS_LEFT_RE.sub("", line, count=1)
         if line.startswith("`") and not line.startswith("```"):
             line = line[1:]
             if line.rstrip().endswith("`"):
@@ -221,11 +244,12 @@ _SENTENCE_END = ".!?)]}"
 WRAP_MIN_WIDTH = 40  # a line shorter than this was not wrapped by a terminal or an editor
 
 
-def is_continuation(previous: str, line: str) -> bool:
+def is_continuation(previous: str, line: str, *, trimmed: bool = False) -> bool:
     """Whether ``line`` is the rest of ``previous`` cut by a hard wrap (a terminal at any
     width, mid-word; or a person's word wrap). ``previous`` must be long and ``line`` must
     carry no prefix, start no record (an indented line is a traceback frame) and not start a
-    new sentence after a finished one."""
+    new sentence after a finished one. ``trimmed``: the last row of ``previous`` is shorter than
+    the wrap width, so the wrap fell on spaces that were trimmed."""
     if len(previous) < WRAP_MIN_WIDTH:
         return False  # (its stripped head is shorter still)
     head = previous.rstrip()
@@ -238,7 +262,7 @@ def is_continuation(previous: str, line: str) -> bool:
         return False
     first = text[0]
     new_sentence = first.isupper() and text[1:2].islower()  # "The model's", not "KV" or "V cache"
-    at_space = previous[-1:] in (" ", "\t") or line.startswith(" ")
+    at_space = trimmed or previous[-1:] in (" ", "\t") or line.startswith(" ")
     # A finished sentence then a capitalised word: "... 0.82x." + "The model's ...", "...=131072)" +
     # "Using ..."; a wrap that fell on a space keeps the space, and after it only .!? end a sentence.
     if new_sentence and head[-1] in (".!?" if at_space else _SENTENCE_END):

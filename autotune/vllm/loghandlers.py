@@ -16,6 +16,7 @@ from autotune.vllm import catalog
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logargs import model_names, parse_dict_repr, parse_namespace_repr
 from autotune.vllm.logboot import read_number
+from autotune.vllm.logwording import CutMatch, Wording
 
 MASK = "\u2591"  # hides a model name: no regex (ASCII-only) matches it
 QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.){0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"")
@@ -37,11 +38,12 @@ class LineHandlers:
         return found
 
     # -- handlers (line, message start) ---------------------------------------
-    def _at(self, regex: re.Pattern[str], line: str, start: int) -> re.Match[str] | None:
-        """``regex`` matched where vLLM's message starts (after its indentation)."""
+    def _at(self, regex: re.Pattern[str] | Wording, line: str, start: int) -> re.Match[str] | CutMatch | None:
+        """``regex`` matched where vLLM's message starts (after its indentation); a ``Wording`` also
+        reads a line cut inside its message (the figures before the cut)."""
         while start < len(line) and line[start] in " \t":
             start += 1
-        return regex.match(line, start)
+        return regex.read(line, start) if isinstance(regex, Wording) else regex.match(line, start)
 
     def _on_echo(self, line: str, start: int) -> None:
         # The arguments and the engine config: their own facts only, and the model names to mask.
@@ -118,11 +120,11 @@ class LineHandlers:
             self._set("attention_fallback_reason", found.group(0).rstrip(), found.span())
 
     def _on_took(self, line: str, start: int) -> None:
-        found = self._at(P.WEIGHTS_RE, line, start)
+        found = self._at(P.WEIGHTS, line, start)
         if found is not None and "weights_gib" not in self._boot.facts:
             self._set_num("weights_gib", found, 1)
             self._set("weights_unit_in_log", found.group(2), found.span(2))
-        found = self._at(P.GRAPH_RE, line, start)
+        found = self._at(P.GRAPH, line, start)
         if found is not None:
             self._set_num("cuda_graph_gib", found, 1)
 
@@ -132,7 +134,7 @@ class LineHandlers:
             self._boot.kv_line = self._line_no
 
     def _on_kv_tokens(self, line: str, start: int) -> None:
-        found = self._at(P.KV_TOKENS_RE, line, start)
+        found = self._at(P.KV_TOKENS, line, start)
         if found is None or "kv_cache_tokens" in self._boot.facts:
             return
         self._set_num("kv_cache_tokens", found, 2)
@@ -140,10 +142,10 @@ class LineHandlers:
             self._set("kv_cache_device", found.group(1), found.span(1))
         self._sized()
         if line.startswith(", ", found.end()):  # after 0.21 the concurrency follows on the same line
-            self._concurrency(P.CONCURRENCY_RE.match(line, found.end() + 2))
+            self._concurrency(P.CONCURRENCY.read(line, found.end() + 2))
 
     def _on_concurrency(self, line: str, start: int) -> None:
-        self._concurrency(self._at(P.CONCURRENCY_RE, line, start))
+        self._concurrency(self._at(P.CONCURRENCY, line, start))
 
     def _concurrency(self, found: re.Match[str] | None) -> None:
         if found is not None and "max_concurrency" not in self._boot.facts:
@@ -177,7 +179,7 @@ class LineHandlers:
             self._sized()
 
     def _on_available_kv(self, line: str, start: int) -> None:
-        found = self._at(P.AVAILABLE_KV_RE, line, start)
+        found = self._at(P.AVAILABLE_KV, line, start)
         if found is None:
             return
         value = read_number(found.group(1))
@@ -196,16 +198,16 @@ class LineHandlers:
     def _on_v0_profile(self, line: str, start: int) -> None:
         msg = line[start:].lstrip()
         if msg.startswith("Memory profiling"):
-            found = P.V0_KV_CACHE_SIZE_RE.search(line, start)
+            found = P.V0_KV_CACHE_SIZE.find(line, start)
             if found is not None:
                 self._set_num("kv_cache_size_gib", found, 1)
         if msg.startswith(("model weights take", "the rest of the memory", "Memory profiling")):
-            found = P.V0_KV_RESERVED_RE.search(line, start)
+            found = P.V0_KV_RESERVED.find(line, start)
             if found is not None:
                 self._set_num("kv_cache_reserved_gib", found, 1)
 
     def _on_cpu_kv_set(self, line: str, start: int) -> None:
-        found = self._at(P.CPU_KV_SET_RE, line, start)
+        found = self._at(P.CPU_KV_SET, line, start)
         if found is None or "cpu_kv_gib" in self._boot.facts:
             return
         self._set_num("cpu_kv_gib", found, 1)
@@ -220,17 +222,21 @@ class LineHandlers:
             self._boot.available_from_cpu = True
 
     def _on_cpu_kvcache_space(self, line: str, start: int) -> None:
-        found = self._at(P.CPU_KVCACHE_SPACE_RE, line, start)
+        found = self._at(P.CPU_KVCACHE_SPACE, line, start)
         if found is not None:
-            self._set_num("cpu_kvcache_space_gib", found, 1 if found.group(1) is not None else 2)
+            self._set_num("cpu_kvcache_space_gib", found, 1)
+        else:
+            found = self._at(P.CPU_KVCACHE_SPACE_DEFAULT, line, start)
+            if found is not None:
+                self._set_num("cpu_kvcache_space_gib", found, 1)
 
     def _on_autofit(self, line: str, start: int) -> None:
-        found = self._at(P.AUTOFIT_REDUCED_RE, line, start)
+        found = self._at(P.AUTOFIT_REDUCED, line, start)
         if found is not None:
             self._set_num("autofit_from", found, 1)
             self._set_num("autofit_max_model_len", found, 2)
         else:
-            found = self._at(P.AUTOFIT_FULL_RE, line, start) or self._at(P.AUTOFIT_ATTN_FREE_RE, line, start)
+            found = self._at(P.AUTOFIT_FULL, line, start) or self._at(P.AUTOFIT_ATTN_FREE_RE, line, start)
             if found is not None:
                 self._set_num("autofit_max_model_len", found, 1)
         if found is not None:
@@ -239,7 +245,7 @@ class LineHandlers:
                 self._set_num("autofit_available_kv_gib", available, 1)
 
     def _on_graph_estimate(self, line: str, start: int) -> None:
-        found = self._at(P.GRAPH_ESTIMATE_RE, line, start)
+        found = self._at(P.GRAPH_ESTIMATE, line, start)
         if found is not None:
             self._set_num("cuda_graph_estimated_gib", found, 1)
 

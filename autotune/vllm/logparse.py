@@ -14,9 +14,17 @@ parser keeps a running verdict for the current boot:
 * ``incomplete``: none of these yet.
 
 Boots, not files: a log may hold several boots (a restart loop, ``>>`` appended runs). A
-new boot starts at the version banner or the arguments line once the current boot's engine
-has started, or at a new engine start once the current boot has finished or loaded its
-weights. ``result()`` describes the last boot; ``boots()`` every boot.
+new boot starts at the version banner (at its first line: the logo's, or the platform line
+printed just before a one-line banner) or at a second arguments line (a boot prints its
+arguments once: the same command run again is a new boot whatever its time stamps) once the
+current boot's engine has started or failed, or at a new engine start once the current boot
+has finished or loaded its weights. ``result()`` describes the last boot; ``boots()`` every boot.
+
+Lines as pasted (``logrows``): hard wraps are rejoined (a terminal capture's trimmed spaces
+put back), JSON log records (vLLM's JSON logging, ``journalctl -o json``) read as the text
+they carry, HTML entities decoded. A line cut short is read up to the cut (``logwording``):
+the figures before it, never one the cut may have shortened; a refusal broken at its
+sentences keeps the estimate on its next line.
 
 Facts only from the lines that carry them (``logclean`` finds vLLM's message behind any
 prefixes): sizing figures only where their message starts; refusal and failure figures
@@ -44,10 +52,11 @@ from autotune.vllm import catalog
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logboot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, read_number, text_window
 from autotune.vllm.logcheck import ceiling_from
-from autotune.vllm.logclean import (KIND_NEEDLES, clean_line, is_continuation, level_of, line_kind, message_start,
-                                    unwrap)
+from autotune.vllm.logclean import KIND_NEEDLES, clean_line, level_of, line_kind, message_start
 from autotune.vllm.loghandlers import MASK, LineHandlers
 from autotune.vllm.logread import MAX_LINE_BYTES, open_log, read_lines
+from autotune.vllm.logrows import RowReader
+from autotune.vllm.logwording import CutMatch
 
 __all__ = [
     "SCHEMA_KEYS", "Fact", "BootLogParser", "parse_lines", "parse_file", "parse_stream",
@@ -60,9 +69,11 @@ _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 # vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
 # its first digit, so that the search skips to digits at once).
 _STAMP_RE = re.compile(r"(\d(?<![\d-]\d)\d-\d\d \d\d:\d\d:\d\d)\b")
-
-
-class BootLogParser(LineHandlers):
+# The 0.15+ banner's logo lines (a message of only these) and the line vLLM prints just before its banner
+# (0.7-0.14): a boot that starts at its banner's version line begins at the first of them.
+_LOGO = " \t" + "".join(P.LOGO_CHARS)
+_BEFORE_BANNER = "Automatically detected platform"
+class BootLogParser(LineHandlers, RowReader):
     """Streaming: feed lines one by one; keeps state; never raises."""
 
     def __init__(self) -> None:
@@ -73,10 +84,11 @@ class BootLogParser(LineHandlers):
         self._line = ""  # the cleaned line being processed
         self._new: list[Fact] = []
         self._undo: tuple | None = None  # state before the current line's first change
-        self._pending: tuple[str, int, tuple | None, str] | None = None  # last line: text, no, undo, kind
+        self._init_rows()
+        self._estimate_row = 0  # the row where a refusal's estimate sentence may stand on its own
+        self._banner_from = 0  # first line of the run of banner lines the current line may end
         self._ended = False
         self._cut = False  # the line being processed was cut at MAX_LINE_BYTES
-        self._pending_cut = False
         self._internal_errors = 0
 
     # -- public API ---------------------------------------------------------
@@ -107,6 +119,10 @@ class BootLogParser(LineHandlers):
     def close(self) -> None:
         """The log has ended: a boot that ends inside a traceback or on an ERROR line is an error,
         and that last line is its stated cause (``exception``) unless an exception line is."""
+        try:
+            self.flush_rows()
+        except Exception:  # never raise
+            self._internal_errors += 1
         self._ended = True
         boot, trace = self._boot, self._boot.trace
         if not boot.ready and trace.tail in ("traceback", "error") and trace.tail_line:
@@ -170,32 +186,6 @@ class BootLogParser(LineHandlers):
             text = text[:-1]
         return text.split("\n")
 
-    def _physical(self, raw: str, cut: bool) -> None:
-        text = unwrap(clean_line(raw))
-        if cut:
-            self._boot_touch()
-            self._set("line_cut", self._line_no)
-        pending = self._pending
-        if (pending is not None and pending[1] != self._line_no and not self._pending_cut
-                and is_continuation(pending[0], text)):
-            head, head_no, undo, head_kind = pending
-            if undo is not None:
-                self._restore(undo)
-            self._undo = None
-            joined = head + text
-            kind = self._process(joined, head_no, full=True)
-            if head[-1:] not in (" ", "\t") and text[:1] not in (" ", "\t"):
-                self._process(head + " " + text, head_no, full=False)  # a word wrap that ate the space
-            if head_kind == "other":
-                self._process(text, self._line_no, full=False)  # a line of its own after all
-            self._pending = (joined, head_no, self._undo, kind)
-            return
-        self._undo = None
-        self._cut = cut
-        kind = self._dispatch(text, True)  # _process at the current line number, without its bookkeeping
-        self._pending = (text, self._line_no, self._undo, kind)
-        self._pending_cut = cut
-
     # -- state changes (all through here, so that a line can be undone) ------
     def _boot_touch(self) -> None:
         if self._undo is None:
@@ -216,7 +206,9 @@ class BootLogParser(LineHandlers):
         self._boot.facts[key] = fact
         self._new.append(fact)
 
-    def _set_num(self, key: str, found: re.Match[str], group: int) -> None:
+    def _set_num(self, key: str, found: re.Match[str] | CutMatch, group: int) -> None:
+        if found.group(group) is None:
+            return  # an optional figure the line does not show, or one after a cut
         end = found.end(group)
         line = found.string
         if end < len(line) and line[end].isdigit():
@@ -225,11 +217,13 @@ class BootLogParser(LineHandlers):
             return  # the digit run may continue past the cut
         self._set(key, read_number(found.group(group)), found.span(group))
 
-    def _new_boot(self) -> None:
+    def _new_boot(self, first_line: int) -> None:
         self._boot_touch()
-        self._earlier.append(self._summary(self._boot, self._boots_total, True))
+        boot = self._boot
+        boot.last_line = min(boot.last_line, first_line - 1)
+        self._earlier.append(self._summary(boot, self._boots_total, True))
         self._boots_total += 1
-        self._boot = Boot(self._line_no)
+        self._boot = Boot(first_line)
 
     @staticmethod
     def _summary(boot: Boot, number: int, ended: bool) -> dict:
@@ -258,18 +252,18 @@ class BootLogParser(LineHandlers):
         hit = catalog.search(masked) if maybe and kind == "other" else None
         if hit is not None and not hit[0].fatal and level in ("ERROR", "CRITICAL"):
             level = "WARNING"  # logged at ERROR, yet harmless ("Cannot use FA version ...")
+        if full:
+            banner = self._banner_from
+            first = line[start : start + 1]
+            decor = bool(line) and ((first in _LOGO and not line[start:].strip(_LOGO))
+                                    or first == "A" and line.startswith(_BEFORE_BANNER, start))
+            self._banner_from = (banner or self._line_no) if decor else 0
+            if kind == "args" or "version" in line:
+                self._boot_starts(line, start, kind, banner or self._line_no)
         boot = self._boot
         if full:
-            if (kind == "args" or "version" in line) and self._starts_boot(line, start, kind) and boot.engine_started:
-                # A paste may put the sizing lines before the arguments: an arguments or engine line
-                # stamped earlier than this boot's last figure is part of it (a banner never is).
-                stamp = _STAMP_RE.search(line, 0, start + 1)
-                stamp_text = stamp.group(1) if stamp is not None else ""
-                if kind != "args" or stamp_text >= boot.last_stamp[: len(stamp_text)]:
-                    self._new_boot()
-                    boot = self._boot
             boot.last_line = self._line_no  # not undone: a rejoined line ends where its tail ends
-            if not boot.ready:
+            if not boot.ready and not decor:
                 # An echo (arguments, config) is never part of a traceback, whatever it quotes.
                 message = line[start:] if kind == "other" else "(echo)"
                 trace = boot.trace.feed(message, level, self._line_no)
@@ -308,21 +302,40 @@ class BootLogParser(LineHandlers):
                 line = line.replace(name, MASK * len(name))
         return line
 
-    def _starts_boot(self, line: str, start: int, kind: str) -> bool:
+    def _boot_starts(self, line: str, start: int, kind: str, first_line: int) -> None:
+        """A banner, a second arguments line or an engine start after this boot's engine started
+        begins a new boot, at ``first_line`` (its banner's first line)."""
+        boot = self._boot
+        why = self._starts_boot(line, start, kind)
+        if not why or not (boot.engine_started or why == "args" and boot.trace.ends_in_failure):
+            return
+        if why == "engine":
+            # A paste may put the sizing lines before the engine's config: an engine line stamped
+            # earlier than this boot's last figure is part of it (fixtures 009, 010).
+            stamp = _STAMP_RE.search(line, 0, start + 1)
+            stamp_text = stamp.group(1) if stamp is not None else ""
+            if stamp_text < boot.last_stamp[: len(stamp_text)]:
+                return
+        self._new_boot(first_line if why == "banner" else self._line_no)
+
+    def _starts_boot(self, line: str, start: int, kind: str) -> str:
+        """Why this line may begin a boot: "banner", "args" (a boot's second arguments line), "engine"."""
         boot = self._boot
         if kind == "args":
             msg = line[start:].lstrip()
             if msg.startswith((P.NON_DEFAULT_ARGS, P.NAMESPACE_ARGS)):
                 # A boot prints its arguments once, right after its banner (which starts a boot on its
-                # own): a second arguments line is a new boot; a first one after the engine's lines is
-                # a paste that put the sizing or the error first (fixtures 009, 010, 311).
-                return "non_default_args" in boot.facts or "args_namespace" in boot.facts
+                # own): a second arguments line is a new boot, whatever its time stamp (the same
+                # command run again); a first one after the engine's lines is a paste that put the
+                # sizing or the error first (fixtures 009, 010, 311).
+                return "args" if "non_default_args" in boot.facts or "args_namespace" in boot.facts else ""
             if P.ENGINE_VERSION_RE.match(msg) is not None:
-                return boot.ready or boot.fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
-            return False
+                started = boot.ready or boot.fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
+                return "engine" if started else ""
+            return ""
         if "version" not in line:
-            return False
-        return self._version_at(line, start) is not None
+            return ""
+        return "banner" if self._version_at(line, start) is not None else ""
 
     # -- error_kind bookkeeping ---------------------------------------------
     def _signature(self, kind: catalog.FailureKind, span: tuple[int, int]) -> None:
@@ -359,7 +372,7 @@ class BootLogParser(LineHandlers):
         self._set("exception", text[:_EXCEPTION_MAX], (start, len(line)), replace=True)
 
     def _on_refusal(self, line: str, start: int) -> None:
-        found = P.REFUSAL_V1_RE.search(line, start)
+        found = P.REFUSAL_V1.find(line, start)
         if found is not None:
             if "max_model_len_requested" not in self._boot.facts:
                 self._set_num("max_model_len_requested", found, 1)
@@ -367,30 +380,39 @@ class BootLogParser(LineHandlers):
                 self._set("refusal_unit_in_log", found.group(3), found.span(3))
                 self._set_num("refusal_available_kv_gib", found, 4)
                 # Refusal figures only from the refusal message: the estimate is its next sentence.
-                estimate = P.ESTIMATE_AFTER_RE.match(line, found.end())
+                estimate = P.ESTIMATE_AFTER.read(line, found.end())
                 if estimate is not None:
                     self._set_num("estimated_max_model_len", estimate, 1)
+                if isinstance(found, re.Match) and not line[found.end():].strip(". "):
+                    self._estimate_row = self._row_no + 1  # the line ends with the first sentence
             return
-        found = P.REFUSAL_V0_RE.search(line, start)
+        found = P.REFUSAL_V0.find(line, start)
         if found is not None and "max_model_len_requested" not in self._boot.facts:
             self._set_num("max_model_len_requested", found, 1)
             self._set_num("kv_cache_max_tokens", found, 2)
 
+    def _on_estimate_sentence(self, line: str, start: int) -> None:
+        # A viewer that breaks a message at its sentences puts the estimate on the line after the refusal.
+        if self._line_no == self._estimate_row and "estimated_max_model_len" not in self._boot.facts:
+            found = self._at(P.ESTIMATE_SENTENCE, line, start)
+            if found is not None and self._boot.refusal is not None:
+                self._set_num("estimated_max_model_len", found, 1)
+
     def _on_above_derived(self, line: str, start: int) -> None:
-        found = P.ABOVE_DERIVED_RE.search(line, start)
+        found = P.ABOVE_DERIVED.find(line, start)
         if found is not None:
             self._set_num("max_model_len_requested", found, 1)
             self._set("derived_max_model_len_key", found.group(2), found.span(2))
             self._set_num("derived_max_model_len", found, 3)
 
     def _on_mamba(self, line: str, start: int) -> None:
-        found = P.MAMBA_RE.search(line, start)
+        found = P.MAMBA.find(line, start)
         if found is not None:
             self._set_num("max_num_seqs_refused", found, 1)
             self._set_num("mamba_cache_blocks", found, 2)
 
     def _on_free_memory(self, line: str, start: int) -> None:
-        found = P.FREE_MEMORY_RE.search(line, start)
+        found = P.FREE_MEMORY.find(line, start)
         if found is not None:
             self._set_num("startup_free_gib", found, 1)
             self._set_num("startup_total_gib", found, 2)
@@ -416,12 +438,13 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Available KV cache memory: ",), BootLogParser._on_available_kv, False),
     (("num_gpu_blocks is: ",), BootLogParser._on_engine_blocks, False),
     (("kv_cache_size=", "reserved for KV Cache is "), BootLogParser._on_v0_profile, False),
-    ((" GiB for KV cache on node ",), BootLogParser._on_cpu_kv_set, False),
+    (("Auto set (", "Explicitly set ("), BootLogParser._on_cpu_kv_set, False),
     (("VLLM_CPU_KVCACHE_SPACE",), BootLogParser._on_cpu_kvcache_space, False),
     (("Auto-fit max_model_len: ",), BootLogParser._on_autofit, False),
     (("max seq len (",), BootLogParser._on_refusal, True),
+    (("Based on the available memory",), BootLogParser._on_estimate_sentence, True),
     (("User-specified max_model_len (",), BootLogParser._on_above_derived, True),
-    (("Mamba cache blocks (",), BootLogParser._on_mamba, True),
+    (("max_num_seqs (",), BootLogParser._on_mamba, True),
     (("Free memory on device",), BootLogParser._on_free_memory, True),
     (("Estimated CUDA graph memory: ",), BootLogParser._on_graph_estimate, False),
     (("Directly load ", "Compiling a graph for ", "Cache the graph ", "saved AOT compiled"), BootLogParser._on_compile,

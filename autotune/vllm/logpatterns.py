@@ -12,6 +12,8 @@ from __future__ import annotations
 import functools
 import re
 
+from autotune.vllm.logwording import Either, Fig, Maybe, Re, Wording
+
 
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags | re.ASCII)
@@ -30,7 +32,7 @@ LOGO_VERSION_RE = _re(r"\bversion\s+([\w.+\-]{1,64})[\s`]*$")
 LOGO_CHARS = ("█", "▄", "▀")
 # V0 "Initializing an LLM engine (v0.6.1) with config", V1 "Initializing a V1 LLM engine (v0.8.1)".
 ENGINE_VERSION_RE = _re(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]{1,64})\)")
-MAX_SEQ_LEN_RE = _re(r"\bmax_seq_len=(\d+)")
+MAX_SEQ_LEN_RE = _re(r"\bmax_seq_len=(\d+),")  # a comma follows in every version's config
 # Settings the engine config line shows as it resolved them (V1 0.8+): what a flag left to vLLM became.
 ENGINE_CONFIG_FLAG_RE = _re(r"\b(enable_prefix_caching|enable_chunked_prefill)=(True|False)\b")
 
@@ -55,75 +57,74 @@ FALLBACK_FA_VERSION_RE = _re(r"Cannot use FA version \d+ is not supported due to
 
 # Weights. V0/V1 <=0.7.3 "Loading model weights took 14.9888 GB"; 0.8.0-0.8.2
 # "Model loading took X GB and Ys"; 0.8.3+ GiB; 0.11.1+ "GiB memory and".
-WEIGHTS_RE = _re(r"(?:Loading model weights|Model loading) took (" + NUM + r") (GiB|GB)\b")
+WEIGHTS = Wording(Either(("Loading model weights", "Model loading")), " took ", Fig(NUM), " ",
+                  Either(("GiB", "GB"), capture=True), Re(r"\b"))
 
 # KV sizing. V1 0.8.0+ "GPU KV cache size: 42,832 tokens" (CPU backend prints "GPU" too up to
 # 0.21); after 0.21 one line "CPU KV cache size: N tokens, Maximum concurrency for ...".
-KV_TOKENS_RE = _re(r"(?:\b(GPU \+ host|[A-Z]{2,6}) )?KV cache size: (" + INT + r") tokens")
+KV_TOKENS = Wording(Maybe((Re(r"\b"), Fig(r"GPU \+ host|[A-Z]{2,6}"), " ")), "KV cache size: ", Fig(INT), " tokens")
 # V0 0.6.3+ and V1 0.7.1+ (V1 with commas from 0.8.0).
-CONCURRENCY_RE = _re(
-    r"Maximum concurrency for (" + INT + r") tokens per request: (" + NUM + r")x"
-)
+CONCURRENCY = Wording("Maximum concurrency for ", Fig(INT), " tokens per request: ", Fig(NUM), "x")
 # V0 "# GPU blocks: N, # CPU blocks: M" (<=0.6), "# CUDA blocks: ..." (0.7+, dispatch key;
 # some builds print it lowercase), V1 0.7 "# GPU blocks: N", V0 CPU "# CPU blocks: N"
 # (<=0.6, the KV pool) and "# CPU blocks: N, # CPU blocks: 0" (0.7-0.9 CPU).
 BLOCKS_RE = _re(r"# (\w{1,16}) blocks: (\d+)(?:, # CPU blocks: (\d+))?")
 # V1 0.9.1+ (before a refusal too).
-AVAILABLE_KV_RE = _re(r"Available KV cache memory: (" + NUM + r") GiB")
+AVAILABLE_KV = Wording("Available KV cache memory: ", Fig(NUM), " GiB")
 # V0 0.6.4 only: "Memory profiling results: ... kv_cache_size=2.89GiB ...".
-V0_KV_CACHE_SIZE_RE = _re(r"\bkv_cache_size=(" + NUM + r") ?GiB")
+V0_KV_CACHE_SIZE = Wording("kv_cache_size=", Fig(NUM), Re(" ?"), "GiB")
 # V0 0.6.5-0.10 multi-line profile: "... the rest of the memory reserved for KV Cache is 5.23GiB."
-V0_KV_RESERVED_RE = _re(r"the rest of the memory reserved for KV Cache is (" + NUM + r") ?GiB")
+V0_KV_RESERVED = Wording("the rest of the memory reserved for KV Cache is ", Fig(NUM), Re(" ?"), "GiB")
 # CPU backend 0.20+: "Auto set (X/Y) GiB for KV cache on node 0, with R GiB requested memory
 # for the worker. N GiB memory was consumed by non-kv usages." / "Explicitly set (X/Y) GiB ...".
-CPU_KV_SET_RE = _re(
-    r"(?:Auto|Explicitly) set \((" + NUM + r")/(" + NUM + r")\) GiB for KV cache on node \d+"
-    r"(?:, with (" + NUM + r") GiB requested memory for the worker\. (" + NUM + r") GiB memory"
-    r" was consumed by non-kv usages)?"
+CPU_KV_SET = Wording(
+    Either(("Auto", "Explicitly")), " set (", Fig(NUM), "/", Fig(NUM), ") GiB for KV cache on node ", Re(r"\d+"),
+    Maybe((", with ", Fig(NUM), " GiB requested memory for the worker. ", Fig(NUM),
+           " GiB memory was consumed by non-kv usages")),
 )
 # CPU backend 0.13-0.19 "VLLM_CPU_KVCACHE_SPACE not set. Using 31.5 GiB for KV cache." and
 # <=0.12 "... VLLM_CPU_KVCACHE_SPACE (GiB) for CPU backend is not set, using 4 by default."
-CPU_KVCACHE_SPACE_RE = _re(
-    r"VLLM_CPU_KVCACHE_SPACE not set\. Using (" + NUM + r") GiB for KV cache"
-    r"|(?:Environment variable )?VLLM_CPU_KVCACHE_SPACE \(GiB?\) for CPU backend is not set, using (" + NUM + r")"
-    r" by default"
-)
+CPU_KVCACHE_SPACE = Wording("VLLM_CPU_KVCACHE_SPACE not set. Using ", Fig(NUM), " GiB for KV cache")
+CPU_KVCACHE_SPACE_DEFAULT = Wording(Maybe(("Environment variable ",)), "VLLM_CPU_KVCACHE_SPACE (", Either(("GiB", "Gi")),
+                                    ") for CPU backend is not set, using ", Fig(NUM), " by default")
 
 # Auto-fit, 0.14+ ("... (5.23 GiB available for KV cache)"; after 0.21 "... memory (5.1 GiB GPU)").
-AUTOFIT_REDUCED_RE = _re(r"Auto-fit max_model_len: reduced from (\d+) to (\d+)")
-AUTOFIT_FULL_RE = _re(r"Auto-fit max_model_len: full model context length (\d+) fits")
+AUTOFIT_REDUCED = Wording("Auto-fit max_model_len: reduced from ", Fig(r"\d+"), " to ", Fig(r"\d+"), " to fit")
+AUTOFIT_FULL = Wording("Auto-fit max_model_len: full model context length ", Fig(r"\d+"), " fits")
 AUTOFIT_ATTN_FREE_RE = _re(r"Auto-fit max_model_len: attention-free model, using derived max_model_len=(\d+)")
 
 # Refusals. V1 0.7-0.8.2 "GB" and "models's"; 0.8.3+ GiB; 0.14+ format_gib ("16.0");
 # after 0.21 "model's".
-REFUSAL_V1_RE = _re(
-    r"To serve at least one request with the models?'s max seq len \((\d+)\), \((" + NUM + r") (GiB|GB) KV"
-    r" cache is needed, which is larger than the available KV cache memory \((" + NUM + r") (?:GiB|GB)\)"
+REFUSAL_V1 = Wording(
+    "To serve at least one request with the ", Either(("model's", "models's")), " max seq len (", Fig(r"\d+"), "), (",
+    Fig(NUM), " ", Either(("GiB", "GB"), capture=True),
+    " KV cache is needed, which is larger than the available KV cache memory (", Fig(NUM), " ", Either(("GiB", "GB")),
+    ")",
 )
 # 0.9.1+ (0.8.4-0.9.0.1 print "Based on the available memory,  Try ..." with no number): see
 # ESTIMATE_AFTER_RE below, read only right after the refusal's figures.
 # V0 (<=0.10 fallback path); the second number is the KV capacity in tokens.
-REFUSAL_V0_RE = _re(
-    r"The model's max seq len \((\d+)\) is larger than the maximum number of tokens that can be"
-    r" stored in KV cache \((\d+)\)"
+REFUSAL_V0 = Wording(
+    "The model's max seq len (", Fig(r"\d+"),
+    ") is larger than the maximum number of tokens that can be stored in KV cache (", Fig(r"\d+"), ")",
 )
 # Config-time refusal (all versions); the derived length may print as a float after rope scaling.
 # The requested length is the first number; the key that set the maximum names the config field.
-ABOVE_DERIVED_RE = _re(
-    r"User-specified max_model_len \((\d+)\) is greater than the derived max_model_len"
-    r" \((\w+)=(\d+)(?:\.0+)?\b"
+ABOVE_DERIVED = Wording(
+    "User-specified max_model_len (", Fig(r"\d+"), ") is greater than the derived max_model_len (", Fig(r"\w+"), "=",
+    Fig(r"\d+"), Re(r"(?:\.0+)?"), " or",
 )
-MAMBA_RE = _re(r"max_num_seqs \((\d+)\) exceeds available Mamba cache blocks \((\d+)\)")
+MAMBA = Wording("max_num_seqs (", Fig(r"\d+"), ") exceeds available Mamba cache blocks (", Fig(r"\d+"), ")")
 # V1 0.9.1+: "Free memory on device [cuda:0 ](X/Y GiB) on startup is less than desired ...".
-FREE_MEMORY_RE = _re(
-    r"Free memory on device (?:\S{1,32} )?\((" + NUM + r")/(" + NUM + r") GiB\) on startup is less than"
-    r"(?: desired GPU memory utilization \((" + NUM + r"), (" + NUM + r") GiB\))?"
+FREE_MEMORY = Wording(
+    "Free memory on device ", Re(r"(?:[^\s(]\S{0,31} )?"), "(", Fig(NUM), "/", Fig(NUM), " GiB) on startup is less than",
+    Maybe((" desired GPU memory utilization (", Fig(NUM), ", ", Fig(NUM), " GiB)")),
 )
 
 # CUDA graphs: "Graph capturing finished in 12 secs, took 0.52 GiB" (0.6.4+);
 # 0.18+ "Estimated CUDA graph memory: 0.61 GiB total".
-GRAPH_RE = _re(r"Graph capturing finished in \d+ secs, took (" + NUM + r") GiB")
-GRAPH_ESTIMATE_RE = _re(r"Estimated CUDA graph memory: (" + NUM + r") GiB")
+GRAPH = Wording("Graph capturing finished in ", Re(r"\d+"), " secs, took ", Fig(NUM), " GiB")
+GRAPH_ESTIMATE = Wording("Estimated CUDA graph memory: ", Fig(NUM), " GiB")
 
 # torch.compile cache (compilation/backends.py, decorators.py): warm "Directly load the compiled
 # graph(s) for compile range ... from the cache" / "Directly load AOT compilation from path";
@@ -139,7 +140,12 @@ STARTUP_COMPLETE = "Application startup complete"
 STARTUP_COMPLETE_RE = _re(r"Application startup complete")
 # The estimate is the refusal's next sentence (0.9.1+): "... memory (5.23 GiB). Based on the
 # available memory, the estimated maximum model length is 42832."
-ESTIMATE_AFTER_RE = _re(r"\.\s{0,3}Based on the available memory,\s{0,3}the estimated maximum model length is (\d+)")
+# vLLM ends the sentence with a period: a number that ends the line may have lost digits to a cut.
+ESTIMATE_AFTER = Wording(".", Re(r"\s{0,3}"), "Based on the available memory,", Re(r"\s{0,3}"),
+                         "the estimated maximum model length is ", Fig(r"\d+"), ".")
+# The same sentence on a line of its own (a viewer that breaks a message at its sentences).
+ESTIMATE_SENTENCE = Wording("Based on the available memory,", Re(r"\s{0,3}"), "the estimated maximum model length is ",
+                            Fig(r"\d+"), ".")
 # Auto-fit's KV figure: "(5.23 GiB available for KV cache)" (0.14-0.21), "memory (5.1 GiB GPU)" (after 0.21).
 AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU)?\)")
 # Names to mask in later lines: the engine config's model='...' / tokenizer='...', and the
