@@ -69,6 +69,12 @@ def test_all_boots_text_and_json(two_boots: Path):
     assert [b["outcome"] for b in boots] == ["refused", "ready"]
     assert [b["boot"] for b in boots] == [1, 2]
     assert boots[0]["diagnosis"]["fix"] and boots[1]["first_line"] == boots[0]["last_line"] + 1
+    # Boot 2 begins at its banner's first line (the blank logger line above the logo), not at the
+    # banner's version line two lines further (issue 20).
+    ready = READY.read_bytes().decode().split("\n")  # lines end at \n only (tqdm's \r is inside a line)
+    banner = next(i for i, line in enumerate(ready) if "█" in line) - 1
+    first = REFUSED.read_bytes().count(b"\n") + banner + 1
+    assert boots[1]["first_line"] == first and f"(boot 2 of 2, lines {first}-" in text
 
 
 @pytest.mark.parametrize("kind", ["directory", "fifo", "device"])
