@@ -3,14 +3,13 @@ in its version's words. The real figures: a vLLM 0.32 CPU server's /metrics, cap
 (tests/fixtures/metrics/cpu-0.32.0-tiny-llama.txt: tiny Llama, --kv-cache-memory-bytes 128M,
 --max-model-len 8192, boot log 'CPU KV cache size: 16,384 tokens ... 8,192 tokens per request: 2.00x')."""
 
-import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from autotune.run import client, launch, metrics
-from autotune.testing import fake_metrics, fake_vllm
+from autotune.testing import fake_metrics
+from tests.helpers.fake_server import fake_server  # noqa: F401 - the fixture
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 
@@ -62,36 +61,6 @@ def test_older_versions_have_no_token_figures():
 
 
 # ---- the replaying vLLM's /metrics, read through the one client -------------------------------------------
-
-class _FakeServer:
-    """The replaying vLLM's HTTP side for one in-process boot, on a free port."""
-
-    def __init__(self, *argv):
-        req = fake_vllm.read_request(["--time-scale", "0", *argv], {})
-        self.boot = fake_vllm.Boot(req, out=open("/dev/null", "w"))
-        served, tokens = self.boot.run()
-        self.port = launch.free_port()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), fake_vllm.make_handler(self.boot, served, tokens))
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.boot.out.close()
-
-
-@pytest.fixture
-def fake_server():
-    servers = []
-
-    def start(*argv):
-        servers.append(_FakeServer(*argv))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
-
 
 @pytest.mark.parametrize("profile, labels_absent, labels_present", [
     ("v0-0.6.4", {"engine", "kv_cache_memory_bytes", "kv_cache_size_tokens"}, {"swap_space_bytes"}),

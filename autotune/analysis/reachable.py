@@ -85,9 +85,11 @@ def load_records(runs_dir) -> list[dict]:
     out = []
     for folder in artifact.list_runs(runs_dir):
         try:
-            out.append(artifact.load_run(folder))
+            record = artifact.load_run(folder)
         except artifact.ArtifactError:
             continue
+        if artifact.booted(record):
+            out.append(record)
     return out
 
 

@@ -137,6 +137,7 @@ def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, co
 
     argv = serve_argv(model_dir, serve_command)
     records = load_records(runs, runs_dir) if runs else (
-        [artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))] if Path(runs_dir).is_dir() else [])
+        [r for r in (artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
+        if Path(runs_dir).is_dir() else [])
     p = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
     emit(p, json_, gmu if gmu is not None else estimate.serve_settings(argv).gmu, target)

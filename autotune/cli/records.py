@@ -34,9 +34,10 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
 def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[dict]:
     try:
         dirs = [d for ref in refs for d in run_dirs(ref, runs_dir)] if refs else list(reversed(artifact.list_runs(runs_dir)))
-        if not dirs:
+        records = [r for r in (artifact.load_run(d) for d in dirs) if artifact.booted(r)]  # no verifications
+        if not records:
             raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
-        return [artifact.load_run(d) for d in dirs]
+        return records
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))
 

@@ -13,6 +13,8 @@ from autotune.cli.options import runs_dir_option
 from autotune.cli.card import echo_card
 from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
+from autotune.cli.verify import render as render_verification
+from autotune.run import deployed
 from autotune.store import artifact
 from autotune.store import emit
 from autotune.store import kept
@@ -65,7 +67,12 @@ def show(run, runs_dir, json_, emit_kind):
         except NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return
+    if run_record.get("kind") == deployed.KIND:
+        click.echo(render_verification(run_record))
+        return
     echo_card(run_record, run_dir=folder)
+    for check in deployed.verifications_of(folder.parent, run_record.run_id):
+        click.echo(f"  {deployed.deployed_line(check)}")
 
 
 # The columns of `autotune runs`: (header, key in the row, right-aligned).
@@ -79,6 +86,7 @@ def run_row(record: RunRecord) -> dict:
     result = record.result if isinstance(record.result, Result) else Result()
     started = record.get("started_at") or ""
     reproduces = (record.get("links") or {}).get("reproduces")
+    where = (record.get("deployment") or {}).get("url") if record.get("kind") == deployed.KIND else None
     return {
         "run_id": record.get("run_id"),
         "kind": record.get("kind", "tune"),
@@ -87,7 +95,9 @@ def run_row(record: RunRecord) -> dict:
         "model": record.get("model"),
         "target": record.get("target"),
         "ceiling": result.get("ceiling"),
-        "verdict": _verdict(record, result) + (f"; reproduces {reproduces}" if reproduces else ""),
+        "verdict": _verdict(record, result) + (f"; reproduces {reproduces}" if reproduces else "")
+        + (f"; deployed at {where}" + (f", verifies {record.link('verifies')}" if record.link("verifies") else "")
+           if where else ""),
         "reproduces": reproduces,
         "boots": len(record.get("attempts") or []),
         "vllm_version": record.get("vllm_version"),

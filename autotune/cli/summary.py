@@ -118,24 +118,31 @@ def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
         lines.append(f"  checked:  {verification['reason']}")
     probe = result.get("probe") or final.get("probe") or verification.get("probe")
     if isinstance(probe, dict):
-        mode = f"{probe['mode']} " if probe.get("mode") else ""
-        head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"
-        figures = []
-        if isinstance(probe.get("prompt_tokens"), int):
-            figures.append(f"{probe['prompt_tokens']:,} prompt tokens")
-        if isinstance(probe.get("ttft_s"), (int, float)):
-            figures.append(f"time to first token {fmt_duration(probe['ttft_s'])}")
-        if isinstance(probe.get("prefill_tokens_per_s"), (int, float)):
-            figures.append(f"prefill {probe['prefill_tokens_per_s']:,.0f} tokens/s")
-        if isinstance(probe.get("growth_gib"), (int, float)):
-            flagged = " (more than expected: vLLM preallocates the KV pool)" if probe.get("growth_flagged") else ""
-            figures.append(f"memory growth {probe['growth_gib']} GiB{flagged}")
-        lines.append(head + (": " + ", ".join(figures) if figures else ""))
-        hol = probe.get("head_of_line") or {}
-        if isinstance(hol.get("short_wait_s"), (int, float)):
-            lines.append(f"            a short request sent during the long prefill waited {fmt_duration(hol['short_wait_s'])}")
-        if not probe.get("ok") and probe.get("reason"):
-            lines.append(f"            {probe['reason']}")
+        lines.extend(probe_lines(probe))
+    return lines
+
+
+def probe_lines(probe: Mapping) -> list[str]:
+    """A probe record (run/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
+    lines = []
+    mode = f"{probe['mode']} " if probe.get("mode") else ""
+    head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"
+    figures = []
+    if isinstance(probe.get("prompt_tokens"), int):
+        figures.append(f"{probe['prompt_tokens']:,} prompt tokens")
+    if isinstance(probe.get("ttft_s"), (int, float)):
+        figures.append(f"time to first token {fmt_duration(probe['ttft_s'])}")
+    if isinstance(probe.get("prefill_tokens_per_s"), (int, float)):
+        figures.append(f"prefill {probe['prefill_tokens_per_s']:,.0f} tokens/s")
+    if isinstance(probe.get("growth_gib"), (int, float)):
+        flagged = " (more than expected: vLLM preallocates the KV pool)" if probe.get("growth_flagged") else ""
+        figures.append(f"memory growth {probe['growth_gib']} GiB{flagged}")
+    lines.append(head + (": " + ", ".join(figures) if figures else ""))
+    hol = probe.get("head_of_line") or {}
+    if isinstance(hol.get("short_wait_s"), (int, float)):
+        lines.append(f"            a short request sent during the long prefill waited {fmt_duration(hol['short_wait_s'])}")
+    if not probe.get("ok") and probe.get("reason"):
+        lines.append(f"            {probe['reason']}")
     return lines
 
 

@@ -6,10 +6,14 @@ speak https, `--root-path` is the prefix a proxy strips, `--uds` puts it on a un
 instead of a port, `--host` picks the address it listens on. `front_door` reads all of that
 from the serve command and its environment (pure); `ServerClient` talks to it with httpx.
 
-autotune only ever talks to a server it started on this machine: a wildcard or host name in
+A tune only ever talks to a server it started on this machine: a wildcard or host name in
 `--host` is reached on loopback, an address that is not this machine's is refused. Without
 `--ssl-ca-certs` the server's certificate is accepted on loopback only when it is the one in
 its own `--ssl-certfile` (pinned: compared byte for byte), never on trust alone.
+
+`autotune verify URL` talks to a server someone deployed, anywhere: `door_for_url` reaches it where
+the URL says, checks its certificate against the system's CAs (or `--ssl-ca-certs`) AND its host
+name, and takes the key from VLLM_API_KEY.
 
 The key is kept in memory and sent as `Authorization: Bearer`; `FrontDoor.describe()` (what
 run.json records) says where it came from, never what it is.
@@ -55,6 +59,7 @@ class FrontDoor:
     ca_certs: str | None = None  # --ssl-ca-certs: verify the chain against it
     certfile: str | None = None  # --ssl-certfile: pinned when there is no CA file
     listen_host: str | None = None  # --host as given
+    url: str | None = None  # autotune verify URL: a deployed server, reached where the URL says
 
     @property
     def base_url(self) -> str:
@@ -65,13 +70,18 @@ class FrontDoor:
     @property
     def where(self) -> str:
         """Where the server is, for people: its URL, or its unix socket."""
+        if self.url:
+            return self.url
         return f"unix:{self.uds} ({self.scheme})" if self.uds else self.base_url
 
     def describe(self) -> dict:
         """What run.json keeps about the front door: never the key itself."""
         out: dict = {"url": self.where, "scheme": self.scheme,
                      "api_key": f"from {self.key_source}" if self.key_source else None}
-        if self.scheme == "https":
+        if self.scheme == "https" and self.url:
+            out["tls_verify"] = (f"against --ssl-ca-certs {self.ca_certs}" if self.ca_certs
+                                 else "against the system's CAs") + ", with the host name"
+        elif self.scheme == "https":
             out["tls_verify"] = (f"against --ssl-ca-certs {self.ca_certs}" if self.ca_certs
                                  else f"pinned to the server's own --ssl-certfile {self.certfile} (loopback)")
         if self.root_path:
@@ -154,6 +164,28 @@ def local_addresses() -> list[str]:
     return out
 
 
+def door_for_url(url: str, env: Mapping[str, str], ca_certs: str | None = None) -> FrontDoor:
+    """The front door of a deployed server at `url` (http[s]://host[:port][/root]); the key from
+    VLLM_API_KEY in env. Raises FrontDoorError for what is not such a URL."""
+    from urllib.parse import urlsplit
+
+    text = url.strip()
+    parts = urlsplit(text if "://" in text else f"http://{text}")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise FrontDoorError(f"{url!r} is not a server's URL: give http://HOST:PORT or https://HOST[:PORT][/root-path]")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise FrontDoorError(f"{url!r}: {exc}") from None
+    root = parts.path.rstrip("/")
+    for suffix in ("/v1/models", "/v1", "/health"):  # a URL copied from a client's settings
+        root = root.removesuffix(suffix) if root.endswith(suffix) else root
+    key = env.get(API_KEY_ENV) or None
+    return FrontDoor(port=port, scheme=parts.scheme, host=parts.hostname, root_path=root, api_key=key,
+                     key_source=API_KEY_ENV if key else None, ca_certs=ca_certs if parts.scheme == "https" else None,
+                     url=f"{parts.scheme}://{parts.netloc}{root}")
+
+
 def plain(port: int) -> FrontDoor:
     """A server on 127.0.0.1:port with no key and no TLS (what a bare serve command gives)."""
     return FrontDoor(port=port)
@@ -175,6 +207,13 @@ class TlsMismatch(Exception):
 def _ssl_context(door: FrontDoor) -> ssl.SSLContext | bool:
     if door.scheme != "https":
         return True
+    if door.url:  # a deployed server: its chain and its host name, as any client checks them
+        if not door.ca_certs:
+            return True
+        try:
+            return ssl.create_default_context(cafile=door.ca_certs)
+        except (OSError, ssl.SSLError) as exc:
+            raise FrontDoorError(f"cannot read --ssl-ca-certs {door.ca_certs}: {exc}") from exc
     if door.ca_certs:
         try:
             context = ssl.create_default_context(cafile=door.ca_certs)

@@ -243,7 +243,7 @@ class _Session:
         return res
 
 
-def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int, gpu_indices: list[int] | None = None,
+def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int | None, gpu_indices: list[int] | None = None,
           margin_tokens: int | None = None, *, max_tokens: int = MAX_TOKENS,
           request_timeout_s: float = REQUEST_TIMEOUT_S, small_timeout_s: float = SMALL_TIMEOUT_S,
           emit: Callable[..., None] | None = None) -> dict:

@@ -33,11 +33,12 @@ GIB = 2**30
 class MemoryReader:
     """Used memory of the pinned GPUs (NVML), or the RSS of the server's process tree."""
 
-    def __init__(self, server_pid: int, gpu_indices: list[int] | None):
+    def __init__(self, server_pid: int | None, gpu_indices: list[int] | None):
         self.server_pid = server_pid
         self.gpu_indices = list(gpu_indices or [])
         self.device = "gpu" if self.gpu_indices else "cpu"
-        self.unavailable: str | None = None
+        # No pid: a server autotune verify reached at a URL that is not a process here.
+        self.unavailable: str | None = None if server_pid is not None else "the server is not a process on this machine"
         self._nvml = None
         self._handles = []
         if self.device == "gpu":

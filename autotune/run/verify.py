@@ -96,6 +96,13 @@ def base_url(server: FrontDoor | int) -> str:
 
 def key_diagnosis(door: FrontDoor, status: int, path: str) -> FrontDoorRefused:
     """What a 401/403 means, given where autotune looked for a key."""
+    if door.url:  # a deployed server (autotune verify URL): the key can only come from the environment
+        env = client_mod.API_KEY_ENV
+        if door.key_source:
+            return FrontDoorRefused(f"GET {path} answered {status}: {door.url} refused the API key in {env}",
+                                    "api_key", f"set {env} to the key this server checks")
+        return FrontDoorRefused(f"GET {path} answered {status}: {door.url} wants an API key and {env} is not set",
+                                "api_key", f"export {env}=<the key> before running autotune verify")
     looked = (f"`--api-key` in the serve command and its --config file, then {client_mod.API_KEY_ENV} in the "
               "environment autotune gives vLLM")
     if door.key_source:
@@ -114,6 +121,11 @@ def key_diagnosis(door: FrontDoor, status: int, path: str) -> FrontDoorRefused:
 
 def tls_diagnosis(door: FrontDoor, path: str, exc: BaseException) -> FrontDoorRefused:
     detail = client_mod.describe_error(exc)
+    if door.url:
+        cause = f"GET {path}: the TLS handshake with {door.url} failed ({detail})"
+        fix = ("give --ssl-ca-certs FILE, the CA that signed the server's certificate, when the system does not "
+               "trust it" if door.scheme == "https" else f"the server speaks https: use https:// in the URL")
+        return FrontDoorRefused(cause, "tls", fix)
     if door.scheme == "https":
         cause = f"GET {path}: the TLS handshake with {door.where} failed ({detail})"
         fix = ("check --ssl-certfile/--ssl-keyfile (and --ssl-ca-certs, which must be the CA that signed "
@@ -171,6 +183,7 @@ def health(server: Server, timeout: float = 2.0) -> bool:
 class ModelInfo:
     id: str
     max_model_len: int | None
+    root: str | None = None  # the model's path as the server loaded it
 
 
 def served_models(server: Server, timeout: float = 5.0) -> list[ModelInfo]:
@@ -186,7 +199,7 @@ def served_models(server: Server, timeout: float = 5.0) -> list[ModelInfo]:
         raise ProbeError(f"GET /v1/models answered {status}")
     try:
         data = json.loads(body)["data"]
-        return [ModelInfo(id=str(m.get("id")), max_model_len=m.get("max_model_len")) for m in data]
+        return [ModelInfo(id=str(m.get("id")), max_model_len=m.get("max_model_len"), root=m.get("root")) for m in data]
     except (ValueError, KeyError, TypeError) as exc:
         raise ProbeError(f"GET /v1/models gave an unexpected body: {body[:200]!r}") from exc
 

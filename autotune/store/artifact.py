@@ -161,6 +161,13 @@ def list_runs(runs_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name, reverse=True)
 
 
+def booted(record: Mapping | RunRecord) -> bool:
+    """Did this run boot vLLM (a tune, a sweep value, a reproduction, a lever boot)? A verification of
+    a deployed server (kind `verify`, run/deployed.py) booted nothing: comparisons and predictions,
+    which read what boots measured, leave it out."""
+    return record.get("kind") != "verify"
+
+
 def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:
     """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
     steps), newest first. Unreadable run files are skipped: they belong to nothing."""

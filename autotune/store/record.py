@@ -325,7 +325,7 @@ class RunRecord(Part):
     schema_version: int = ABSENT
     autotune_version: str = ABSENT
     run_id: str = ABSENT
-    kind: str = ABSENT  # tune | sweep-point | reproduce | reach-step
+    kind: str = ABSENT  # tune | sweep-point | reproduce | reach-step | verify
     state: str = ABSENT  # running | finished | interrupted
     phase: str = ABSENT  # reach: while the lever search runs (or was interrupted)
     started_at: str = ABSENT
@@ -352,6 +352,7 @@ class RunRecord(Part):
     result: Result | None = ABSENT
     reach: Reach = ABSENT
     resumed_at: list = ABSENT
+    deployment: dict = ABSENT  # kind verify: the endpoint, what it serves, its pool, warnings (run/deployed.py)
 
     NESTED: ClassVar[dict] = {"command": (Command, False), "attempts": (Attempt, True),
                               "result": (Result, False), "reach": (Reach, False)}

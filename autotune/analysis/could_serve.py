@@ -1,0 +1,74 @@
+"""What a running server's KV pool could serve, from its /metrics alone (pure): no boot, no restart.
+
+vLLM's `vllm:cache_config_info` (run/metrics.py) gives the pool: num_gpu_blocks blocks of
+block_size tokens. A length is accepted while one request of it fits in the pool less the null
+block vLLM holds back from ~0.21 on (analysis/kv_pool.py, reserves_null_block): for a model whose
+layers are all full attention a request of L tokens takes ceil(L / block_size) blocks, so the
+longest length vLLM accepts is (num_gpu_blocks - 1) x block_size. That is exactly what vLLM 0.32's
+CPU backend does with a 128 MiB pool of the tiny model: 128 blocks of 128, 16,384 tokens, and
+`--max-model-len auto` fits 16,256.
+
+How sure that is depends on what the version serves:
+
+- exact: kv_cache_max_concurrency (vLLM PR #42206, 0.22 on) says how many blocks one request of
+  the served length takes; when that is ceil(L / block_size), every layer is full attention and
+  the arithmetic above is vLLM's own. A restart measures the pool again (a few MiB less would cost
+  a block), so `autotune --target N` is the proof.
+- likely: older versions serve no concurrency figure; the arithmetic assumes every layer is full
+  attention, true of most dense models, not of sliding-window or hybrid ones.
+- unknown: a request takes another number of blocks (sliding window, linear attention, several
+  KV groups): /metrics cannot say which length fits; the pool's token figure is still given.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from autotune.analysis import kv_pool
+from autotune.run.metrics import CacheConfig
+
+EXACT = "exact"
+LIKELY = "likely"
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Room:
+    """What the pool holds and the longest --max-model-len vLLM would accept with it."""
+
+    pool_tokens: int | None  # vLLM's "KV cache size" (kv_cache_size_tokens), else blocks x block size
+    max_model_len: int | None  # None: /metrics cannot tell
+    certainty: str  # exact | likely | unknown
+    why: str  # how it was worked out, in words
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def could_serve(cache: CacheConfig | None, served_len: int | None, vllm_version: str | None) -> Room:
+    """The room in a running server's pool (cache: its /metrics; served_len: /v1/models'; the version: /version)."""
+    if cache is None or cache.num_gpu_blocks is None or cache.block_size is None:
+        return Room(None if cache is None else cache.kv_cache_size_tokens, None, UNKNOWN,
+                    "no num_gpu_blocks and block_size in vllm:cache_config_info")
+    blocks, size = cache.num_gpu_blocks, cache.block_size
+    pool = cache.kv_cache_size_tokens or blocks * size
+    null = kv_pool.reserves_null_block(vllm_version)
+    held = (f"one held back (vLLM {vllm_version} keeps a null block)" if null and vllm_version
+            else "one held back (the version is unknown: assumed, as from vLLM 0.21)" if null
+            else f"none held back (vLLM {vllm_version} keeps no null block)")
+    longest = (blocks - int(null)) * size
+    layout = f"{blocks:,} blocks of {size} tokens, {held}"
+    concurrency = cache.kv_cache_max_concurrency
+    if not concurrency or not served_len:
+        return Room(pool, longest, LIKELY, f"{layout}; assumes every layer is full attention (this vLLM serves no "
+                                           "kv_cache_max_concurrency to confirm it; a sliding-window or hybrid model "
+                                           "holds more)")
+    per_request = blocks / concurrency
+    full_attention = math.ceil(served_len / size)
+    if abs(per_request - full_attention) >= 0.5:
+        return Room(pool, None, UNKNOWN, f"a request of {served_len:,} tokens takes {per_request:,.0f} blocks, not the "
+                                         f"{full_attention:,} of full attention: sliding-window, linear-attention or "
+                                         "several KV groups, whose longest length /metrics cannot give")
+    return Room(pool, longest, EXACT, f"{layout}; every layer full attention (one request of {served_len:,} tokens "
+                                      f"takes {full_attention:,} blocks: kv_cache_max_concurrency {concurrency:.2f})")

@@ -1,0 +1,56 @@
+"""analysis/could_serve.py: what a running server's KV pool could serve, from its /metrics alone.
+
+The anchor is real: vLLM 0.32's CPU backend, tiny Llama, --kv-cache-memory-bytes 128M: 128 blocks of
+128 tokens (tests/fixtures/metrics/), and `--max-model-len auto` fits 16,256 on the same pool (README)."""
+
+from pathlib import Path
+
+from autotune.analysis.could_serve import EXACT, LIKELY, UNKNOWN, could_serve
+from autotune.run import metrics
+
+REAL = metrics.parse((Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt").read_text())
+
+
+def _cache(**labels):
+    return metrics.CacheConfig.from_labels({k: str(v) for k, v in labels.items()})
+
+
+def test_the_real_pool_serves_one_block_less_than_it_holds():
+    room = could_serve(REAL.cache_config, 8192, "0.32.0")
+    assert (room.pool_tokens, room.max_model_len, room.certainty) == (16384, 16256, EXACT)
+    assert room.why == ("128 blocks of 128 tokens, one held back (vLLM 0.32.0 keeps a null block); every layer full "
+                        "attention (one request of 8,192 tokens takes 64 blocks: kv_cache_max_concurrency 2.00)")
+
+
+def test_a_length_that_is_not_a_block_multiple_is_still_recognised_as_full_attention():
+    # 128 blocks / 127 per request of 16,256 tokens (the auto-fitted server)
+    room = could_serve(_cache(num_gpu_blocks=128, block_size=128, kv_cache_size_tokens=16384,
+                              kv_cache_max_concurrency=128 / 127), 16256, "0.32.0")
+    assert (room.max_model_len, room.certainty) == (16256, EXACT)
+
+
+def test_the_seed_machines_vllm_keeps_no_null_block_and_serves_no_concurrency():
+    # vLLM 0.20.2: 3,822 blocks of 16 = 61,152 tokens, the seed's own estimate; no kv_cache_max_concurrency yet
+    room = could_serve(_cache(num_gpu_blocks=3822, block_size=16, gpu_memory_utilization=0.98), 16384, "0.20.2")
+    assert (room.pool_tokens, room.max_model_len, room.certainty) == (61152, 61152, LIKELY)
+    assert "none held back (vLLM 0.20.2 keeps no null block)" in room.why
+    assert "assumes every layer is full attention" in room.why
+
+
+def test_an_unknown_version_is_assumed_to_hold_a_block_back():
+    room = could_serve(_cache(num_gpu_blocks=100, block_size=16), 1024, None)
+    assert room.max_model_len == 99 * 16 and "the version is unknown: assumed" in room.why
+
+
+def test_a_hybrid_pool_says_it_cannot_tell():
+    # a request of 8,192 tokens taking 10 blocks, not 512: sliding-window or linear-attention layers
+    room = could_serve(_cache(num_gpu_blocks=1000, block_size=16, kv_cache_size_tokens=819200,
+                              kv_cache_max_concurrency=100.0), 8192, "0.33.0")
+    assert (room.pool_tokens, room.max_model_len, room.certainty) == (819200, None, UNKNOWN)
+    assert "takes 10 blocks, not the 512 of full attention" in room.why
+
+
+def test_no_pool_figures():
+    assert could_serve(None, 8192, "0.32.0").certainty == UNKNOWN
+    room = could_serve(_cache(block_size=16), 8192, "0.32.0")
+    assert (room.max_model_len, room.why) == (None, "no num_gpu_blocks and block_size in vllm:cache_config_info")
