@@ -55,7 +55,8 @@ def render(record: RunRecord) -> str:
     lines = [f"{head}: {url} {result.get('reason')}."] if verdict in ("verified", "not_verified") else [
         f"{head}: {result.get('reason')}"]
     if d.get("model"):
-        lines.append(f"  model:    {d['model']}" + (f" ({d['root']})" if d.get("root") not in (None, d["model"]) else ""))
+        root = f" ({d['root']})" if d.get("root") not in (None, d["model"]) else ""
+        lines.append(f"  model:    {d['model']}{root}")
     if d.get("vllm_version"):
         lines.append(f"  vLLM:     {d['vllm_version']}")
     cache = (d.get("metrics") or {}).get("cache_config") or {}

@@ -81,7 +81,8 @@ def exposition(p: Profile, s: Settings, model: str, served_len: int, kv_tokens: 
     info = cache_config_labels(p, s, served_len, kv_tokens)
     if v1:
         info = dict(sorted({**info, "engine": "0"}.items()))
-    running_help = "Number of requests in model execution batches." if v1 else "Number of requests currently running on GPU."
+    running_help = ("Number of requests in model execution batches." if v1
+                    else "Number of requests currently running on GPU.")
     return "\n".join([
         "# HELP vllm:num_requests_running " + running_help,
         "# TYPE vllm:num_requests_running gauge",

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +24,7 @@ import pytest
 from autotune.analysis import device_memory
 from autotune.run import client, launch, verify
 from tests.conftest import vllm_serve_argv
+from tests.e2e.test_front_door_real_vllm import autotune, keep_output
 
 pytestmark = pytest.mark.vllm
 
@@ -33,19 +32,6 @@ KEY = "sk-e2e-verify-4d1c7a9e20"
 TARGET = 16384
 SHORT = 8192
 BUDGET_GIB = 1.6  # what the margin leaves vLLM: ~0.8 GiB of non-KV use, the rest KV (some 100K tokens)
-
-
-def autotune(*args: str, runs_dir: Path, key: str | None = None, timeout: float = 900):
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
-    env.update({"AUTOTUNE_RUNS_DIR": str(runs_dir), **({"VLLM_API_KEY": key} if key else {})})
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def keep_output(folder: Path, name: str, proc) -> None:
-    (folder / "output").mkdir(exist_ok=True)
-    (folder / "output" / f"{name}.txt").write_text(f"exit {proc.returncode}\n--- stdout\n{proc.stdout}"
-                                                   f"--- stderr\n{proc.stderr}")
 
 
 def start_server(argv: list[str], log: Path) -> launch.ServerProcess:
@@ -80,8 +66,9 @@ def story(tiny_model, tmp_path_factory):
                                               str(SHORT), "--api-key", KEY, "--port", str(port)),
                               folder / "short-server.log")
         s.no_key = autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir)
-        s.short = autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir, key=KEY)
-        s.pool = autotune("verify", s.short_url, "--probe", "none", "--json", runs_dir=runs_dir, key=KEY)
+        keyed = {"VLLM_API_KEY": KEY}
+        s.short = autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir, extra_env=keyed)
+        s.pool = autotune("verify", s.short_url, "--probe", "none", "--json", runs_dir=runs_dir, extra_env=keyed)
         s.runs = autotune("runs", runs_dir=runs_dir)
         for name in ("tune", "at_ceiling", "show", "no_key", "short", "pool", "runs"):
             keep_output(folder, name, getattr(s, name))
