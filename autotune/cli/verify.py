@@ -61,7 +61,8 @@ def render(record: RunRecord) -> str:
         lines.append(f"  vLLM:     {d['vllm_version']}")
     cache = (d.get("metrics") or {}).get("cache_config") or {}
     if cache.get("num_gpu_blocks"):
-        extra = (f", --kv-cache-memory-bytes {cache['kv_cache_memory_bytes']:,}" if cache.get("kv_cache_memory_bytes")
+        extra = (f", --kv-cache-memory-bytes {cache['kv_cache_memory_bytes'] / 2**20:g} MiB"
+                 if cache.get("kv_cache_memory_bytes")
                  else f", gmu {cache['gpu_memory_utilization']:g}" if cache.get("gpu_memory_utilization") else "")
         lines.append(f"  pool:     {cache['num_gpu_blocks']:,} blocks of {cache['block_size']} tokens{extra} "
                      "(vllm:cache_config_info)")

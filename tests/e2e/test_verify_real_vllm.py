@@ -122,6 +122,7 @@ def test_a_server_started_shorter_says_both_numbers_and_what_its_pool_could_serv
     assert out.stdout.startswith(f"Not verified: {story.short_url} serves --max-model-len 8,192, below the 16,384 "
                                  f"run {story.run_id} verified.\n")
     # 128 MiB: 128 blocks of 128 tokens; vLLM keeps one back, and fits 16,256 to this pool itself
+    assert "  pool:     128 blocks of 128 tokens, --kv-cache-memory-bytes 128 MiB (vllm:cache_config_info)" in out.stdout
     assert ("  could:    serves 8,192; its KV pool holds 16,384 tokens: restart with --max-model-len 16256"
             in out.stdout)
     assert "  how sure: exact: 128 blocks of 128 tokens, one held back (vLLM 0.32.0 keeps a null block)" in out.stdout
