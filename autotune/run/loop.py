@@ -37,7 +37,7 @@ class Loop:
         self.kept: launch.ServerProcess | None = None
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
-        self.boots = BootContext(run_dir, env, plan, opts, emit)
+        self.boots = BootContext(run_dir, env, plan, opts, emit, installed=record.get("vllm_version_detected"))
         self.current = self.boots.current  # the server while one runs (Boot keeps it here)
 
     def run(self) -> RunRecord:

@@ -40,8 +40,9 @@ class FailureKind:
     cause: str  # one line: what happened
     fix: str  # one line: the concrete next step
     # The same fix with the figures the log printed: a str.format template over the
-    # parser's result keys; used by diagnosis() when every key it names is present.
-    detail: str = ""
+    # parser's result keys (or several, the first whose keys are all present is used); used
+    # by diagnosis() when every key it names is present.
+    detail: str | tuple[str, ...] = ""
 
 
 CATALOG: tuple[FailureKind, ...] = (
@@ -292,6 +293,31 @@ CATALOG: tuple[FailureKind, ...] = (
             "(the same flags as `vllm serve M ...`); autotune accepts that command after `--`",
     ),
     FailureKind(
+        kind="unknown_flag",
+        patterns=(
+            # argparse, before vLLM starts (exit 2): a flag this vLLM does not have (a typo, or one
+            # from another version), a value outside a flag's choices, an abbreviation of two flags.
+            r"error: unrecognized arguments: ",
+            r"error: argument \S{1,200}: invalid choice: ",
+            r"error: ambiguous option: ",
+        ),
+        fatal=True,
+        cause="the serve command has a flag (or a flag's value) this vLLM does not know: its argument parser "
+              "refused the command line before vLLM started (exit status 2)",
+        fix="check the flag's spelling and the installed vLLM's flags with `vllm serve --help` (flags come and go "
+            "between versions); remove the flag or use the one this version has",
+        detail=(
+            "vLLM {vllm_version} does not take {bad_value} for {bad_flag}: use one of the choices the error "
+            "lists (`vllm serve --help` shows them)",
+            "vLLM {vllm_version} does not know {bad_flag}: check its spelling, or drop it if it belongs to "
+            "another vLLM version; `vllm serve --help` lists the flags this version takes",
+            "this vLLM does not take {bad_value} for {bad_flag}: use one of the choices the error lists "
+            "(`vllm serve --help` shows them)",
+            "this vLLM does not know {bad_flag}: check its spelling, or drop it if it belongs to another vLLM "
+            "version; `vllm serve --help` lists the flags this version takes",
+        ),
+    ),
+    FailureKind(
         kind="address_in_use",
         patterns=(r"Address already in use", r"Errno 98\b"),
         fatal=True,
@@ -442,18 +468,26 @@ def diagnosis(result: dict, provenance: dict | None = None) -> dict | None:
     entry = lookup(kind) if isinstance(kind, str) else None
     if entry is None:
         return _unknown_failure(result, provenance)
-    fix = entry.fix
+    return {"kind": entry.kind, "cause": entry.cause, "fix": _detailed_fix(entry, result)}
+
+
+def _detailed_fix(entry: FailureKind, result: dict) -> str:
+    """The entry's fix with the figures the log printed: its first detail template whose figures are
+    all there and none implausible; else the plain fix."""
     flagged = {item.get("key") for item in result.get("implausible") or () if isinstance(item, dict)}
-    named = {field for _, field, _, _ in string.Formatter().parse(entry.detail) if field}
-    if entry.detail and not named & flagged:  # an implausible figure never becomes a fix
-        figures = _Figures({k: str(v) for k, v in result.items() if isinstance(v, (int, float, str))})
-        free, total = result.get("startup_free_gib"), result.get("startup_total_gib")
-        if isinstance(free, (int, float)) and isinstance(total, (int, float)) and total > 0:
-            figures["startup_free_fraction"] = f"{int(free / total * 100) / 100:.2f}"
-        filled = entry.detail.format_map(figures)
+    figures = _Figures({k: str(v) for k, v in result.items() if isinstance(v, (int, float, str))})
+    free, total = result.get("startup_free_gib"), result.get("startup_total_gib")
+    if isinstance(free, (int, float)) and isinstance(total, (int, float)) and total > 0:
+        figures["startup_free_fraction"] = f"{int(free / total * 100) / 100:.2f}"
+    for template in entry.detail if isinstance(entry.detail, tuple) else (entry.detail,):
+        named = {field for _, field, _, _ in string.Formatter().parse(template) if field}
+        if not template or named & flagged:  # an implausible figure never becomes a fix
+            continue
+        figures.missing = False
+        filled = template.format_map(figures)
         if not figures.missing:
-            fix = filled
-    return {"kind": entry.kind, "cause": entry.cause, "fix": fix}
+            return filled
+    return entry.fix
 
 
 def _unknown_failure(result: dict, provenance: dict | None) -> dict | None:

@@ -244,6 +244,17 @@ class LineHandlers:
             if available is not None:
                 self._set_num("autofit_available_kv_gib", available, 1)
 
+    def _on_bad_flag(self, line: str, start: int) -> None:
+        """argparse refused the command line: the flag (and the value) it names."""
+        found = P.UNRECOGNIZED_RE.search(line, start) or P.AMBIGUOUS_RE.search(line, start)
+        if found is not None:
+            self._set("bad_flag", found.group(1).rstrip(), found.span(1))
+            return
+        found = P.INVALID_CHOICE_RE.search(line, start)
+        if found is not None:
+            self._set("bad_flag", found.group(1), found.span(1))
+            self._set("bad_value", found.group(2), found.span(2))
+
     def _on_graph_estimate(self, line: str, start: int) -> None:
         found = self._at(P.GRAPH_ESTIMATE, line, start)
         if found is not None:

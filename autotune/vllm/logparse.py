@@ -446,6 +446,8 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("User-specified max_model_len (",), BootLogParser._on_above_derived, True),
     (("max_num_seqs (",), BootLogParser._on_mamba, True),
     (("Free memory on device",), BootLogParser._on_free_memory, True),
+    (("error: unrecognized arguments: ", ": invalid choice: ", "error: ambiguous option: "), BootLogParser._on_bad_flag,
+     True),
     (("Estimated CUDA graph memory: ",), BootLogParser._on_graph_estimate, False),
     (("Directly load ", "Compiling a graph for ", "Cache the graph ", "saved AOT compiled"), BootLogParser._on_compile,
      False),

@@ -148,6 +148,12 @@ ESTIMATE_SENTENCE = Wording("Based on the available memory,", Re(r"\s{0,3}"), "t
                             Fig(r"\d+"), ".")
 # Auto-fit's KV figure: "(5.23 GiB available for KV cache)" (0.14-0.21), "memory (5.1 GiB GPU)" (after 0.21).
 AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU)?\)")
+# argparse, before vLLM starts (exit 2): "api_server.py: error: unrecognized arguments: --max-modle-len",
+# "error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', ...)" (the value is a repr),
+# "error: ambiguous option: --max could match --max-model-len, --max-num-seqs".
+UNRECOGNIZED_RE = _re(r"error: unrecognized arguments: (\S.{0,300})")
+INVALID_CHOICE_RE = _re(r"error: argument ([^\s:]{1,200}): invalid choice: '([^']{0,200})'")
+AMBIGUOUS_RE = _re(r"error: ambiguous option: ([^\s=]{1,200}) could match")
 # Names to mask in later lines: the engine config's model='...' / tokenizer='...', and the
 # banner's "vLLM server version X, serving model M" (0.15+ without the logo).
 CONFIG_MODEL_RE = _re(r"\b(?:model|tokenizer|served_model_name)='([^']{4,500})'")
