@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from typing import Mapping
@@ -107,6 +108,51 @@ def _levers(record: RunRecord) -> str:
     return "; ".join(levers)
 
 
+def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str | Path | None) -> list[str]:
+    """A last boot that failed for a reason outside the catalog: what its log said last (its final
+    exception line), how the server exited, and where the whole log is."""
+    last = attempts[-1] if attempts else None
+    if last is None or result.get("verdict") == "verified" or last.get("error_kind") or \
+            last.get("outcome") not in ("error", "exited"):
+        return []
+    log = last.get("log") or f"attempt-{last.get('index')}.log"
+    stated = (last.facts if isinstance(last.facts, dict) else {}).get("exception")
+    line = ((last.provenance if isinstance(last.provenance, dict) else {}).get("exception") or {}).get("line")
+    if not stated:  # no exception line: the log's last words
+        stated, line = next((text for text in reversed(last.get("log_tail") or []) if text.strip()), None), None
+    lines = [f"  failed:   {stated}" + (f"  ({log} line {line})" if line else "")] if stated else []
+    lines += [f"            {text}" for text in _details_of(stated, last.get("traceback_tail") or [])]
+    status = last.get("exit_status")
+    if isinstance(status, int):
+        lines.append(f"  exit:     {_exit_status(status)}")
+    lines.append(f"  log:      {Path(run_dir) / log if run_dir else log}")
+    return lines
+
+
+def _details_of(stated: str | None, tail: list[str], most: int = 1, width: int = 160) -> list[str]:
+    """The indented lines that continue an exception line in its traceback (pydantic's "Value error, ...")."""
+    texts = [str(text) for text in tail]
+    at = next((i for i, text in enumerate(texts) if stated and text.strip() and stated.startswith(text.strip())), None)
+    if at is None:
+        return []
+    details = []
+    for text in texts[at + 1 :]:
+        if not text[:1].isspace() or not text.strip() or len(details) == most:
+            break
+        text = text.strip()
+        details.append(text if len(text) <= width else text[: width - 3] + "...")
+    return details
+
+
+def _exit_status(status: int) -> str:
+    if status >= 0:
+        return f"status {status}"
+    try:
+        return f"killed by signal {-status} ({signal.Signals(-status).name})"
+    except ValueError:
+        return f"killed by signal {-status}"
+
+
 def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
     lines = []
     final = attempts[-1] if attempts else Attempt()
@@ -195,6 +241,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     else:
         kind = f" ({r.error_kind})" if r.get("error_kind") else ""
         lines.append(f"No verified ceiling: {verdict}{kind}. {r.get('reason', '')}".rstrip())
+        lines.extend(_unknown_failure_lines(r, attempts, run_dir))
     ranks = r.get("ranks")
     if r.available_kv_gib is not ABSENT:
         where = _where(r.get("available_kv_gib_source"))
