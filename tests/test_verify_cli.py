@@ -147,3 +147,27 @@ def test_verifications_are_left_out_of_comparisons(fake_server, _runs_dir):
     server = fake_server("--profile", V033, "--max-model-len", "4096")
     autotune("verify", server.url, "--probe", "none")
     assert autotune("compare").exit_code == 1  # "no runs": the verification is not one
+
+
+def test_ctrl_c_during_a_long_probe_says_what_was_kept(fake_server, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    slow = fake_server("--profile", V033, "--max-model-len", "16384")
+    slow.boot.req.time_scale = 1.0  # its prefill now takes real seconds (16K tokens at 5,000 a second)
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "verify", slow.url], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "AUTOTUNE_RUNS_DIR": str(tmp_path / "runs")})
+    seen = []
+    for line in proc.stderr:  # progress: interrupt once the long request is in its prefill
+        seen.append(line)
+        if "sending the long request" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert "interrupted (SIGINT); the endpoints checked before were recorded, the one being checked was not" in err
+    assert "Traceback" not in err and out == ""

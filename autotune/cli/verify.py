@@ -16,7 +16,7 @@ from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
 from autotune.store.record import Result, RunRecord
 
-INTERRUPTED = "nothing was recorded for the endpoint being checked"
+INTERRUPTED = "the endpoints checked before were recorded, the one being checked was not"
 
 
 def endpoints_of(urls: tuple[str, ...], endpoints_file: Path | None) -> list[str]:
@@ -132,6 +132,7 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     endpoints: the code of the first that did not verify.
     """
     from autotune.run import client, deployed
+    from autotune.run.signals import interruptible
 
     targets = endpoints_of(urls, endpoints_file)
     if not targets:
@@ -139,7 +140,7 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     run = _the_run(run_ref, runs_dir)
     say = sayer(quiet)
     records = []
-    with exits(INTERRUPTED):
+    with exits(INTERRUPTED), interruptible():  # Ctrl-C in a long probe: a line and 130, no traceback
         doors = [client.door_for_url(url, os.environ, ssl_ca_certs) for url in targets]  # bad URLs: exit 1 first
         for door in doors:
             emit = _progress(say)
