@@ -47,7 +47,7 @@ def cli():
 # The command modules, in the order of `autotune --help`; each exposes COMMANDS, a list of click
 # commands. To add a command, write its module and name it here.
 COMMAND_MODULES: list[str] = ["tune", "parse", "clean", "resume", "compare", "predict", "sweep", "reproduce",
-                              "show", "verify", "gpus", "stop"]
+                              "show", "verify", "gpus", "stop", "fleet"]
 
 
 def _register_commands() -> None:

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import click
 
+from autotune.fleet import collect as fleet_collect
+from autotune.fleet.collect import FLEET_FILE
 from autotune.store import artifact
 from autotune.store import sweeps
 from autotune.store.record import RunRecord
 
 
 def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
-    """The run folders a RUN argument names: a run (folder, id, latest), a sweep, or a folder of runs."""
+    """The run folders a RUN argument names: a run (folder, id, latest), a sweep, a fleet, or a folder of runs."""
     if ref == "latest":
         return [artifact.resolve_run(ref, runs_dir)]
     for path in (Path(ref), Path(runs_dir) / ref):
@@ -21,6 +23,8 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
         if (path / sweeps.SWEEP_FILE).exists():
             sweep = sweeps.load(path)
             return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
+        if (path / FLEET_FILE).exists():
+            return [path.parent / leaf["run_id"] for leaf in fleet_collect.load(path).data["leaves"] if leaf.get("run_id")]
     path = Path(ref)
     if path.is_dir():
         found = artifact.list_runs(path)

@@ -1,0 +1,329 @@
+"""`autotune fleet`: many tunes at once, from a plan, on this node's GPUs or a Ray cluster.
+
+    fleet plan PLAN.yaml      the leaves, without booting
+    fleet run PLAN.yaml       run them (--on local | --on ray), then the table
+    fleet resume [FLEET]      the leaves an interrupted fleet did not finish
+    fleet show [FLEET]        the table of a fleet (--json)
+    fleet render PLAN --k8s   a Kubernetes Indexed Job of the same leaves
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from autotune.cli.exitcodes import ExitCode, exits
+from autotune.cli.options import runs_dir_option
+from autotune.cli.tables import echo_table
+from autotune.cli.terminal import is_tty
+from autotune.fleet import collect
+from autotune.fleet import plan as plan_mod
+from autotune.fleet import report
+from autotune.fleet.errors import FleetError
+from autotune.store import artifact
+
+INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interrupted; "
+                     "`autotune fleet resume` (or the same `fleet run`) does the rest")
+
+
+def _plan(path: Path) -> tuple[plan_mod.Plan, str]:
+    try:
+        return plan_mod.load(path), path.read_text(encoding="utf-8")
+    except plan_mod.PlanError as exc:
+        raise click.ClickException(f"{exc}\nNothing was booted.")
+
+
+@click.group("fleet")
+def fleet():
+    """Tune many commands at once: every GPU of this node, or every node of a Ray cluster.
+
+    \b
+    A plan (YAML) names the serve command(s), the target and a grid of flags; every
+    combination is one leaf, and each leaf is today's `autotune tune`, unchanged, pinned
+    to its own GPUs, with its own run folder under runs/ (see docs/fleet.md):
+      autotune fleet plan plan.yaml                 the leaves, nothing boots
+      autotune fleet run plan.yaml --on local       this node: one leaf per free GPU set
+      autotune fleet run plan.yaml --on ray --address auto
+      autotune compare runs/<fleet folder>          the leaves side by side, by GPU and node
+    """
+
+
+@fleet.command("plan")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_", is_flag=True, help="Print the leaves as JSON.")
+def plan_cmd(plan_file, json_):
+    """List the leaves of PLAN_FILE without booting anything (a bad plan: exit 1, the line and key named)."""
+    plan, _ = _plan(plan_file)
+    if json_:
+        click.echo(json.dumps({"name": plan.name, "digest": plan.digest,
+                               "leaves": [leaf.to_json() for leaf in plan.leaves]}, indent=2))
+        return
+    click.echo(f"plan {plan.name}: {len(plan.leaves)} leaves", err=True)
+    echo_table(report.PLAN_HEADER, report.plan_rows(plan), right={2, 3})
+
+
+def backend_options(f):
+    options = [
+        click.option("--on", "on", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                     help="local: this node, one leaf per free set of gpus_per_leaf GPUs (never two on one GPU). "
+                          "ray: each leaf a Ray actor with num_gpus = gpus_per_leaf, placed by the cluster."),
+        click.option("--slots", type=click.IntRange(min=1),
+                     help="How many leaves at once. local: at most GPUs / gpus_per_leaf, and required without "
+                          "GPUs (the replaying vLLM, vLLM's CPU backend); ray without --address: the GPU slots "
+                          "the local Ray instance declares."),
+        click.option("--address", help="ray: the cluster to use (auto, or ray://HOST:PORT); without it autotune "
+                                       "starts a local Ray instance for the fleet."),
+        click.option("--results-uri", help="Also upload every leaf's run folder here from the node that ran it, "
+                                           "whatever its verdict (fsspec: file://, s3://, gs://)."),
+        click.option("--json", "json_", is_flag=True, help="Print the fleet as JSON instead of the table."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress; only the table and errors."),
+        runs_dir_option,
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+@fleet.command("run")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@backend_options
+@click.option("--fresh", is_flag=True, help="Start a new fleet even when an unfinished one of this plan exists.")
+def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, fresh):
+    """Run every leaf of PLAN_FILE, as many at once as there are slots, then print the table.
+
+    \b
+    Running the same plan again continues its unfinished fleet: leaves with a result are
+    skipped (--fresh starts anew). A leaf whose worker or node dies is tried again (3 tries
+    at most, 2 s and 8 s apart, on another node where there is one); a refusal, an OOM or any
+    vLLM failure is the leaf's result, never retried. Ctrl-C or SIGTERM stops every leaf's
+    server tree on every node and marks those leaves interrupted.
+
+    \b
+    Exit codes: 0 every leaf verified; 1 bad plan or options (nothing boots); 3 a leaf did
+    not verify or failed; 130/143 interrupted.
+    """
+    plan, text = _plan(plan_file)
+    with exits(INTERRUPTED_FLEET):
+        try:
+            state, continued = collect.find_or_new(plan, text, runs_dir, on, fresh=fresh)
+        except artifact.ArtifactError as exc:
+            raise click.ClickException(str(exc))
+        _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
+
+
+@fleet.command("resume")
+@click.argument("fleet_ref", default="latest")
+@backend_options
+def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_dir):
+    """Run the leaves FLEET did not finish (FLEET: a fleet folder, its id, or `latest`), from the
+    plan it recorded."""
+    folder = _fleet_folder(fleet_ref, runs_dir)
+    state = collect.load(folder)
+    text = state.data["plan"]["text"]
+    try:
+        plan = plan_mod.parse(text, state.data["plan"].get("path") or folder.name)
+    except plan_mod.PlanError as exc:
+        raise click.ClickException(str(exc))
+    if not state.todo():
+        raise click.ClickException(f"fleet {folder.name} has no leaf left to run")
+    with exits(INTERRUPTED_FLEET):
+        state, _ = collect.find_or_new(plan, text, runs_dir, on)
+        _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
+
+
+@fleet.command("show")
+@click.argument("fleet_ref", default="latest")
+@runs_dir_option
+@click.option("--json", "json_", is_flag=True, help="Print the fleet as JSON.")
+def show_cmd(fleet_ref, runs_dir, json_):
+    """The table of a fleet (FLEET: a fleet folder, its id, or `latest`)."""
+    state = collect.load(_fleet_folder(fleet_ref, runs_dir))
+    _echo_result(state, json_)
+
+
+def _fleet_folder(ref: str, runs_dir: Path) -> Path:
+    fleets = collect.list_fleets(runs_dir)
+    if ref == "latest":
+        if not fleets:
+            raise click.ClickException(f"no fleet under {runs_dir}")
+        return fleets[0]
+    for candidate in (Path(ref), Path(runs_dir) / ref):
+        if (candidate / collect.FLEET_FILE).is_file():
+            return candidate
+    raise click.ClickException(f"no fleet {ref!r} (a fleet folder, its id under {runs_dir}, or latest)")
+
+
+def _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir) -> None:
+    from autotune.fleet import runner
+
+    backend = _backend(plan, state, on, slots, address, results_uri)
+    printer = FleetProgress(quiet=quiet, runs_dir=runs_dir, capacity=backend.capacity)
+    try:
+        runner.Driver(plan, state, backend, runs_dir, printer).run()
+    finally:
+        printer.close()
+        backend.close()
+    _echo_result(state, json_)
+    ok = all(e["state"] == collect.FINISHED and e.get("verdict") == "verified" for e in state.data["leaves"])
+    sys.exit(ExitCode.OK if ok else ExitCode.FAILED)
+
+
+def _backend(plan, state, on, slots, address, results_uri):
+    try:
+        if on == "ray":
+            from autotune.fleet.ray_backend import RayBackend
+
+            return RayBackend(state.fleet_id, plan.leaves, address, slots, results_uri)
+        if address:
+            raise FleetError("--address is for --on ray")
+        from autotune.fleet.local import LocalBackend
+        from autotune.host.machine import gpu_facts
+
+        return LocalBackend(state.folder / "leaves", plan.leaves, slots, gpu_facts()[0], results_uri, state.fleet_id)
+    except FleetError as exc:
+        state.data.update(state=collect.INTERRUPTED, error=str(exc))
+        state.save()
+        raise click.ClickException(f"{exc}\nNothing was booted.")
+
+
+def _echo_result(state, json_: bool) -> None:
+    if json_:
+        click.echo(json.dumps(report.to_json(state), indent=2))
+        return
+    echo_table(report.TABLE_HEADER, report.table_rows(state), right=report.TABLE_RIGHT)
+    s = report.summary(state)
+    click.echo(f"fleet {state.fleet_id}: {s['leaves']} leaves, {s['verified']} verified, "
+               f"{s['finished'] - s['verified']} other results, {s['interrupted']} interrupted, {s['failed']} failed; "
+               f"compare them: autotune compare {state.folder}", err=True)
+
+
+class FleetProgress:
+    """The fleet's events on stderr: a line per start, result, retry; and the status (running per
+    slot, done, failed, waiting, time left), redrawn in place on a terminal, every 30 s elsewhere."""
+
+    def __init__(self, quiet: bool, runs_dir: Path, capacity: int):
+        self.quiet = quiet
+        self.tty = is_tty(sys.stderr)
+        self.capacity = capacity
+        self.eta = report.Eta(_earlier_durations(runs_dir))
+        self.last_status = 0.0
+        self.drawn = False
+
+    def __call__(self, event: str, **data) -> None:
+        if self.quiet:
+            return
+        handler = getattr(self, f"on_{event}", None)
+        if handler is not None:
+            handler(**data)
+
+    def say(self, text: str) -> None:
+        self._clear()
+        click.echo(f"[{time.strftime('%H:%M:%S')}] {text}", err=True)
+
+    def _clear(self) -> None:
+        if self.drawn:
+            click.echo("\r\033[K", nl=False, err=True)
+            self.drawn = False
+
+    def close(self) -> None:
+        self._clear()
+
+    def on_fleet_started(self, fleet_id, where, todo, skipped, capacity) -> None:
+        skipped_text = f"; {skipped} finished earlier, skipped" if skipped else ""
+        self.say(f"fleet {fleet_id}: {len(todo)} leaves to run{skipped_text}; on {where}")
+
+    def on_leaf_started(self, leaf, try_no, node, gpu) -> None:
+        again = f" (try {try_no})" if try_no > 1 else ""
+        self.say(f"{leaf.id} started{again} on {report.node_text(node)} {report.gpu_text(gpu)}: {leaf.label()}")
+
+    def on_leaf_finished(self, leaf, entry) -> None:
+        if entry.get("duration_s"):
+            self.eta.here.append(entry["duration_s"])
+        ceiling = f" {entry['ceiling']:,}" if isinstance(entry.get("ceiling"), int) else ""
+        what = entry.get("verdict") or ("error: " + (entry.get("error") or "?"))
+        self.say(f"{leaf.id} {what}{ceiling} after {report.duration(entry.get('duration_s'))}, "
+                 f"{entry.get('boots', 0)} boot(s): runs/{entry.get('run_id') or '-'}")
+
+    def on_leaf_interrupted(self, leaf, entry) -> None:
+        self.say(f"{leaf.id} interrupted: its server was stopped; run {entry.get('run_id') or '-'} marked interrupted")
+
+    def on_leaf_retry(self, leaf, try_no, reason, delay_s, node) -> None:
+        self.say(f"{leaf.id} try {try_no} lost to the infrastructure ({reason}) on {report.node_text(node)}; "
+                 f"trying again in {delay_s:g} s")
+
+    def on_leaf_failed(self, leaf, entry) -> None:
+        self.say(f"{leaf.id} failed: {entry.get('error')}")
+
+    def on_fleet_stopping(self, signal, running) -> None:
+        self.say(f"{signal}: stopping {len(running)} running leaves ({', '.join(running) or 'none'}) and their servers")
+
+    def on_fleet_reaped(self, count) -> None:
+        self.say(f"stopped {count} server(s) left by killed leaves")
+
+    def on_fleet_tick(self, running, waiting, done, failed) -> None:
+        now = time.time()
+        if not self.tty and now - self.last_status < 30:
+            return
+        self.last_status = now
+        slots = ", ".join(f"{report.gpu_text(e.get('gpu'))} {e['leaf'].id}" for e in running)
+        left = self.eta.left_s(waiting, [(e["leaf"].argv, _age_s(e.get("started_at"))) for e in running],
+                               self.capacity)
+        eta = f" · ~{report.duration(left)} left" if left is not None else ""
+        text = (f"running {len(running)} ({slots or '-'}) · done {done} · failed {failed} · "
+                f"waiting {len(waiting)}{eta}")
+        if self.tty:
+            click.echo(f"\r\033[K{text[:200]}", nl=False, err=True)
+            self.drawn = True
+        else:
+            click.echo(f"[{time.strftime('%H:%M:%S')}] {text}", err=True)
+
+
+def _age_s(iso: str | None) -> float:
+    from datetime import datetime
+
+    if not iso:
+        return 0.0
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return 0.0
+
+
+def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[float]]:
+    """Run durations by serve command, from the newest runs under runs_dir (the ETA's basis)."""
+    out: dict[tuple, list[float]] = {}
+    for folder in artifact.list_runs(runs_dir)[:limit]:
+        try:
+            record = artifact.load(folder)
+        except artifact.ArtifactError:
+            continue
+        took = record.get("duration_s")
+        if record.get("state") == "finished" and isinstance(took, (int, float)) and record.get("command"):
+            out.setdefault(report.command_key(record.command.get("argv")), []).append(float(took))
+    return out
+
+
+@fleet.command("render")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--k8s", is_flag=True, required=True, help="Write a Kubernetes Indexed Job (one index per leaf).")
+@click.option("--results-uri", help="Where each pod uploads its run folder (s3://, gs://); else --pvc.")
+@click.option("--pvc", help="A PersistentVolumeClaim to mount as the pods' runs folder.")
+@click.option("--namespace", default=None, help="The Job's namespace (default: none, kubectl's current).")
+@click.option("--image", default=None, help="The image of every leaf (default: vllm/vllm-openai:v<version> of the leaf's vllm entry).")
+def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image):
+    """Write PLAN_FILE as a Kubernetes Indexed Job on stdout: one index per leaf, each pod runs the
+    same `autotune tune` a user runs by hand. Nothing is applied (kubectl apply -f does that)."""
+    from autotune.fleet import k8s as k8s_mod
+
+    plan, _ = _plan(plan_file)
+    try:
+        click.echo(k8s_mod.render(plan, results_uri=results_uri, pvc=pvc, namespace=namespace, image=image), nl=False)
+    except FleetError as exc:
+        raise click.ClickException(str(exc))
+
+
+COMMANDS = [fleet]

@@ -1,0 +1,182 @@
+"""Where a fleet is written: fleet.json in runs/<UTC time>-fleet-<plan name>/, and each leaf's run
+folder moved into runs/ with a `fleet` section in its run.json (node, GPU, tries).
+
+    FleetState     fleet.json: the plan's text, each leaf's state, run and tries
+    find_or_new    the fleet of this plan to continue (same plan text, not finished), or a new one
+    land           a try's run folder (a path, or the packed bytes a Ray worker sent) into runs/
+    pack / unpack  a run folder as gzip'd tar bytes (small: logs and JSON)
+    upload         a run folder to --results-uri (fsspec: file://, s3://, gs://)
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.fleet.leaf import LOG_NAME, Outcome
+from autotune.fleet.plan import Plan
+from autotune.store import artifact
+from autotune.store import cleanup
+from autotune.vllm import servecmd
+
+FLEET_FILE = "fleet.json"
+SCHEMA_VERSION = 1
+# A leaf's state in fleet.json. finished: it has a result (any verdict, a vLLM failure included).
+WAITING, RUNNING, FINISHED, INTERRUPTED, FAILED = "waiting", "running", "finished", "interrupted", "failed"
+
+
+@dataclass
+class FleetState:
+    folder: Path
+    data: dict = field(default_factory=dict)
+
+    @property
+    def fleet_id(self) -> str:
+        return self.folder.name
+
+    def leaf(self, key: str) -> dict:
+        return next(entry for entry in self.data["leaves"] if entry["key"] == key)
+
+    def todo(self) -> list[str]:
+        """The keys of the leaves without a result, in plan order."""
+        return [e["key"] for e in self.data["leaves"] if e["state"] != FINISHED]
+
+    def save(self) -> None:
+        self.data["schema_version"] = SCHEMA_VERSION
+        artifact.write_json(self.folder / FLEET_FILE, self.data)
+
+
+def list_fleets(runs_dir: Path) -> list[Path]:
+    """Fleet folders under runs_dir, newest first."""
+    if not Path(runs_dir).is_dir():
+        return []
+    return sorted((p for p in Path(runs_dir).iterdir() if (p / FLEET_FILE).is_file()), key=lambda p: p.name,
+                  reverse=True)
+
+
+def load(folder: Path) -> FleetState:
+    path = Path(folder) / FLEET_FILE
+    data = artifact.read_json(path)
+    artifact.schema_version_of(data, str(path), SCHEMA_VERSION, "fleet")
+    return FleetState(Path(folder), data)
+
+
+def find_or_new(plan: Plan, plan_text: str, runs_dir: Path, backend: str, fresh: bool = False) -> tuple[FleetState, bool]:
+    """The newest fleet of this very plan that has leaves left (continued: its finished leaves are
+    skipped), else a new one; (state, continued). A fleet whose driver still runs is refused."""
+    if not fresh:
+        for folder in list_fleets(runs_dir):
+            state = load(folder)
+            if state.data.get("plan", {}).get("digest") != plan.digest or not state.todo():
+                continue
+            owner = state.data.get("owner") or {}
+            if state.data.get("state") == RUNNING and cleanup.owner_alive(owner.get("pid"), owner.get("create_time")):
+                raise artifact.ArtifactError(f"fleet {folder.name} of this plan is running (autotune pid "
+                                             f"{owner.get('pid')}); wait for it, or stop it with Ctrl-C")
+            for entry in state.data["leaves"]:
+                if entry["state"] == RUNNING:  # its driver was killed: the leaf did not finish
+                    entry["state"] = INTERRUPTED
+            return _begin(state, backend), True
+    folder = _new_folder(runs_dir, plan.name)
+    state = FleetState(folder, {
+        "fleet_id": folder.name, "plan": {"name": plan.name, "path": plan.path, "digest": plan.digest,
+                                          "text": plan_text},
+        "started_at": artifact.iso(artifact.utc_now()), "runs": [],
+        "leaves": [{"id": leaf.id, "key": leaf.key, "label": leaf.label(), "state": WAITING, "run_id": None,
+                    "tries": []} for leaf in plan.leaves]})
+    return _begin(state, backend), False
+
+
+def _begin(state: FleetState, backend: str) -> FleetState:
+    state.data.update(state=RUNNING, backend=backend, owner=cleanup.owner_stamp(), ended_at=None)
+    state.data["runs"] = [*state.data.get("runs", []), {"started_at": artifact.iso(artifact.utc_now()),
+                                                        "backend": backend}]
+    state.save()
+    return state
+
+
+def _new_folder(runs_dir: Path, name: str) -> Path:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    base = f"{artifact.utc_now().strftime('%Y%m%dT%H%M%SZ')}-fleet-{servecmd.model_slug(name)}"
+    for n in range(1000):
+        path = runs_dir / (base if n == 0 else f"{base}-{n}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise artifact.ArtifactError(f"cannot create a fleet folder under {runs_dir}")
+
+
+def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict]) -> str | None:
+    """Move the try's run folder into runs_dir (its name made unique there) and write the `fleet`
+    section into its run.json; the run id, or None when the try left no run folder."""
+    if outcome.folder is not None:
+        source = Path(unpack(outcome.folder, runs_dir / f".incoming-{fleet_id}-{leaf_id}"))
+    elif outcome.run_dir is not None:
+        source = Path(outcome.run_dir)
+    else:
+        return None
+    log = source.parent.parent / LOG_NAME  # the leaf's autotune output beside its runs/
+    if log.is_file() and not (source / LOG_NAME).exists():
+        shutil.copy2(log, source / LOG_NAME)
+    target = _free_name(runs_dir, source.name)
+    shutil.move(str(source), str(target))
+    if outcome.folder is not None:
+        shutil.rmtree(runs_dir / f".incoming-{fleet_id}-{leaf_id}", ignore_errors=True)
+    record = artifact.load(target)
+    record.other["fleet"] = {"fleet_id": fleet_id, "leaf": leaf_id, "backend": backend, "node": outcome.node,
+                             "gpu": outcome.gpu, "try": outcome.try_no, "tries": tries,
+                             **({"run_id_on_node": record.run_id} if record.run_id != target.name else {}),
+                             **({"uploaded_to": outcome.uploaded_to} if outcome.uploaded_to else {}),
+                             **({"upload_error": outcome.upload_error} if outcome.upload_error else {})}
+    record.run_id = target.name
+    artifact.save_run(target, record)
+    return target.name
+
+
+def _free_name(runs_dir: Path, name: str) -> Path:
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1000):
+        path = runs_dir / (name if n == 0 else f"{name}-{n}")
+        if not path.exists():
+            return path
+    raise artifact.ArtifactError(f"cannot find a free run folder name for {name} under {runs_dir}")
+
+
+def pack(run_dir: Path, extra: Path | None = None) -> bytes:
+    """The run folder as gzip'd tar bytes (and `extra`, the leaf's autotune.log, inside it)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(str(run_dir), arcname=run_dir.name)
+        if extra is not None and extra.is_file():
+            tar.add(str(extra), arcname=f"{run_dir.name}/{extra.name}")
+    return buffer.getvalue()
+
+
+def unpack(data: bytes, into: Path) -> Path:
+    """The run folder packed by pack(), unpacked under `into`; its path."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+        top = {Path(m.name).parts[0] for m in tar.getmembers()}
+    if len(top) != 1:
+        raise artifact.ArtifactError(f"a leaf sent {len(top)} folders, not one run folder")
+    return into / top.pop()
+
+
+def upload(run_dir: Path, uri: str, fleet_id: str, leaf_id: str) -> str:
+    """Copy the run folder to <uri>/<fleet id>/<leaf id>/<run id>/ with fsspec; the address."""
+    import fsspec
+
+    dest = f"{uri.rstrip('/')}/{fleet_id}/{leaf_id}/{run_dir.name}"
+    fs, root = fsspec.core.url_to_fs(dest)
+    for path in sorted(Path(run_dir).rglob("*")):
+        if path.is_file():
+            target = f"{root}/{path.relative_to(run_dir).as_posix()}"
+            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            fs.put_file(str(path), target)
+    return dest

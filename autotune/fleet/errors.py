@@ -1,0 +1,5 @@
+"""The fleet's one error for input it cannot run (exit 1, nothing boots)."""
+
+
+class FleetError(Exception):
+    """A fleet that cannot start: no slots, a missing backend, a plan the backend cannot place."""
