@@ -9,7 +9,7 @@ DEMO_TARGET ?= 65536
 DEMO_SERVE := $(PY) -m vllm.entrypoints.openai.api_server --model $(DEMO_MODEL) --dtype bfloat16 \
 	--enforce-eager --max-num-seqs 1 --kv-cache-memory-bytes 128M
 
-.PHONY: setup demo test test-fast test-all bench clean-demo
+.PHONY: setup demo test test-fast test-all bench bench-fleet clean-demo
 
 setup: $(VENV)/.autotune-setup
 
@@ -38,6 +38,11 @@ test-all: setup
 BENCH_REPS ?= 3
 bench: setup $(DEMO_MODEL)/config.json
 	$(PY) bench/run_bench.py --reps $(BENCH_REPS)
+
+# The fleet against serial tunes: 8 leaves of the replaying vLLM on 4 slots, side by side with the
+# same 8 tunes one after another (a few minutes); writes the Fleet section of bench/RESULTS.md.
+bench-fleet: setup
+	$(PY) bench/fleet_bench.py --reps $(BENCH_REPS)
 
 clean-demo:
 	rm -rf $(DEMO_MODEL)

@@ -500,6 +500,13 @@ def _vllm_version(python: str) -> str:
     return proc.stdout.strip() or "not installed"
 
 
+def kept_fleet_section(out: Path) -> str:
+    """The Fleet section bench/fleet_bench.py wrote into the same file (its own target), kept."""
+    text = out.read_text() if out.exists() else ""
+    start, end = text.find("<!-- fleet-bench -->"), text.find("<!-- /fleet-bench -->")
+    return "\n" + text[start:end + len("<!-- /fleet-bench -->")] + "\n" if 0 <= start < end else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -526,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = saved["runs"]
         saved["summary"] = summarize(runs) if runs else {}
         text = render(saved["meta"], runs, saved["summary"], saved.get("logparse"))
-        args.out.write_text(text)
+        args.out.write_text(text + kept_fleet_section(args.out))
         args.json_out.write_text(json.dumps(saved, indent=2) + "\n")
         print(text)
         return 0
@@ -591,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["load_after"] = _loadavg()
         text = render(meta, runs if methods else {}, summary, parse)
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        args.out.write_text(text + kept_fleet_section(args.out))
         args.json_out.write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary, "logparse": parse},
                                             indent=2) + "\n")
         print(text)

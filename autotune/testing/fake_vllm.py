@@ -55,6 +55,9 @@ class Request:
     time_scale: float
     args_shown: dict  # vLLM's non-default args, as it prints them
     env_visible: str | None
+    # FAKE_VLLM_BUSY_GIB: memory this GPU does not give vLLM (another process holds it, or the device
+    # lost it): the KV pool is that much smaller, as on a sick node of a fleet (compare's node check).
+    busy_gib: float = 0.0
 
 
 def _number(options: dict, name: str, kind, default):
@@ -65,6 +68,9 @@ def _number(options: dict, name: str, kind, default):
         return kind(value)
     except (TypeError, ValueError):
         raise UsageError(f"argument --{name}: invalid {kind.__name__} value: {value!r}") from None
+
+
+BUSY_ENV = "FAKE_VLLM_BUSY_GIB"
 
 
 def read_request(argv: Sequence[str], env: dict) -> Request:
@@ -110,7 +116,7 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
     shown = {"model_tag": model, "model": model, **shown} if cmd.model else shown
     return Request(profile, model, max_len, settings, _number(options, "port", int, 8000),
                    _number(options, "time-scale", float, DEFAULT_TIME_SCALE), shown,
-                   env.get("CUDA_VISIBLE_DEVICES"))
+                   env.get("CUDA_VISIBLE_DEVICES"), _number(env, BUSY_ENV, float, 0.0))
 
 
 def _kv_bytes(text) -> int:
@@ -199,6 +205,8 @@ class Boot:
     def _kv(self, length: int) -> int | tuple[int, int]:
         p, s, req = self.p, self.req.settings, self.req
         available = profiles.available_kv_bytes(p, s)
+        if s.kv_cache_memory_bytes is None:
+            available -= int(req.busy_gib * profiles.GIB)
         eq = s.gmu - p.cudagraph_gib / p.gpu_memory_gib
         self.figures.update(avail=_gib(self.family, max(available, 0)), gmu4=f"{s.gmu:.4f}", gmu2=f"{s.gmu:.2f}",
                             gmu_eq=f"{eq:.4f}", gmu_up=f"{s.gmu + (s.gmu - eq):.4f}")

@@ -1,0 +1,278 @@
+"""The fleet on this node (--on local) with the replaying vLLM: plans, the table, the run folders,
+Ctrl-C and a second run, a killed leaf retried, slots never shared, the Kubernetes render, and
+compare's node check. The leaves are real `autotune tune` programs booting the replaying vLLM
+(seconds each); Ray's backend is tested in tests/e2e/test_fleet_ray.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from autotune.analysis import node_outliers
+from autotune.cli import cli
+from autotune.fleet import collect, plan as plan_mod
+from autotune.store import artifact
+
+FAKE = f"{sys.executable} -m autotune.testing.fake_vllm"
+
+
+def write_plan(tmp_path: Path, text: str, name: str = "plan.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def grid_plan(tmp_path: Path, marker: str, scale: float = 0.01, profiles=("seed-3090-qwen3.6-27b", "v1-0.33.0"),
+              gmus=(0.9, 0.95)) -> Path:
+    return write_plan(tmp_path, f"""
+name: {marker}
+command: {FAKE} --profile {{model}} --time-scale {scale} --served-model-name {marker}
+models: [{", ".join(profiles)}]
+target: 64K
+strategy: refusal
+probe: none
+grid:
+  --gpu-memory-utilization: [{", ".join(map(str, gmus))}]
+""")
+
+
+def fakes(marker: str) -> list[psutil.Process]:
+    """The replaying vLLM servers of one test (their --served-model-name is the marker; the leaves'
+    autotune, whose command holds the same words after `--`, is not one, nor is tune's version
+    question, `--print-version`, which serves nothing)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if cmd[1:3] == ["-m", "autotune.testing.fake_vllm"] and marker in cmd and "--print-version" not in cmd:
+            found.append(proc)
+    return found
+
+
+def no_overlap(state: collect.FleetState) -> None:
+    """Never two leaves on one slot at once, from the recorded slots and times."""
+    spans = []
+    for entry in state.data["leaves"]:
+        for t in entry["tries"]:
+            where = ((t["node"] or {}).get("node_id") or (t["node"] or {}).get("hostname"),
+                     tuple(t["gpu"].get("ids") or []) or t["gpu"].get("slot"))
+            spans.append((where, t["started_at"], t["ended_at"]))
+    for i, (where, start, end) in enumerate(spans):
+        for other, start2, end2 in spans[i + 1:]:
+            if other == where:
+                assert end <= start2 or end2 <= start, f"two leaves on {where} at once"
+
+
+# ---- the plan -----------------------------------------------------------------------------------
+
+def test_a_grid_plan_is_every_combination(tmp_path):
+    plan = plan_mod.load(grid_plan(tmp_path, "p"))
+    assert [leaf.label() for leaf in plan.leaves] == [
+        "seed-3090-qwen3.6-27b gpu-memory-utilization=0.9", "seed-3090-qwen3.6-27b gpu-memory-utilization=0.95",
+        "v1-0.33.0 gpu-memory-utilization=0.9", "v1-0.33.0 gpu-memory-utilization=0.95"]
+    assert plan.leaves[0].argv[-2:] == ["--gpu-memory-utilization", "0.9"]
+    assert len({leaf.key for leaf in plan.leaves}) == 4
+    assert plan_mod.load(grid_plan(tmp_path, "p")).leaves[2].key == plan.leaves[2].key  # stable: resume finds it
+
+
+def test_explicit_leaves_version_matrix_and_gpus_from_tensor_parallel(tmp_path):
+    plan = plan_mod.parse("""
+command: vllm serve M --tensor-parallel-size 2
+target: max
+vllm: [{venv: /opt/v31, version: 0.31.0}, /opt/v32]
+leaves:
+  - {--max-num-seqs: 1, accelerator: H100}
+  - {--enforce-eager: true, target: 32K}
+""")
+    assert [(leaf.argv[0], leaf.gpus_per_leaf, leaf.accelerator, leaf.target) for leaf in plan.leaves] == [
+        ("/opt/v31/bin/vllm", 2, "H100", "max"), ("/opt/v31/bin/vllm", 2, None, 32768),
+        ("/opt/v32/bin/vllm", 2, "H100", "max"), ("/opt/v32/bin/vllm", 2, None, 32768)]
+    assert plan.leaves[1].argv[-1] == "--enforce-eager"
+
+
+@pytest.mark.parametrize("text, where", [
+    ("command: x\ntarget: 64Q\n", "P.yaml:2: target: '64Q' is not a length"),
+    ("command: x\ntarget: 1\ngrid:\n  gmu: [0.9]\n", "P.yaml:4: grid.gmu: a grid key is a serve flag"),
+    ("command: x\ntarget: 1\ngrid:\n  --max-model-len: [5]\n", "P.yaml:4: grid.--max-model-len: autotune sets"),
+    ("command: x\ntarget: 1\nprobe: maybe\n", "P.yaml:3: probe: 'maybe' is not one of quick, full, none"),
+    ("command: x\ntarget: 1\ngpus_per_leaf: 0\n", "P.yaml:3: gpus_per_leaf: 0 is not a whole number"),
+    ("command: x\ntarget: 1\nleaves:\n  - {--a: 1, colour: red}\n", "P.yaml:4: leaves.0.colour: a leaf takes"),
+    ("command: x {model}\ntarget: 1\n", "P.yaml:1: command: {model} is in the command but no `models`"),
+    ("command: x\ntarget: 1\ntraget: 2\n", "P.yaml:3: traget: unknown key"),
+    ("command: x\n", "P.yaml:1: (top): `target` is missing"),
+    ("command: x\ntarget: 1\ntarget: 2\n", "P.yaml:3: target: given twice"),
+    ("command: [x\n", "P.yaml:2: not valid YAML"),
+])
+def test_a_bad_plan_names_the_line_and_key(text, where):
+    with pytest.raises(plan_mod.PlanError) as caught:
+        plan_mod.parse(text, "P.yaml")
+    assert str(caught.value).startswith(where)
+
+
+def test_fleet_plan_lists_leaves_and_a_bad_plan_boots_nothing(tmp_path, _runs_dir):
+    runner = CliRunner()
+    ok = runner.invoke(cli, ["fleet", "plan", str(grid_plan(tmp_path, "p")), "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert [leaf["id"] for leaf in json.loads(ok.stdout)["leaves"]] == ["leaf-01", "leaf-02", "leaf-03", "leaf-04"]
+    bad = write_plan(tmp_path, "command: x\ntarget: 64K\nstrategy: fast\n", "bad.yaml")
+    result = runner.invoke(cli, ["fleet", "run", str(bad), "--slots", "2"])
+    assert result.exit_code == 1
+    assert f"{bad}:3: strategy: 'fast' is not one of auto, refusal" in result.output
+    assert "Nothing was booted" in result.output and not _runs_dir.exists()
+
+
+def test_local_without_gpus_needs_slots(tmp_path, monkeypatch):
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: ([], "no NVML"))
+    result = CliRunner().invoke(cli, ["fleet", "run", str(grid_plan(tmp_path, "p"))])
+    assert result.exit_code == 1 and "--slots N" in result.output
+
+
+# ---- a whole fleet on this node -------------------------------------------------------------------
+
+def run_fleet(plan: Path, runs: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir", str(runs), *extra]
+    if wait:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_local_fleet_runs_each_leaf_as_a_normal_run_and_shows_the_table(tmp_path):
+    runs = tmp_path / "runs"
+    done = run_fleet(grid_plan(tmp_path, "fleet-local"), runs, "--on", "local", "--slots", "2")
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.splitlines()
+    assert table[0].split() == ["leaf", "settings", "node", "GPU", "ceiling", "verdict", "boots", "time", "run"]
+    assert len(table) == 5 and all("verified" in line for line in table[1:])
+    state = collect.load(collect.list_fleets(runs)[0])
+    no_overlap(state)
+    assert {e["gpu"]["slot"] for e in state.data["leaves"]} == {0, 1}
+    for entry in state.data["leaves"]:
+        record = artifact.load(runs / entry["run_id"])  # a normal run folder, with the fleet's section
+        assert record.result.verdict == "verified" and record.result.ceiling == entry["ceiling"]
+        assert record.get("fleet")["leaf"] == entry["id"] and record.get("fleet")["node"]["hostname"]
+        assert (runs / entry["run_id"] / "command.sh").is_file() and (runs / entry["run_id"] / "autotune.log").is_file()
+    seed = [e["ceiling"] for e in state.data["leaves"][:2]]
+    assert seed[0] < seed[1]  # more gmu, more context: the seed's figures, not a copy of one
+    shown = CliRunner().invoke(cli, ["fleet", "show", "latest", "--runs-dir", str(runs), "--json"])
+    assert json.loads(shown.stdout)["summary"]["verified"] == 4
+    compared = CliRunner().invoke(cli, ["compare", str(state.folder), "--runs-dir", str(runs), "--json"])
+    assert len(json.loads(compared.stdout)["runs"]) == 4
+    assert fakes("fleet-local") == []
+
+
+def test_ctrl_c_stops_every_leaf_and_a_second_run_does_only_the_rest(tmp_path):
+    runs = tmp_path / "runs"
+    plan = grid_plan(tmp_path, "fleet-ctrlc", scale=0.05)  # the seed's boots take ~5 s: caught mid-boot
+    driver = run_fleet(plan, runs, "--slots", "2", wait=False)
+    deadline = time.time() + 60
+    while len(fakes("fleet-ctrlc")) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(fakes("fleet-ctrlc")) >= 2, "two leaves never booted"
+    driver.send_signal(signal.SIGINT)
+    stopped_at = time.time()
+    while fakes("fleet-ctrlc") and time.time() - stopped_at < 30:
+        time.sleep(0.2)
+    gone_s = time.time() - stopped_at
+    if fakes("fleet-ctrlc"):
+        driver.kill()
+    _, err = driver.communicate(timeout=60)
+    assert fakes("fleet-ctrlc") == [], f"a vLLM tree outlived the fleet: {err}"
+    assert driver.returncode == 130, err
+    assert gone_s < 20
+    state = collect.load(collect.list_fleets(runs)[0])
+    assert state.data["state"] == "interrupted"
+    states = [e["state"] for e in state.data["leaves"]]
+    assert states.count("interrupted") == 2 and states.count("waiting") == 2
+    for entry in state.data["leaves"][:2]:
+        assert artifact.load(runs / entry["run_id"]).state == "interrupted"
+    again = run_fleet(plan.parent / plan.name, runs, "--slots", "2", "--quiet")
+    assert again.returncode == 0, again.stderr
+    state = collect.load(state.folder)
+    assert [e["state"] for e in state.data["leaves"]] == ["finished"] * 4
+    assert len(collect.list_fleets(runs)) == 1  # the same fleet, continued
+
+
+def test_a_killed_leaf_is_retried_and_its_server_reaped(tmp_path):
+    runs = tmp_path / "runs"
+    plan = grid_plan(tmp_path, "fleet-kill", scale=0.05, profiles=("seed-3090-qwen3.6-27b",), gmus=(0.95,))
+    driver = run_fleet(plan, runs, "--slots", "1", wait=False)
+    deadline = time.time() + 60
+    while not fakes("fleet-kill") and time.time() < deadline:
+        time.sleep(0.1)
+    server = fakes("fleet-kill")[0]
+    tune = next(p for p in server.parents() if "tune" in p.cmdline())
+    tune.kill()  # the leaf's autotune dies as an OOM kill would take it: its server is orphaned
+    server.wait(timeout=30)  # reaped from its server.json by the fleet
+    out, err = driver.communicate(timeout=120)
+    assert driver.returncode == 0, err
+    assert "lost to the infrastructure" in err and "(try 2)" in out
+    state = collect.load(collect.list_fleets(runs)[0])
+    tries = state.data["leaves"][0]["tries"]
+    assert [t["infra"] is not None for t in tries] == [True, False]
+    assert "SIGKILL" in tries[0]["infra"]
+    assert artifact.load(runs / state.data["leaves"][0]["run_id"]).get("fleet")["try"] == 2
+    assert fakes("fleet-kill") == []
+
+
+# ---- Kubernetes, compare's node check -------------------------------------------------------------
+
+def test_render_k8s_is_valid_indexed_jobs_running_the_same_autotune(tmp_path):
+    import yaml
+    import kubernetes_validate
+
+    path = write_plan(tmp_path, """
+command: vllm serve Qwen/Qwen3-8B --max-num-seqs 1
+target: 64K
+vllm: [{venv: /opt/v31, version: 0.31.0}, {venv: /opt/v32, version: 0.32.0}]
+leaves:
+  - {--gpu-memory-utilization: 0.9, accelerator: NVIDIA-H100-80GB-HBM3}
+  - {--gpu-memory-utilization: 0.95, accelerator: NVIDIA-H100-80GB-HBM3, gpus_per_leaf: 2, --tensor-parallel-size: 2}
+""")
+    result = CliRunner().invoke(cli, ["fleet", "render", str(path), "--k8s", "--results-uri", "s3://b/fleet"])
+    assert result.exit_code == 0, result.output
+    jobs = list(yaml.safe_load_all(result.stdout))
+    for job in jobs:
+        kubernetes_validate.validate(job, "1.33", strict=True)
+    assert len(jobs) == 4  # (1 GPU, 2 GPUs) x (0.31.0, 0.32.0): a Job fixes its pod's GPUs and image
+    first = jobs[0]["spec"]["template"]["spec"]
+    assert jobs[0]["spec"]["completionMode"] == "Indexed"
+    assert first["containers"][0]["image"] == "vllm/vllm-openai:v0.31.0"
+    assert first["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert jobs[1]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    script = first["containers"][0]["args"][0]
+    assert ("python3 -m autotune tune --target 65536 --strategy auto --probe quick --max-boots 6 --stall-timeout 1200 "
+            "--runs-dir /results/plan/leaf-01 -- vllm serve Qwen/Qwen3-8B --max-num-seqs 1 "
+            "--gpu-memory-utilization 0.9") in script
+    assert "autotune fleet upload /results/plan/leaf-01 --results-uri s3://b/fleet" in script and "s3fs" in script
+
+
+def test_compare_flags_the_node_unlike_its_peers(tmp_path):
+    """Three nodes' runs of one command (run by the replaying vLLM); one node's GPU has 1.5 GiB
+    another process holds: compare names that node and no other."""
+    runs = tmp_path / "runs"
+    plan = grid_plan(tmp_path, "fleet-nodes", profiles=("v1-0.33.0",), gmus=(0.9,))
+    records = []
+    for node, busy in (("node-a", 0), ("node-b", 1.5), ("node-c", 0)):
+        env = {**os.environ, "FAKE_VLLM_BUSY_GIB": str(busy)}
+        done = subprocess.run([sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir",
+                               str(runs / node), "--slots", "1", "--quiet"], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        state = collect.load(collect.list_fleets(runs / node)[0])
+        record = artifact.load_run(runs / node / state.data["leaves"][0]["run_id"])
+        record["fleet"]["node"] = {"hostname": node, "node_id": None}  # three nodes, one machine
+        records.append(record)
+    checks = node_outliers.check(records)
+    assert len(checks) == 1 and [f.node for f in checks[0].nodes] == ["node-a", "node-b", "node-c"]
+    assert [o["node"] for o in checks[0].outliers] == ["node-b"]
+    assert checks[0].outliers[0]["diff_gib"] == pytest.approx(-1.5, abs=0.02)
+    assert "OUTLIER" in "\n".join(node_outliers.render(checks))
