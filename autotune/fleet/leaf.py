@@ -167,12 +167,12 @@ def _last_line(path: Path) -> str:
 
 def reap(folder: Path) -> list:
     """Stop every vLLM server a killed autotune left under folder (each leaf's runs/ below it),
-    only where its pid and start time still match (store/cleanup.py)."""
-    cleaned = []
+    only where its pid and start time still match (store/cleanup.py); those it stopped."""
+    stopped = []
     for runs_dir in sorted(Path(folder).glob("**/runs")):
         if runs_dir.is_dir():
-            cleaned.extend(cleanup.clean(runs_dir))
-    return cleaned
+            stopped.extend(c for c in cleanup.clean(runs_dir) if c.action == "stopped")
+    return stopped
 
 
 def _iso(ts: float) -> str:

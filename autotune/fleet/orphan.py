@@ -28,6 +28,9 @@ def main(args: list[str]) -> None:
         pass  # not Linux: the fleet's own reaping (fleet/leaf.py reap) is what is left
     if os.getppid() != parent:  # the parent died before the setting took: nothing to run for
         sys.exit(128 + signal.SIGTERM)
+    # Ray starts its processes with SIGINT blocked, and a blocked mask survives fork and exec: the
+    # tune must see the SIGINT that stops it.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     os.execv(argv[0], argv)
 
 

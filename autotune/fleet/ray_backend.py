@@ -26,6 +26,7 @@ from autotune.fleet import collect
 from autotune.fleet import leaf as leaf_mod
 from autotune.fleet.errors import FleetError
 from autotune.fleet.plan import Leaf, VllmEnv
+from autotune.run.signals import Interrupted
 
 INSTALL = "pip install 'vllm-autotune[ray]'"
 ACCELERATOR_LABEL = "ray.io/accelerator-type"
@@ -97,6 +98,17 @@ def leaf_from_json(data: dict) -> Leaf:
                 stall_timeout=data["stall_timeout"])
 
 
+def interrupted_within(exc: BaseException) -> Interrupted | None:
+    """Our SIGINT handler raised Interrupted inside Ray's C code (ray.wait, ray.get), which hands it
+    back wrapped (SystemError "returned a result with an exception set"): the Interrupted, if so."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, Interrupted):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
 def _reap_node(fleet_id: str) -> int:
     return len(leaf_mod.reap(node_root(fleet_id)))
 
@@ -108,11 +120,14 @@ class RayBackend:
                  results_uri: str | None):
         self.ray = ray = import_ray()
         self.fleet_id = fleet_id
-        if address:
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-        else:
-            gpus = slots if slots is not None else None
-            ray.init(num_gpus=gpus, logging_level="WARNING", log_to_driver=False, **LOCAL_INSTANCE)
+        try:
+            if address:
+                ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+            else:
+                ray.init(num_gpus=slots, logging_level="WARNING", log_to_driver=False, **LOCAL_INSTANCE)
+        except Exception as exc:  # noqa: BLE001 - Ray's many connection errors, said plainly
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            raise FleetError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None
         self.started_here = not address
         self.worker_class = ray.remote(LeafWorker)
         self.reaper = ray.remote(num_cpus=0)(_reap_node)
@@ -173,7 +188,10 @@ class RayBackend:
         """The leaves whose actor started since the last call: (run ref, node, gpu)."""
         if not self.placed:
             return []
-        ready, _ = self.ray.wait(list(self.placed), num_returns=len(self.placed), timeout=0)
+        try:
+            ready, _ = self.ray.wait(list(self.placed), num_returns=len(self.placed), timeout=0)
+        except Exception as exc:  # noqa: BLE001
+            raise interrupted_within(exc) or exc
         out = []
         for ref in ready:
             run_ref = self.placed.pop(ref)
@@ -189,17 +207,23 @@ class RayBackend:
         if not self.running:
             time.sleep(min(timeout, 0.2))
             return []
-        ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout)
+        try:
+            ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise interrupted_within(exc) or exc
         out = []
         for ref in ready:
-            actor, _ = self.running.pop(ref)
-            self.placed = {k: v for k, v in self.placed.items() if v is not ref}
+            actor, _ = self.running[ref]
             try:
                 outcome = self.ray.get(ref)
                 outcome.gpu["accelerator_type"] = self.node_labels(outcome.node.get("node_id")).get(ACCELERATOR_LABEL)
-                out.append((ref, outcome))
             except self.ray.exceptions.RayError as exc:  # the actor, its worker or its node died
-                out.append((ref, exc))
+                outcome = exc
+            except Exception as exc:  # noqa: BLE001 - still running: stop_all finds it
+                raise interrupted_within(exc) or exc
+            del self.running[ref]
+            self.placed = {k: v for k, v in self.placed.items() if v is not ref}
+            out.append((ref, outcome))
             self.ray.kill(actor)
         return out
 

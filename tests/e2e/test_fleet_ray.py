@@ -37,17 +37,26 @@ def cluster():
     pytest.importorskip("ray")
     port = free_port()
     address = f"127.0.0.1:{port}"
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    # Ray 2.60: a `ray.init()` instance leaves ~/.ray/auth_token, after which `ray start --head` turns
+    # token auth on but `ray start --address` does not send it; a test cluster on 127.0.0.1 needs none.
+    before = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # for the cluster and every driver the tests start
+    env = dict(os.environ)
     try:
         subprocess.run([RAY, "start", "--head", "--port", str(port), "--num-gpus", "2", "--include-dashboard=false",
                         "--labels", "ray.io/accelerator-type=RTX-3090", *SMALL], check=True, capture_output=True,
                        env=env, timeout=120)
-        subprocess.run([RAY, "start", "--address", address, "--num-gpus", "1",
-                        "--labels", "ray.io/accelerator-type=H100", *SMALL], check=True, capture_output=True,
-                       env=env, timeout=120)
+        worker = subprocess.run([RAY, "start", "--address", address, "--num-gpus", "1",
+                                 "--labels", "ray.io/accelerator-type=H100", *SMALL], capture_output=True, text=True,
+                                env=env, timeout=120)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
         yield address
     finally:
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+        if before is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = before
 
 
 def fleet(plan: Path, runs: Path, address: str, *extra: str, wait: bool = True):
@@ -59,7 +68,6 @@ def fleet(plan: Path, runs: Path, address: str, *extra: str, wait: bool = True):
 
 
 def node_of_label(address: str, label: str) -> str:
-    import ray
 
     out = subprocess.run([sys.executable, "-c", f"import ray, json; ray.init(address={address!r}, "
                           "logging_level='ERROR'); print(json.dumps([[n['NodeID'], n.get('Labels')] "
