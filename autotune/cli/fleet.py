@@ -269,7 +269,7 @@ class FleetProgress:
         if not self.tty and now - self.last_status < 30:
             return
         self.last_status = now
-        slots = ", ".join(f"{report.gpu_text(e.get('gpu'))} {e['leaf'].id}" for e in running)
+        slots = ", ".join(f"{report.gpu_text(e['gpu']) if e.get('gpu') else 'placing'} {e['leaf'].id}" for e in running)
         left = self.eta.left_s(waiting, [(e["leaf"].argv, _age_s(e.get("started_at"))) for e in running],
                                self.capacity)
         eta = f" · ~{report.duration(left)} left" if left is not None else ""
