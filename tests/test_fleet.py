@@ -48,12 +48,13 @@ grid:
 
 def fakes(marker: str) -> list[psutil.Process]:
     """The replaying vLLM servers of one test (their --served-model-name is the marker; the leaves'
-    autotune, whose command holds the same words after `--`, is not one, nor is tune's version
-    question, `--print-version`, which serves nothing)."""
+    autotune, whose command holds the same words after `--`, is not one, nor are tune's questions
+    to it, `--print-version` and `--print-gpus`, which serve nothing)."""
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if cmd[1:3] == ["-m", "autotune.testing.fake_vllm"] and marker in cmd and "--print-version" not in cmd:
+        questions = {"--print-version", "--print-gpus"}
+        if cmd[1:3] == ["-m", "autotune.testing.fake_vllm"] and marker in cmd and not questions & set(cmd):
             found.append(proc)
     return found
 
@@ -256,19 +257,25 @@ leaves:
 
 
 def test_compare_flags_the_node_unlike_its_peers(tmp_path):
-    """Three nodes' runs of one command (run by the replaying vLLM); one node's GPU has 1.5 GiB
-    another process holds: compare names that node and no other."""
+    """Three runs of one command by the replaying vLLM, one leaf's GPU with 1.5 GiB that another
+    process holds; each run then stands for a node of its own: compare names that node, no other."""
     runs = tmp_path / "runs"
-    plan = grid_plan(tmp_path, "fleet-nodes", profiles=("v1-0.33.0",), gmus=(0.9,))
+    plan = write_plan(tmp_path, f"""
+command: {FAKE} --profile v1-0.33.0 --time-scale 0.01 --gpu-memory-utilization 0.9
+target: 64K
+strategy: refusal
+probe: none
+leaves:
+  - {{--served-model-name: a}}
+  - {{--served-model-name: b, env: {{FAKE_VLLM_BUSY_GIB: 1.5}}}}
+  - {{--served-model-name: c}}
+""")
+    done = run_fleet(plan, runs, "--slots", "3", "--quiet")
+    assert done.returncode == 0, done.stderr
+    state = collect.load(collect.list_fleets(runs)[0])
     records = []
-    for node, busy in (("node-a", 0), ("node-b", 1.5), ("node-c", 0)):
-        env = {**os.environ, "FAKE_VLLM_BUSY_GIB": str(busy)}
-        done = subprocess.run([sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir",
-                               str(runs / node), "--slots", "1", "--quiet"], capture_output=True, text=True, env=env,
-                              timeout=120)
-        assert done.returncode == 0, done.stderr
-        state = collect.load(collect.list_fleets(runs / node)[0])
-        record = artifact.load_run(runs / node / state.data["leaves"][0]["run_id"])
+    for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c")):
+        record = artifact.load_run(runs / entry["run_id"])
         record["fleet"]["node"] = {"hostname": node, "node_id": None}  # three nodes, one machine
         records.append(record)
     checks = node_outliers.check(records)

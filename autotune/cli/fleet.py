@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from autotune.cli.eta import command_key
 from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import runs_dir_option
 from autotune.cli.tables import echo_table
@@ -209,7 +210,7 @@ class FleetProgress:
         self.quiet = quiet
         self.tty = is_tty(sys.stderr)
         self.capacity = capacity
-        self.eta = report.Eta(_earlier_durations(runs_dir))
+        self.eta = report.Eta(_earlier_durations(runs_dir), command_key)
         self.last_status = 0.0
         self.drawn = False
 
@@ -261,6 +262,9 @@ class FleetProgress:
     def on_fleet_stopping(self, signal, running) -> None:
         self.say(f"{signal}: stopping {len(running)} running leaves ({', '.join(running) or 'none'}) and their servers")
 
+    def on_warning(self, text) -> None:
+        self.say(f"Warning: {text}")
+
     def on_fleet_reaped(self, count) -> None:
         self.say(f"stopped {count} server(s) left by killed leaves")
 
@@ -303,7 +307,7 @@ def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[flo
             continue
         took = record.get("duration_s")
         if record.get("state") == "finished" and isinstance(took, (int, float)) and record.get("command"):
-            out.setdefault(report.command_key(record.command.get("argv")), []).append(float(took))
+            out.setdefault(command_key(record.command.get("argv")), []).append(float(took))
     return out
 
 

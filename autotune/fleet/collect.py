@@ -20,7 +20,6 @@ from autotune.fleet.leaf import LOG_NAME, Outcome
 from autotune.fleet.plan import Plan
 from autotune.store import artifact
 from autotune.store import cleanup
-from autotune.vllm import servecmd
 
 FLEET_FILE = "fleet.json"
 SCHEMA_VERSION = 1
@@ -80,7 +79,7 @@ def find_or_new(plan: Plan, plan_text: str, runs_dir: Path, backend: str, fresh:
                 if entry["state"] == RUNNING:  # its driver was killed: the leaf did not finish
                     entry["state"] = INTERRUPTED
             return _begin(state, backend), True
-    folder = _new_folder(runs_dir, plan.name)
+    folder = artifact.create_run_dir(runs_dir, f"fleet-{plan.name}")  # <UTC time>-fleet-<plan name>, made unique
     state = FleetState(folder, {
         "fleet_id": folder.name, "plan": {"name": plan.name, "path": plan.path, "digest": plan.digest,
                                           "text": plan_text},
@@ -96,19 +95,6 @@ def _begin(state: FleetState, backend: str) -> FleetState:
                                                         "backend": backend}]
     state.save()
     return state
-
-
-def _new_folder(runs_dir: Path, name: str) -> Path:
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    base = f"{artifact.utc_now().strftime('%Y%m%dT%H%M%SZ')}-fleet-{servecmd.model_slug(name)}"
-    for n in range(1000):
-        path = runs_dir / (base if n == 0 else f"{base}-{n}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise artifact.ArtifactError(f"cannot create a fleet folder under {runs_dir}")
 
 
 def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict]) -> str | None:

@@ -8,7 +8,6 @@ import statistics
 
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, FleetState
 from autotune.fleet.plan import Plan
-from autotune.vllm import servecmd
 
 PLAN_HEADER = ["leaf", "model / settings", "target", "GPUs", "accelerator", "command"]
 TABLE_HEADER = ["leaf", "settings", "node", "GPU", "ceiling", "verdict", "boots", "time", "run"]
@@ -78,21 +77,17 @@ def to_json(state: FleetState) -> dict:
     return data
 
 
-def command_key(argv) -> tuple[str, ...]:
-    argv = servecmd.without_flag(list(argv or []), servecmd.MAX_MODEL_LEN)
-    return tuple(servecmd.without_flag(argv, servecmd.PORT))
-
-
 class Eta:
     """Seconds a leaf takes: earlier runs of the same serve command (their median), else the
     leaves of this fleet that finished (their median), else unknown."""
 
-    def __init__(self, earlier: dict[tuple, list[float]]):
-        self.earlier = earlier
+    def __init__(self, earlier: dict[tuple, list[float]], key):
+        self.earlier = earlier  # by key(argv): what makes two runs "the same command" (cli/eta.py)
+        self.key = key
         self.here: list[float] = []
 
     def leaf_s(self, argv) -> float | None:
-        seen = self.earlier.get(command_key(argv))
+        seen = self.earlier.get(self.key(argv))
         if seen:
             return statistics.median(seen)
         return statistics.median(self.here) if self.here else None

@@ -152,7 +152,11 @@ class Driver:
         self._end(INTERRUPTED, interrupted_by=str(exc))
 
     def _reap(self) -> None:
-        found = self.backend.reap()
+        try:
+            found = self.backend.reap()
+        except Exception as exc:  # noqa: BLE001 - never hides what ended the fleet
+            self.emit("warning", text=f"could not reap on every node ({type(exc).__name__}: {exc})")
+            return
         if found:
             self.emit("fleet_reaped", count=found)
 
