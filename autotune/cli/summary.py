@@ -9,7 +9,7 @@ from typing import Mapping
 
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
-from autotune.run import witness
+from autotune.run import queue_watch, witness
 from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
@@ -65,10 +65,10 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
             "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
             "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
                       "they may still hold device memory"})
-    for a in attempts:  # the second witness (run/witness.py): /metrics against the log and the command
-        found = witness.card_warning(a.get("metrics"), a.get("log"))
-        if found:
-            warnings.append(found)
+    for a in attempts:  # the second witness (run/witness.py); a length whose requests wait forever (queue_watch.py)
+        for found in (witness.card_warning(a.get("metrics"), a.get("log")), queue_watch.card_warning(a)):
+            if found:
+                warnings.append(found)
     # Refusals before a recovery that changed what sizes the KV pool were of another pool.
     fresh = max((i for i, a in enumerate(attempts) if (a.get("recovery") or {}).get("figures_stale")), default=-1)
     refusals = [a for a in attempts[fresh + 1:] if a.get("outcome") == "refused"]

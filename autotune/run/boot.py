@@ -22,6 +22,7 @@ from autotune.run import marker
 from autotune.run import strategy
 from autotune.run import client
 from autotune.run import verify
+from autotune.run import queue_watch
 from autotune.run import witness
 from autotune.run.options import Emit, TuneOptions
 from autotune.run.signals import GATE
@@ -235,7 +236,6 @@ class Boot:
         expected = self.max_model_len
         if self.auto:
             # vLLM >= 0.20 serves the fitted length; the log says which.
-            self._catch_up()
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
@@ -243,18 +243,29 @@ class Boot:
         self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
                              "door": self.door.describe()}
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
-        if ok:  # the second witness: the pool as /metrics tells it, beside the log's figures
-            result = self.parser.result()
-            self.attempt.metrics = witness.read(self.door, result, self.argv, result.get("vllm_version"))
         self.outcome = (strategy.VERIFIED if ok else
                         strategy.FRONT_DOOR if "front_door" in evidence else strategy.NOT_VERIFIED)
-        if ok and self.opts.probe != "none":
+        if ok:
+            self._witnesses(expected)
+        if self.outcome == strategy.VERIFIED and self.opts.probe != "none":
             self._probe(expected)
         if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
             self.keep = self.server
             kept.hand_over(self.run_dir, self.door.where)  # the user's now: clean leaves it running
         else:
             self._stop(launch.STAGES_GRACEFUL)
+
+    def _witnesses(self, expected: int) -> None:
+        """What else says whether the length is served: /metrics' KV pool beside the log's figures
+        (the second witness), and a pool the log shows below the length (a longer request would
+        wait in vLLM's queue forever: no request needs to be sent to know it)."""
+        result = self.parser.result()
+        version = result.get("vllm_version")
+        self.attempt.metrics = witness.read(self.door, result, self.argv, version)
+        queued = queue_watch.pool_below_length(result, expected, self.argv, version)
+        if queued:
+            self.verification.update(verified=False, reason=f"{self.verification['reason']}; but {queued}")
+            self.outcome = strategy.QUEUED
 
     def _probe(self, expected: int) -> None:
         # Booting is not yet proof: fill the context with a real request (probe.py).
@@ -268,7 +279,7 @@ class Boot:
         self.attempt.probe = probe_mod.probe(self.door, length, self.opts.probe, self.server.pid, indices,
                                              emit=self.emit)
         if not self.attempt.probe.get("ok"):
-            self.outcome = strategy.PROBE_FAILED
+            self.outcome = strategy.QUEUED if self.attempt.probe.get("queued") else strategy.PROBE_FAILED
 
     def _hang(self) -> None:
         if self.server.idle_s() > self.opts.stall_timeout_s:
@@ -320,7 +331,7 @@ class Boot:
         ceiling, source = (None, "none")
         if outcome == strategy.REFUSED or self.auto:
             ceiling, source = ceiling_from(result)
-        if outcome == strategy.PROBE_FAILED:
+        if outcome == strategy.PROBE_FAILED or (outcome == strategy.QUEUED and given(a.probe)):
             self.verification["verified"] = False
             self.verification["reason"] += f"; but the probe failed: {a.probe.get('reason')}"
         failed = outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED)

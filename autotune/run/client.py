@@ -22,6 +22,7 @@ run.json records) says where it came from, never what it is.
 from __future__ import annotations
 
 import ipaddress
+import socket
 import ssl
 import threading
 from contextlib import contextmanager
@@ -301,17 +302,30 @@ class ServerClient:
     @contextmanager
     def stream(self, path: str, payload: dict, timeout: float) -> Iterator[httpx.Response]:
         """POST path and yield the open response. `timeout` bounds the whole request: a timer
-        closes the connection when it runs out, so the caller's read ends (as a ReadError)."""
+        cuts the connection when it runs out, so the caller's read ends (as a ReadError)."""
         with self._http.stream("POST", path, json=payload, headers=self._headers(path, True),
                                timeout=timeout) as response:
             self._check_pin(response)
-            timer = threading.Timer(timeout, response.close)
+            timer = threading.Timer(timeout, abort, (response,))
             timer.daemon = True
             timer.start()
             try:
                 yield response
             finally:
                 timer.cancel()
+
+
+def abort(response: httpx.Response) -> None:
+    """End an open response from another thread: its socket is shut down first, since closing it
+    alone does not wake a read blocked on it (that read would wait for its own timeout)."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already gone
+    response.close()
 
 
 # ---------------------------------------------------------------------------

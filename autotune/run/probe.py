@@ -37,6 +37,7 @@ import httpx
 from autotune.run import client as client_mod
 from autotune.run import verify
 from autotune.run.probe_memory import MemoryReader, PeakSampler, memory_record
+from autotune.run.queue_watch import STUCK_AFTER_S, WHY, QueueWatch
 from autotune.run.prompt import ProbeFailure, SizedPrompt, default_margin, filler_text, prompt_budget, size_prompt
 
 QUICK = "quick"
@@ -118,6 +119,7 @@ class StreamResult:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     status: int | None = None
+    queued: dict | None = None  # it waited in vLLM's queue with nothing running, and was ended (queue_watch.py)
 
     @property
     def ttft_s(self) -> float | None:
@@ -128,17 +130,37 @@ class StreamResult:
         return None if self.done_at is None else self.done_at - self.sent_at
 
 
-def stream_completion(server: verify.Server, payload: dict, timeout: float) -> StreamResult:
+def stream_completion(server: verify.Server, payload: dict, timeout: float,
+                      watch: QueueWatch | None = None) -> StreamResult:
     """POST /v1/completions with stream=true; time the first chunk and the end. Never raises.
 
-    `timeout` bounds the whole request (client.ServerClient.stream closes it when it runs out).
+    `timeout` bounds the whole request (client.ServerClient.stream closes it when it runs out);
+    `watch` ends it sooner when vLLM keeps it waiting with nothing running (queue_watch.py).
     """
     sent = time.monotonic()
-    deadline = sent + timeout
     result = StreamResult(ok=False, reason="", sent_at=sent)
+    try:
+        _stream(server, payload, timeout, watch, result)
+    finally:
+        if watch is not None:
+            watch.attach(None)  # the connection may go back to the pool: never cut it now
+        if watch is not None and watch.verdict is not None:
+            result.ok, result.queued = False, watch.verdict
+            result.reason = (f"POST /v1/completions: waited in vLLM's queue for {watch.verdict['stuck_s']:g} s with "
+                             f"{watch.verdict['waiting']:g} waiting and nothing running ({watch.verdict['source']}), "
+                             "so autotune ended it")
+    return result
+
+
+def _stream(server: verify.Server, payload: dict, timeout: float, watch: QueueWatch | None,
+            result: StreamResult) -> StreamResult:
+    sent = result.sent_at
+    deadline = sent + timeout
     body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
     try:
         with verify.client_of(server).stream("/v1/completions", body, timeout) as resp:
+            if watch is not None:
+                watch.attach(resp)
             result.status = resp.status_code
             if resp.status_code != 200:
                 result.reason = f"POST /v1/completions: HTTP {resp.status_code}: {_excerpt(resp.read()[:4096])}"
@@ -228,25 +250,29 @@ def _completion_payload(model: str, prompt: str, max_tokens: int, ignore_eos: bo
 class _Session:
     """One probe's state: the model, the tokenizer, whether ignore_eos is accepted."""
 
-    def __init__(self, server: verify.Server, timeout: float):
+    def __init__(self, server: verify.Server, timeout: float, queue_stuck_s: float):
         self.server = server
         self.timeout = timeout
+        self.queue_stuck_s = queue_stuck_s
         self.ignore_eos = True
 
+    def _send(self, payload: dict) -> StreamResult:
+        with QueueWatch(self.server, self.queue_stuck_s) as watch:  # never waits quietly in vLLM's queue
+            return stream_completion(self.server, payload, self.timeout, watch)
+
     def complete(self, model: str, prompt: str, max_tokens: int) -> StreamResult:
-        res = stream_completion(self.server, _completion_payload(model, prompt, max_tokens, self.ignore_eos),
-                                self.timeout)
+        res = self._send(_completion_payload(model, prompt, max_tokens, self.ignore_eos))
         if not res.ok and res.status == 400 and self.ignore_eos and "ignore_eos" in res.reason:
             # A server without vLLM's extra parameters: the same request without it.
             self.ignore_eos = False
-            res = stream_completion(self.server, _completion_payload(model, prompt, max_tokens, False), self.timeout)
+            res = self._send(_completion_payload(model, prompt, max_tokens, False))
         return res
 
 
 def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int | None, gpu_indices: list[int] | None = None,
           margin_tokens: int | None = None, *, max_tokens: int = MAX_TOKENS,
           request_timeout_s: float = REQUEST_TIMEOUT_S, small_timeout_s: float = SMALL_TIMEOUT_S,
-          emit: Callable[..., None] | None = None) -> dict:
+          queue_stuck_s: float = STUCK_AFTER_S, emit: Callable[..., None] | None = None) -> dict:
     """Probe the server (a client.FrontDoor, or a plain loopback port) at max_model_len; return the record (never raises for
     what the server does). mode: "quick" or "full" (see the module docstring).
 
@@ -283,8 +309,8 @@ def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int 
     try:
         with PeakSampler(reader) as sampler:
             try:
-                _run_requests(record, server, budget, margin, max_tokens, mode, request_timeout_s, small_timeout_s, t0,
-                              emit or (lambda event, **data: None))
+                _run_requests(record, _Session(server, request_timeout_s, queue_stuck_s), budget, margin, max_tokens,
+                              mode, small_timeout_s, t0, emit or (lambda event, **data: None))
             finally:
                 peak = sampler.peak
     finally:
@@ -332,11 +358,11 @@ def _head_of_line(long2: StreamResult, short: StreamResult) -> dict:
     }
 
 
-def _run_requests(probe_record: dict, server: verify.Server, budget: int, margin: int, max_tokens: int, mode: str,
-                  request_timeout_s: float, small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
+def _run_requests(probe_record: dict, session: _Session, budget: int, margin: int, max_tokens: int, mode: str,
+                  small_timeout_s: float, t0: float, emit: Callable[..., None]) -> None:
     """Send the probe's requests, filling in probe_record (the probe's own record, attempt.probe
     in run.json: not a run record) as they answer."""
-    session = _Session(server, request_timeout_s)
+    server = session.server
     # A salt unique to this probe starts every prompt: vLLM's prefix cache would otherwise
     # answer a repeated prompt (an earlier probe's, or the first long one) without prefill.
     nonce = uuid.uuid4().hex[:8]
@@ -357,6 +383,11 @@ def _run_requests(probe_record: dict, server: verify.Server, budget: int, margin
     probe_record["requests"].append(long1)
     for key in ("prompt_tokens", "completion_tokens", "ttft_s", "total_s", "prefill_tokens_per_s"):
         probe_record[key] = long1.get(key)
+    if res.queued is not None:
+        probe_record["queued"] = res.queued
+        probe_record["reason"] = (f"the near-ceiling request ({first.tokens:,} prompt tokens) waited in vLLM's queue "
+                                  f"and never ran ({res.reason}). {WHY}")
+        return
     if not res.ok:
         probe_record["reason"] = f"the near-ceiling request ({first.tokens} prompt tokens) failed: {res.reason}"
         return
@@ -376,7 +407,7 @@ def _run_requests(probe_record: dict, server: verify.Server, budget: int, margin
     # Send the short one well inside the long one's prefill (the first request timed it).
     short_prompt = filler_text(64, salt=f"autotune probe {nonce} short")
     long2_res, short_res = _long_and_short(session, model, second, short_prompt, min(1.0, (res.ttft_s or 1.0) / 4),
-                                           max_tokens, request_timeout_s, emit)
+                                           max_tokens, session.timeout, emit)
     long2 = _request_record("long_repeat", long2_res, second, t0)
     emit("probe_request_done", role="long_repeat", ok=long2_res.ok, ttft_s=long2["ttft_s"], reason=long2_res.reason)
     short = _request_record("short_during_prefill", short_res, None, t0)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 VERIFIED = "verified"  # healthy and /v1/models reports the asked length
 NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
 PROBE_FAILED = "probe_failed"  # healthy and serving the length, but a near-ceiling request failed
+QUEUED = "queued"  # healthy and reporting the length, but a request that long waits in vLLM's queue forever
 FRONT_DOOR = "front_door"  # healthy, but its front door turned autotune away (a key it wants, TLS): verify.py
 REFUSED = "refused"  # vLLM's KV-cache refusal
 AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
@@ -98,6 +99,9 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         length = int(last.max_model_len)
         if length >= target:
             return Stop("verified", target, "the target itself boots")
+        if last.basis == "pool":
+            return Stop("verified", length, f"{length:,} is the longest request vLLM admits here: its KV pool "
+                                            f"({length - target:+,} tokens against the target)")
         if last.basis in ("start_at", "room") and last.kv_cache_tokens is not None:
             room = _room_step(target, last, length, boot, n, max_boots, slack)
             if room is not None:
@@ -112,10 +116,19 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         nxt = min(last.ceiling, target)
         return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
                       + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
-    if last.outcome == PROBE_FAILED:
+    if last.outcome == QUEUED and last.kv_cache_tokens is not None:
+        served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
+        if served is not None and last.kv_cache_tokens < int(served):
+            if n >= max_boots:
+                return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+            return Launch(min(last.kv_cache_tokens, target), f"boot {boot} booted at {int(served):,}, but a longer "
+                          f"request than its KV pool ({last.kv_cache_tokens:,} tokens) waits in vLLM's queue forever",
+                          "pool")
+    if last.outcome in (PROBE_FAILED, QUEUED):
         served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
         if not back_off or served is None:
-            return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request failed"
+            what = "waited in its queue forever" if last.outcome == QUEUED else "failed"
+            return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request {what}"
                         + ("" if back_off else " (--back-off retries lower)"))
         if n >= max_boots:
             return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")

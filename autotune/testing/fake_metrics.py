@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 
 from autotune.testing.profiles import Profile, Settings
 from autotune.vllm import versions
@@ -31,6 +32,7 @@ class Queue:
     def __init__(self, max_num_seqs: int):
         self.max_num_seqs = max_num_seqs
         self._active = 0
+        self._blocked = 0  # of the active, those waiting for good
         self._lock = threading.Lock()
 
     def __enter__(self):
@@ -42,10 +44,21 @@ class Queue:
         with self._lock:
             self._active -= 1
 
+    @contextmanager
+    def never_admitted(self):
+        """A request in the queue that the scheduler never admits (fake_vllm: its prompt is over the pool)."""
+        with self._lock:
+            self._blocked += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._blocked -= 1
+
     def counts(self) -> tuple[int, int]:
         """(running, waiting)."""
         with self._lock:
-            running = min(self._active, self.max_num_seqs)
+            running = min(self._active - self._blocked, self.max_num_seqs)
             return running, self._active - running
 
 

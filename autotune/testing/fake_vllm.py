@@ -8,7 +8,9 @@ streaming /v1/completions and /metrics (the KV pool and queue in the version's l
 fake_metrics.py) when ready, and takes the version's time to shut down on SIGINT.
 It fails as the version fails when asked for what fails there: `--kv-cache-dtype fp8` below
 compute capability 8.9, GPU UUIDs in CUDA_VISIBLE_DEVICES up to 0.21, more --max-num-seqs
-than a hybrid model has Mamba cache blocks, a length above the model's own maximum.
+than a hybrid model has Mamba cache blocks, a length above the model's own maximum; and a
+sliding-window model's server (0.19+) queues a request over its KV pool forever, as vLLM's
+scheduler does (vllm#39734): /metrics shows it waiting, nothing running.
 
 It is NOT vLLM: the real CPU-backend boots (tests/e2e) stay the proof that autotune works.
 
@@ -23,7 +25,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import time
@@ -108,7 +112,8 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         max_num_batched_tokens=_number(options, "max-num-batched-tokens", int, None),
         kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
         kv_cache_memory_bytes=_kv_bytes(kv_bytes) if kv_bytes is not None else None,
-        tp=_number(options, "tensor-parallel-size", int, 1))
+        tp=_number(options, "tensor-parallel-size", int, 1),
+        reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)))
     shown = {k.replace("-", "_"): _shown(v) for k, v in options.items() if k not in ("print-version", "print-gpus")}
     if max_len == "auto":
         shown["max_model_len"] = -1
@@ -233,7 +238,9 @@ class Boot:
             self.say("failed_tail")
             return 1
         tokens = profiles.kv_cache_tokens(p, s, available)
-        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{tokens / length:.2f}")
+        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+).
+        conc = available / profiles.needed_bytes(p, s, length) if p.sliding_window else tokens / length
+        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}")
         self.say("kv")
         blocks = profiles.mamba_blocks(p, s, available)
         if blocks is not None and blocks < s.max_num_seqs:
@@ -328,6 +335,10 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
                     f"{tokens + max_tokens} tokens ({tokens} in the messages, {max_tokens} in the completion). "
                     "Please reduce the length of the messages or completion.")})
                 return
+            if not profiles.admits(boot.p, boot.req.settings, kv_tokens, tokens):
+                with queue.never_admitted():
+                    self._wait_in_the_queue(stream)
+                return
             boot.sleep(tokens / boot.p.prefill_tokens_per_s)  # the prefill
             usage = {"prompt_tokens": tokens, "completion_tokens": max_tokens, "total_tokens": tokens + max_tokens}
             if not stream:
@@ -345,6 +356,21 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
             self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True
+
+        def _wait_in_the_queue(self, stream: bool) -> None:
+            """vLLM's scheduler never admits this request (its prompt is over the KV pool): a stream's
+            headers go out, then nothing, until the client gives up (vllm#39734)."""
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                self.wfile.flush()
+            self.close_connection = True
+            while True:
+                readable, _, _ = select.select([self.connection], [], [], 0.2)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    return  # the client closed the connection: vLLM aborts the request
 
     return Handler
 

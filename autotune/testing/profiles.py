@@ -46,6 +46,8 @@ class Profile:
     block_size: int = 16
     mamba_state_mib: float = 0.0  # per sequence, hybrid models (0: plain attention)
     state_pages_per_request: int = 0  # state pages the length check counts for one request
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (0: no such layers)
+    full_attention_share: float = 1.0  # of a token's KV bytes, the share in full-attention layers
     tp: int = 1  # the tensor-parallel size the profile is shown with
     prefill_tokens_per_s: float = 5000.0
     boot_s: float = 60.0  # model load, profiling, compile (real seconds; --time-scale shrinks them)
@@ -76,6 +78,7 @@ class Settings:
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
     tp: int = 1
+    reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
 
 
 def available_kv_bytes(p: Profile, s: Settings) -> int:
@@ -97,24 +100,61 @@ def state_bytes(p: Profile, s: Settings) -> int:
     return math.ceil(p.mamba_state_mib * MIB / s.tp)
 
 
+def _blocks(tokens: int, block: int) -> int:
+    return -(-tokens // block)
+
+
 def needed_bytes(p: Profile, s: Settings, length: int) -> int:
-    """What one request of `length` tokens needs (vLLM's check: one request, whatever max-num-seqs)."""
-    blocks = -(-length // p.block_size)
-    return math.ceil(blocks * p.block_size * bytes_per_token(p, s)) + p.state_pages_per_request * state_bytes(p, s)
+    """What one request of `length` tokens needs (vLLM's check: one request, whatever max-num-seqs).
+
+    A sliding-window layer holds at most its window plus a batch of new tokens, and one block
+    more (SlidingWindowSpec.max_memory_usage_bytes, vllm/v1/kv_cache_interface.py)."""
+    per_token = bytes_per_token(p, s)
+    full = _blocks(length, p.block_size) * p.block_size * per_token
+    if p.sliding_window:
+        batched = s.max_num_batched_tokens or p.default_batched_tokens
+        windowed = (_blocks(min(p.sliding_window - 1 + batched, length), p.block_size) + 1) * p.block_size
+        full = full * p.full_attention_share + windowed * per_token * (1 - p.full_attention_share)
+    return math.ceil(full) + p.state_pages_per_request * state_bytes(p, s)
 
 
 def estimate(p: Profile, s: Settings, available: int, cap: int) -> int:
-    """vLLM's estimated maximum model length: the longest block-granular length that fits, at most cap."""
-    room = available - p.state_pages_per_request * state_bytes(p, s)
-    if room <= 0:
+    """vLLM's estimated maximum model length: the longest block-granular length that fits, at most cap
+    (a binary search over blocks, as vLLM's)."""
+    if needed_bytes(p, s, p.block_size) > available:
         return 0
-    blocks = math.floor(room / (p.block_size * bytes_per_token(p, s)))
-    return max(0, min(cap, blocks * p.block_size))
+    low, high = 1, max(1, cap // p.block_size)  # in blocks: low fits
+    if needed_bytes(p, s, high * p.block_size) <= available:
+        return min(cap, high * p.block_size)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if needed_bytes(p, s, middle * p.block_size) <= available else (low, middle)
+    return low * p.block_size
 
 
 def kv_cache_tokens(p: Profile, s: Settings, available: int) -> int:
-    """"GPU KV cache size: N tokens": the pool in whole blocks (state pages set aside)."""
-    return estimate(p, s, available, 1 << 40)
+    """"GPU KV cache size: N tokens" as vLLM 0.11-0.20 prints it: the pool in whole blocks of every
+    layer (state pages set aside), num_blocks // groups x block size; for a sliding-window model
+    less than the length its boot check lets through."""
+    room = available - p.state_pages_per_request * state_bytes(p, s)
+    return max(0, math.floor(room / (p.block_size * bytes_per_token(p, s)))) * p.block_size
+
+
+def admits(p: Profile, s: Settings, pool_tokens: int, prompt_tokens: int) -> bool:
+    """Does vLLM's scheduler ever admit a request of this prompt? With --scheduler-reserve-full-isl
+    (the default from 0.19) only when the whole prompt's blocks fit the pool, in every layer group
+    (KVCacheManager.can_fit_full_sequence counts no sliding window for a new request): a request
+    within max-model-len but over the pool (kv_cache_tokens) waits in the queue forever (vllm#39734)."""
+    if not s.reserve_full_isl:
+        return True
+    return _blocks(prompt_tokens, p.block_size) * p.block_size <= pool_tokens
+
+
+def served_max(p: Profile, s: Settings, available: int) -> int:
+    """The longest --max-model-len whose full-length requests this server runs: what its boot check
+    lets through, and, where the scheduler admits only a whole prompt, no more than the pool."""
+    boots = estimate(p, s, available, p.derived_max_len)
+    return min(boots, kv_cache_tokens(p, s, available)) if s.reserve_full_isl and p.sliding_window else boots
 
 
 def mamba_blocks(p: Profile, s: Settings, available: int) -> int | None:
@@ -171,6 +211,22 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
              "real-logs/009-2x3090-qwen36-27b-int4-autoround-bench-report.log",
              "real-logs/122-b200-qwen35-397b-mamba-blocks-wrapped-in-worker-runtimeerror.log"),
             gpu_count=1, **_SEED),
+    Profile("sliding-2xh100-gemma4-31b", "vLLM 0.19.1, two H100 80GB, Gemma-4-31B-it (sliding-window layers): the "
+            "boot check passes 262,144 on a 76,640-token pool, and a longer request waits in vLLM's queue forever "
+            "(vllm#39734)", "0.19.1", "v1_014",
+            ("vllm#39734 (2x H100 80GB, --tensor-parallel-size 2, google/gemma-4-31B-it, defaults: 'Using max model "
+             "len 262144', 'GPU KV cache size: 76,640 tokens', then 'Waiting: 1 reqs, Running: 0 reqs' with zero "
+             "throughput; a comment's 'GPU KV cache size: 37,392 tokens' with 'Maximum concurrency for 262,144 tokens "
+             "per request: 1.53x')",
+             "the vLLM 0.19.1 sdist: SlidingWindowSpec.max_memory_usage_bytes, KVCacheManager.can_fit_full_sequence, "
+             "SchedulerConfig.scheduler_reserve_full_isl = True",
+             "log-formats.md 3.2 (the KV cache size formula of 0.11-0.20) and 11.H (the 0.14-0.19 lines)"),
+            gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.19, compute_capability="9.0", gpu_count=2, tp=2,
+            model="google/gemma-4-31B-it", derived_max_len=262144, weights_gib=58.4,
+            # 1.1 MB a token over 60 layers, 1 in 6 of them full attention (Gemma 4's 5:1 pattern), the rest
+            # a 1,024-token window; fitted so that TP 2 at the default gmu holds the issue's 76,640 tokens.
+            kv_bytes_per_token=1152106, sliding_window=1024, full_attention_share=1 / 6,
+            prefill_tokens_per_s=8000.0, boot_s=300.0, shutdown_s=8.0),
     Profile("tp2-2x3090-qwen3.6-27b", "two RTX 3090, --tensor-parallel-size 2: per-rank worker lines", "0.20.2",
             "v1_020", ("real-logs/009-2x3090-qwen36-27b-int4-autoround-bench-report.log",
                        "real-logs/110-flashinfer04-could-not-find-nvcc-worker-tp1-error-prefix.log",

@@ -18,6 +18,11 @@ which names the commit and the sdists it was verified in):
   --attention-backend, 0.13+);
 - CUDA-graph memory profiling (subtracted from the KV budget): off before 0.18, opt-in
   0.18-0.19, default from 0.20;
+- the scheduler admits a new request only when its whole prompt fits the KV pool
+  (`--scheduler-reserve-full-isl`, default on from 0.19.0: absent in the 0.18.1 sdist, True in
+  0.19.0-0.33.0; `--no-scheduler-reserve-full-isl` turns it off): a sliding-window or hybrid model
+  whose pool is smaller than the max-model-len its boot check passed then queues a longer request
+  forever (vllm#39734);
 - the CPU backend: VLLM_CPU_KVCACHE_SPACE sizes the KV cache before 0.20; from 0.20
   --gpu-memory-utilization is the share of the NUMA node's RAM (commit d02421a7d).
 
@@ -98,6 +103,7 @@ class VersionProfile:
     cudagraph_profiling: str  # "absent" | "opt-in" | "default": CUDA-graph memory subtracted from KV
     cpu_gmu_sizes_kv: bool  # the CPU backend sizes KV from gmu x node RAM (before: VLLM_CPU_KVCACHE_SPACE)
     device_memory_alias: bool = False  # --device-memory-utilization is read as --gpu-memory-utilization
+    reserves_full_isl: bool = False  # the scheduler admits a request only when its whole prompt fits the pool
 
 
 def profile(version: str | Version | None) -> VersionProfile | None:
@@ -112,7 +118,7 @@ def profile(version: str | Version | None) -> VersionProfile | None:
                           kv_cache_memory_bytes=parsed >= (0, 10, 2), max_model_len_auto=parsed >= (0, 14, 0),
                           gpu_uuids_work=parsed >= (0, 22, 0), attention_backend_env=parsed < (0, 15, 0),
                           cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0),
-                          device_memory_alias=parsed >= (0, 31, 0))
+                          device_memory_alias=parsed >= (0, 31, 0), reserves_full_isl=parsed >= (0, 19, 0))
 
 
 def default_gmu(version: str | Version | None) -> float | None:
@@ -126,6 +132,19 @@ def default_gmu_values() -> tuple[float, ...]:
     """Every version's default gmu (a flag given with one of them may rightly be absent from
     vLLM's non-default args)."""
     return tuple(g for _, g in _GMU_DEFAULTS)
+
+
+NO_FULL_ISL_FLAG = "--no-scheduler-reserve-full-isl"
+
+
+def admits_whole_prompts_only(argv: Sequence[str], version: str | None) -> bool | None:
+    """Will this command's vLLM queue a request until its whole prompt fits the KV pool (0.19+, unless
+    --no-scheduler-reserve-full-isl)? None when the version is unknown."""
+    found = profile(version)
+    if found is None:
+        return None
+    return found.reserves_full_isl and not any(a.split("=", 1)[0] in (NO_FULL_ISL_FLAG, "--no_scheduler_reserve_full_isl")
+                                               for a in argv)
 
 
 def auto_fit_mode(version: str | None) -> str | None:
