@@ -88,7 +88,9 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
         assert source == "computed_from_gib"
         ceiling, _ = logparse.ceiling_from(result)
     served, tokens = outcome
-    assert served == ceiling and tokens >= ceiling
+    # The pool holds the ceiling, except a sliding-window model's: its boot check counts the windowed
+    # layers at their window (tests/test_queue_watch.py: its longer requests wait forever).
+    assert served == ceiling and (tokens >= ceiling) is not bool(p.sliding_window)
 
 
 def test_the_no_estimate_profile_prints_no_number():

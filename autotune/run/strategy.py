@@ -116,25 +116,8 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         nxt = min(last.ceiling, target)
         return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
                       + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
-    if last.outcome == QUEUED and last.kv_cache_tokens is not None:
-        served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
-        if served is not None and last.kv_cache_tokens < int(served):
-            if n >= max_boots:
-                return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
-            return Launch(min(last.kv_cache_tokens, target), f"boot {boot} booted at {int(served):,}, but a longer "
-                          f"request than its KV pool ({last.kv_cache_tokens:,} tokens) waits in vLLM's queue forever",
-                          "pool")
     if last.outcome in (PROBE_FAILED, QUEUED):
-        served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
-        if not back_off or served is None:
-            what = "waited in its queue forever" if last.outcome == QUEUED else "failed"
-            return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request {what}"
-                        + ("" if back_off else " (--back-off retries lower)"))
-        if n >= max_boots:
-            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
-        lower = int(int(served) * (1 - BACK_OFF))
-        return Launch(min(lower, target), f"boot {boot} booted at {served} but its probe failed: backing off "
-                                          f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
+        return _requests_failed(target, last, n, boot, max_boots, back_off)
     if last.outcome == NOT_VERIFIED:
         return Stop("not_verified", None, "the server booted but does not serve the length asked for")
     if last.outcome == FRONT_DOOR:
@@ -160,6 +143,28 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
                       "ceiling")
     return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")
+
+
+def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_boots: int,
+                     back_off: bool) -> Launch | Stop:
+    """After a boot that serves the length but whose requests do not: one that waits in vLLM's
+    queue forever is followed by its KV pool where the log showed it; else --back-off goes lower."""
+    served = last.ceiling if last.max_model_len == AUTO else last.max_model_len
+    pool = last.kv_cache_tokens
+    if last.outcome == QUEUED and pool is not None and served is not None and pool < int(served):
+        if n >= max_boots:
+            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        return Launch(min(pool, target), f"boot {boot} booted at {int(served):,}, but a longer request than its "
+                                         f"KV pool ({pool:,} tokens) waits in vLLM's queue forever", "pool")
+    if not back_off or served is None:
+        what = "waited in its queue forever" if last.outcome == QUEUED else "failed"
+        return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request {what}"
+                    + ("" if back_off else " (--back-off retries lower)"))
+    if n >= max_boots:
+        return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+    lower = int(int(served) * (1 - BACK_OFF))
+    return Launch(min(lower, target), f"boot {boot} booted at {served} but its probe failed: backing off "
+                                      f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
 
 
 def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int, max_boots: int,

@@ -277,6 +277,30 @@ def _json_body(handler: BaseHTTPRequestHandler) -> dict:
     return data if isinstance(data, dict) else {}
 
 
+def too_long(served_len: int, tokens: int, max_tokens: int) -> dict:
+    """vLLM's answer to a request over max-model-len (HTTP 400)."""
+    return {"object": "error", "type": "BadRequestError", "code": 400, "message": (
+        f"This model's maximum context length is {served_len} tokens. However, you requested "
+        f"{tokens + max_tokens} tokens ({tokens} in the messages, {max_tokens} in the completion). "
+        "Please reduce the length of the messages or completion.")}
+
+
+def wait_in_the_queue(handler: BaseHTTPRequestHandler, stream: bool) -> None:
+    """vLLM's scheduler never admits this request (its prompt is over the KV pool): a stream's
+    headers go out, then nothing, until the client gives up (vllm#39734)."""
+    if stream:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        handler.end_headers()
+        handler.wfile.flush()
+    handler.close_connection = True
+    while True:
+        readable, _, _ = select.select([handler.connection], [], [], 0.2)
+        if readable and not handler.connection.recv(1, socket.MSG_PEEK):
+            return  # the client closed the connection: vLLM aborts the request
+
+
 def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     model = boot.req.model
     queue = fake_metrics.Queue(boot.req.settings.max_num_seqs)
@@ -330,14 +354,11 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
         def _complete(self, prompt: str, max_tokens: int, stream: bool) -> None:
             tokens = count_tokens(prompt)
             if tokens + max_tokens > served_len:
-                self._json(400, {"object": "error", "type": "BadRequestError", "code": 400, "message": (
-                    f"This model's maximum context length is {served_len} tokens. However, you requested "
-                    f"{tokens + max_tokens} tokens ({tokens} in the messages, {max_tokens} in the completion). "
-                    "Please reduce the length of the messages or completion.")})
+                self._json(400, too_long(served_len, tokens, max_tokens))
                 return
             if not profiles.admits(boot.p, boot.req.settings, kv_tokens, tokens):
                 with queue.never_admitted():
-                    self._wait_in_the_queue(stream)
+                    wait_in_the_queue(self, stream)
                 return
             boot.sleep(tokens / boot.p.prefill_tokens_per_s)  # the prefill
             usage = {"prompt_tokens": tokens, "completion_tokens": max_tokens, "total_tokens": tokens + max_tokens}
@@ -356,21 +377,6 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
             self.wfile.write(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\ndata: [DONE]\n\n".encode())
             self.wfile.flush()
             self.close_connection = True
-
-        def _wait_in_the_queue(self, stream: bool) -> None:
-            """vLLM's scheduler never admits this request (its prompt is over the KV pool): a stream's
-            headers go out, then nothing, until the client gives up (vllm#39734)."""
-            if stream:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                self.wfile.flush()
-            self.close_connection = True
-            while True:
-                readable, _, _ = select.select([self.connection], [], [], 0.2)
-                if readable and not self.connection.recv(1, socket.MSG_PEEK):
-                    return  # the client closed the connection: vLLM aborts the request
 
     return Handler
 
