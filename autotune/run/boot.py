@@ -236,6 +236,7 @@ class Boot:
         expected = self.max_model_len
         if self.auto:
             # vLLM >= 0.20 serves the fitted length; the log says which.
+            self._catch_up()
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
