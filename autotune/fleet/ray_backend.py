@@ -26,6 +26,7 @@ from autotune.fleet import collect
 from autotune.fleet import leaf as leaf_mod
 from autotune.fleet.errors import FleetError
 from autotune.fleet.plan import Leaf, VllmEnv
+from autotune.host.machine import gpu_facts
 from autotune.run.signals import Interrupted
 
 INSTALL = "pip install 'vllm-autotune[ray]'"
@@ -68,7 +69,14 @@ class LeafWorker:
         node, gpu = self.where()
         work = node_root(self.fleet_id) / leaf.id / f"try-{try_no}"
         leaf_mod.reap(node_root(self.fleet_id))  # a server an earlier, killed leaf left on this node
-        self.process = leaf_mod.LeafProcess(leaf, work, env=dict(os.environ))
+        env = dict(os.environ)
+        if not gpu_facts()[0]:
+            # No NVIDIA GPU here: the GPUs Ray granted are slots the cluster declared (`ray start
+            # --num-gpus N`), not devices, and a CUDA_VISIBLE_DEVICES naming them would mislead the
+            # tune's GPU checks (the replaying vLLM, vLLM's CPU backend).
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+            gpu["declared_slots"] = True
+        self.process = leaf_mod.LeafProcess(leaf, work, env=env)
         started = time.time()
         self.process.start()
         self.process.wait()
