@@ -77,13 +77,13 @@ def test_an_upgrade_that_compiles_afresh_is_still_a_vllm_change_and_says_so():
 
 
 def test_the_calibration_is_like_with_like_warm_first():
-    runs = [{"run_id": "r1", "compile_cache": "cold"}, {"run_id": "r2", "compile_cache": "warm"},
-            {"run_id": "r3", "compile_cache": "warm"}]
+    runs = [estimate.CalibrationRun("r1", compile_cache="cold"), estimate.CalibrationRun("r2", compile_cache="warm"),
+            estimate.CalibrationRun("r3", compile_cache="warm")]
     kept, skipped = estimate.like_with_like(runs, [])
-    assert [r["run_id"] for r in kept] == ["r2", "r3"]
+    assert [r.run_id for r in kept] == ["r2", "r3"]
     assert skipped == ["r1: its torch.compile cache was cold (calibrating like with like, on the warm runs: "
                        "a cold cache has been reported to cost ~14% of KV tokens)"]
-    cold_only = [{"run_id": "r1", "compile_cache": "cold"}]
+    cold_only = [estimate.CalibrationRun("r1", compile_cache="cold")]
     assert estimate.like_with_like(cold_only, []) == (cold_only, [])
 
 

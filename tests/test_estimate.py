@@ -62,7 +62,7 @@ def shape_settings(model, length=166016):
 
 def test_a_runs_token_count_pins_its_available_bytes_to_one_block(gqa):
     shape, settings = shape_settings(gqa)
-    run = {"available_kv_gib": 0.32, "kv_cache_tokens": 166144, "max_model_len": 166016}
+    run = estimate.CalibrationRun("r", available_kv_gib=0.32, kv_cache_tokens=166144, max_model_len=166016)
     available, half = estimate.available_bytes_of_run(run, shape, settings)
     block = 4 * 128 * 512
     assert half == block / 2 and available == (1298 + 0.5) * block  # 166,144 tokens = 1,298 blocks of 128
@@ -71,10 +71,10 @@ def test_a_runs_token_count_pins_its_available_bytes_to_one_block(gqa):
 
 def test_calibration_is_memory_x_gmu_less_available_and_its_spread(gqa):
     shape, settings = shape_settings(gqa)
-    runs = [{"run_id": "a", "gmu": 0.14, "memory_bytes": NODE, "available_kv_gib": 0.32, "kv_cache_tokens": 166144,
-             "max_model_len": 166016},
-            {"run_id": "b", "gmu": 0.14, "memory_bytes": NODE, "available_kv_gib": 0.31, "kv_cache_tokens": 163840,
-             "max_model_len": 163712}]
+    runs = [estimate.CalibrationRun("a", gmu=0.14, memory_bytes=NODE, available_kv_gib=0.32, kv_cache_tokens=166144,
+                                    max_model_len=166016),
+            estimate.CalibrationRun("b", gmu=0.14, memory_bytes=NODE, available_kv_gib=0.31, kv_cache_tokens=163840,
+                                    max_model_len=163712)]
     cal = estimate.calibrate(runs, shape, settings)
     assert cal.label == "measured" and cal.runs == ["a", "b"]
     assert cal.per_run["a"] == pytest.approx(NODE * 0.14 - 1298.5 * 262144, abs=1)
@@ -163,8 +163,8 @@ def test_cli_errors_are_clear(tmp_path):
 
 
 def test_only_the_newest_vllm_calibrates():
-    runs = [{"run_id": "old", "vllm_version": "0.31.0"}, {"run_id": "new", "vllm_version": "0.32.0"},
-            {"run_id": "unknown", "vllm_version": None}]
+    runs = [estimate.CalibrationRun("old", vllm_version="0.31.0"), estimate.CalibrationRun("new", vllm_version="0.32.0"),
+            estimate.CalibrationRun("unknown")]
     kept, note = estimate.newest_version_only(runs)
-    assert [r["run_id"] for r in kept] == ["new", "unknown"] and "left out older vLLM runs: old" in note
+    assert [r.run_id for r in kept] == ["new", "unknown"] and "left out older vLLM runs: old" in note
     assert estimate.newest_version_only(runs[1:]) == (runs[1:], None)

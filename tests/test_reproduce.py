@@ -146,9 +146,11 @@ def test_reproduce_needs_a_run_or_outdated_not_both(_runs_dir):
     from autotune.cli.main import cli
 
     runner = CliRunner()
-    assert runner.invoke(cli, ["reproduce"]).exit_code == 2
+    neither = runner.invoke(cli, ["reproduce"])  # issue 20: it said "(not both)" to a line with neither
+    assert neither.exit_code == 2 and "not both" not in neither.output
+    assert "name the RUN to reproduce (a run folder, a run id, or `latest`), or give --outdated" in neither.output
     both = runner.invoke(cli, ["reproduce", "latest", "--outdated"])
-    assert both.exit_code == 2 and "name a RUN, or --outdated (not both)" in both.output
+    assert both.exit_code == 2 and "name a RUN or give --outdated, not both" in both.output
 
 
 def test_outdated_with_nothing_recorded_on_another_vllm_exits_0(_runs_dir):
@@ -159,7 +161,18 @@ def test_outdated_with_nothing_recorded_on_another_vllm_exits_0(_runs_dir):
     result = CliRunner().invoke(cli, ["reproduce", "--outdated", "--json"])
     assert result.exit_code == 0 and result.stdout.strip() == "[]"
     assert "nothing to reproduce" in result.stderr
+    # issue 20: with no run at all it claimed "every verified configuration was measured on the vLLM its command
+    # starts now"
+    assert "no verified configuration is recorded" in result.stderr and "measured on" not in result.stderr
     assert not _runs_dir.exists() or not any(_runs_dir.iterdir())  # no run written
+
+
+def test_outdated_says_when_the_vllm_a_command_starts_is_unknown():
+    a = record("a1", gmu=0.9, kv=3.0, ceiling=4096)
+    assert rep.nothing_outdated([a], lambda r: None).startswith("which vLLM the recorded commands start now could "
+                                                                "not be found")
+    assert rep.nothing_outdated([a], lambda r: a["vllm_version"]) == ("1 verified configuration(s) were measured on "
+                                                                      "the vLLM their command starts now")
 
 
 def test_runs_says_which_run_a_reproduce_reproduces():

@@ -100,10 +100,27 @@ def prior(device: Device, weights: Weights) -> Calibration:
     return Calibration(weights.bytes + value * GIB + extra, band * GIB + extra, "estimated", [], text)
 
 
-def available_bytes_of_run(run: dict, shape: KVShape, settings: kv_pool.Settings) -> tuple[float, float] | None:
+@dataclass(frozen=True)
+class CalibrationRun:
+    """What a calibration reads of one verified run (calibration_runs): its budget and its KV figures."""
+
+    run_id: str
+    gmu: float | None = None
+    memory_bytes: float | None = None  # what vLLM multiplied gmu by
+    available_kv_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    max_model_len: int | None = None  # the length its KV token count was printed for
+    ceiling: int | None = None
+    vllm_version: str | None = None
+    requested_gib: float | None = None  # the CPU worker's own budget figure, where printed
+    compile_cache: str | None = None
+
+
+def available_bytes_of_run(run: CalibrationRun, shape: KVShape,
+                           settings: kv_pool.Settings) -> tuple[float, float] | None:
     """(available KV bytes, half-band) a recorded boot had: its KV token count pins the block count
     (to one block), its two-decimal GiB figure to 0.005 GiB; the narrower wins."""
-    gib, tokens, length = run.get("available_kv_gib"), run.get("kv_cache_tokens"), run.get("max_model_len")
+    gib, tokens, length = run.available_kv_gib, run.kv_cache_tokens, run.max_model_len
     candidates = []
     if gib is not None:
         candidates.append((gib * GIB, PRINTED_GIB_ROUNDING * GIB))
@@ -120,7 +137,7 @@ def available_bytes_of_run(run: dict, shape: KVShape, settings: kv_pool.Settings
     return min(candidates, key=lambda c: c[1]) if candidates else None
 
 
-def calibrate(runs: list[dict], shape: KVShape, settings: kv_pool.Settings) -> Calibration | None:
+def calibrate(runs: list[CalibrationRun], shape: KVShape, settings: kv_pool.Settings) -> Calibration | None:
     """The overhead from recorded boots: each run {"run_id", "gmu", "memory_bytes", "available_kv_gib",
     "kv_cache_tokens", "max_model_len", optional "requested_gib"} of the same model, vLLM, device
     and settings: overhead = the budget (memory x gmu, or the CPU worker's own figure) - available KV."""
@@ -129,16 +146,16 @@ def calibrate(runs: list[dict], shape: KVShape, settings: kv_pool.Settings) -> C
         got = available_bytes_of_run(run, shape, settings)
         if got is None:
             continue
-        if run.get("requested_gib") is not None:
+        if run.requested_gib is not None:
             # vLLM's CPU worker prints the budget it took ("with 1.93 GiB requested memory for the
             # worker"): memory x gmu as the node was when the worker started, which on a VM whose
             # node grows can differ from the node total printed on the same line.
-            budget_bytes, band = run["requested_gib"] * GIB, PRINTED_GIB_ROUNDING * GIB
-        elif run.get("gmu") is not None and run.get("memory_bytes"):
-            budget_bytes, band = math.ceil(run["memory_bytes"] * run["gmu"]), 0.0
+            budget_bytes, band = run.requested_gib * GIB, PRINTED_GIB_ROUNDING * GIB
+        elif run.gmu is not None and run.memory_bytes:
+            budget_bytes, band = math.ceil(run.memory_bytes * run.gmu), 0.0
         else:
             continue
-        per_run[run["run_id"]] = budget_bytes - got[0]
+        per_run[run.run_id] = budget_bytes - got[0]
         bands.append(got[1] + band)
     if not per_run:
         return None
@@ -163,7 +180,7 @@ def budget(device: Device, gmu: float) -> int:
 def predict(model: str, shape: KVShape, weights: Weights, device: Device, settings: kv_pool.Settings,
             calibration: Calibration, gmu: float | None, kv_cache_memory_bytes: int | None = None,
             target: int | None = None, concurrency_at: int | None = None, length_limit: int | None = None,
-            measured: dict | None = None) -> Prediction:
+            measured: CalibrationRun | None = None) -> Prediction:
     """Every figure for one serve configuration. `measured`: a run at this very gmu (its figures
     are then measured, not estimated). `length_limit`: the model's own maximum length."""
     limit = length_limit or 10_000_000
@@ -188,8 +205,8 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
         low, high = kv - calibration.half_band_bytes, kv + calibration.half_band_bytes
         label = "estimated"
         source = f"{device.memory_bytes / GIB:.2f} GiB x gmu {gmu:g} - overhead ({calibration.source})"
-        if measured and measured.get("available_kv_gib") is not None:
-            label, source = "measured", f"run {measured.get('run_id')} at this gmu"
+        if measured and measured.available_kv_gib is not None:
+            label, source = "measured", f"run {measured.run_id} at this gmu"
         figures.append(Figure("available_kv", kv, "bytes", label, low, high, source))
     at = kv_pool.pool(shape, settings, max(0, int(kv)))
     notes.extend(at.notes)
@@ -311,7 +328,7 @@ def parse_bytes(text: str) -> int:
 
 
 def calibration_runs(records: list[dict], model: str, device: Device, vllm_version: str | None,
-                     settings: dict[str, str]) -> tuple[list[dict], list[str]]:
+                     settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The verified runs that measure this configuration's overhead, as calibrate() reads them, and
     why the others were left out (one line each)."""
     from autotune.analysis.run_row import run_row
@@ -327,16 +344,15 @@ def calibration_runs(records: list[dict], model: str, device: Device, vllm_versi
         attempts = record.get("attempts") or []
         facts = (attempts[-1].get("facts") or {}) if attempts else {}
         memory = row.device_memory_gib
-        chosen.append({"run_id": row.run_id, "gmu": row.gmu, "memory_bytes": memory * GIB if memory else None,
-                       "available_kv_gib": row.available_kv_gib, "kv_cache_tokens": row.kv_cache_tokens,
-                       "max_model_len": facts.get("max_concurrency_tokens"), "ceiling": row.ceiling,
-                       "vllm_version": row.vllm_version, "requested_gib": facts.get("cpu_worker_requested_gib"),
-                       "compile_cache": row.compile_cache})
+        chosen.append(CalibrationRun(
+            row.run_id, row.gmu, memory * GIB if memory else None, row.available_kv_gib, row.kv_cache_tokens,
+            facts.get("max_concurrency_tokens"), row.ceiling, row.vllm_version,
+            facts.get("cpu_worker_requested_gib"), row.compile_cache))
     return chosen, skipped
 
 
 def calibration_set(records: list[dict], model: str, device: Device,
-                    settings: dict[str, str]) -> tuple[list[dict], list[str]]:
+                    settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The runs a prediction calibrates on: this configuration's verified runs (calibration_runs),
     of the newest vLLM among them, of one compile cache state; and a line for each run left out."""
     chosen, skipped = calibration_runs(records, model, device, None, settings)
@@ -350,20 +366,20 @@ def calibration_set(records: list[dict], model: str, device: Device,
 CACHE_PREFERENCE = ("warm", None, "cold")
 
 
-def like_with_like(chosen: list[dict], skipped: list[str]) -> tuple[list[dict], list[str]]:
+def like_with_like(chosen: list[CalibrationRun], skipped: list[str]) -> tuple[list[CalibrationRun], list[str]]:
     """The runs of one torch.compile cache state only: a cold cache (it compiles during the profile)
     has been reported to cost ~14% of KV tokens, so mixing states would blur the overhead."""
-    states = {r.get("compile_cache") for r in chosen}
+    states = {r.compile_cache for r in chosen}
     if len(states) <= 1:
         return chosen, skipped
     keep = next(state for state in CACHE_PREFERENCE if state in states)
     shown = keep or "no compiled graphs"
     for run in chosen:
-        if run.get("compile_cache") != keep:
-            skipped.append(f"{run['run_id']}: its torch.compile cache was {run.get('compile_cache') or 'not used'} "
+        if run.compile_cache != keep:
+            skipped.append(f"{run.run_id}: its torch.compile cache was {run.compile_cache or 'not used'} "
                            f"(calibrating like with like, on the {shown} runs: a cold cache has been reported to "
                            "cost ~14% of KV tokens)")
-    return [r for r in chosen if r.get("compile_cache") == keep], skipped
+    return [r for r in chosen if r.compile_cache == keep], skipped
 
 
 def _mismatch(row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:
@@ -372,7 +388,7 @@ def _mismatch(row, model: str, device: Device, version: str | None, settings: di
     if not row.gmu_sets_kv:
         return f"gmu did not size its KV cache ({row.gmu_note})"
     if _model_name(row.model) != _model_name(model):
-        return f"another model ({row.model})"
+        return f"another model ({row.model or 'none named in its command'})"
     if row.device.startswith("cpu") != (device.kind == "cpu"):
         return f"another device ({row.device})"
     if version and row.vllm_version and row.vllm_version != version:
@@ -387,15 +403,15 @@ def _model_name(model: str | None) -> str:
     return (model or "").rstrip("/").split("/")[-1]
 
 
-def newest_version_only(runs: list[dict]) -> tuple[list[dict], str | None]:
+def newest_version_only(runs: list[CalibrationRun]) -> tuple[list[CalibrationRun], str | None]:
     """The runs of the newest vLLM version among them (an upgrade moves the overhead), and a note
     naming the runs left out, if any."""
     from autotune.analysis.run_row import version_tuple
 
-    versions = {r.get("vllm_version") for r in runs if r.get("vllm_version")}
+    versions = {r.vllm_version for r in runs if r.vllm_version}
     if len(versions) <= 1:
         return runs, None
     newest = max(versions, key=lambda v: version_tuple(v) or ())
-    kept = [r for r in runs if r.get("vllm_version") in (newest, None)]
-    left = [r["run_id"] for r in runs if r not in kept]
+    kept = [r for r in runs if r.vllm_version in (newest, None)]
+    left = [r.run_id for r in runs if r not in kept]
     return kept, f"calibrated on vLLM {newest} only; left out older vLLM runs: {', '.join(left)}"

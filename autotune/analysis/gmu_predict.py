@@ -84,7 +84,7 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
     if tokens is not None:
         tokens = max(0, int(tokens))
         if group.ceiling_slack_tokens is not None:
-            ceiling = max(0, tokens - group.ceiling_slack_tokens)
+            ceiling = whole_blocks(max(0, tokens - group.ceiling_slack_tokens), rows)
         else:
             ceiling, upper = tokens, True
             warnings.append("no measured run was limited by KV (each reached its target): "
@@ -93,3 +93,13 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
                       slack_tokens=None if upper else group.ceiling_slack_tokens)
+
+
+def whole_blocks(tokens: int, rows: list[Row]) -> int:
+    """tokens rounded down to the KV block the runs show (vLLM's ceilings are whole blocks); as is
+    where the runs show no block size, or several."""
+    sizes = {r.block_size for r in rows if r.block_size}
+    if len(sizes) != 1:
+        return tokens
+    size = sizes.pop()
+    return tokens - tokens % size

@@ -44,7 +44,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
     chosen, _ = estimate.calibration_set(records, serve.model, device, run_row.settings_of(argv, env))
     if not chosen:
         return None
-    version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
+    version = next((r.vllm_version for r in reversed(chosen) if r.vllm_version), None)
     settings = kv_pool.Settings(
         serve.block_size or kv_pool.block_size_for(shape, device.kind), target,
         serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,

@@ -224,18 +224,37 @@ def outdated(records: list[dict], installed_version) -> list[tuple[dict, str]]:
     """The newest verified run of each configuration whose vLLM is not the installed one, with
     that version. `installed_version(run_record)` says which vLLM the run's command would start now
     (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
+    out = []
+    for record, typed in configurations(records):
+        now = installed_version(typed)
+        if now is not None and record.get("vllm_version") != now:
+            out.append((record, now))
+    return out
+
+
+def nothing_outdated(records: list[dict], installed_version) -> str:
+    """Why `reproduce --outdated` finds nothing to do, truthfully (the runs, or the versions, may be
+    what is missing)."""
+    found = configurations(records)
+    if not found:
+        return "no verified configuration is recorded (sweep points are reproduced as their sweep)"
+    unknown = [record.get("run_id") for record, typed in found if installed_version(typed) is None]
+    if len(unknown) == len(found):
+        return ("which vLLM the recorded commands start now could not be found (their Python or `vllm` is not "
+                "here), so none is known to be outdated")
+    text = f"{len(found) - len(unknown)} verified configuration(s) were measured on the vLLM their command starts now"
+    return text + (f"; for {', '.join(unknown)} the vLLM it starts now is unknown" if unknown else "")
+
+
+def configurations(records: list[dict]) -> list[tuple[dict, RunRecord]]:
+    """The newest verified run of each configuration (sweep points left out), as JSON and typed."""
     newest: dict[tuple, tuple[dict, RunRecord]] = {}
     for record in sorted(records, key=lambda r: (r.get("started_at") or "", r.get("run_id") or "")):
         if record.get("kind") == "sweep-point" or not (record.get("result") or {}).get("verified"):
             continue
         typed = as_run_record(record)
         newest[configuration_key(typed)] = (record, typed)
-    out = []
-    for record, typed in newest.values():
-        now = installed_version(typed)
-        if now is not None and record.get("vllm_version") != now:
-            out.append((record, now))
-    return out
+    return list(newest.values())
 
 
 def worst_exit(codes: list[int]) -> int:

@@ -66,6 +66,9 @@ class Row:
     # (it loaded every graph), None (nothing compiled, as with --enforce-eager, or not in the log).
     # A cold cache has been reported to cost ~14% of KV tokens, so it counts as a setting.
     compile_cache: str | None = None
+    # The KV cache's block size (tokens per page): the second witness's /metrics, else --block-size;
+    # vLLM's ceilings are whole blocks, so a predicted one is too.
+    block_size: int | None = None
 
     @property
     def budget_gib(self) -> float | None:
@@ -247,4 +250,13 @@ def run_row(record: RunRecord) -> Row:
         ceiling_from_vllm=final_basis not in ("start_at", "room"),
         links=dict(record.get("links") or {}),
         compile_cache=facts.get("compile_cache"),
+        block_size=_block_size(attempts, argv),
     )
+
+
+def _block_size(attempts: list, argv: list[str]) -> int | None:
+    seen = ((attempts[-1].get("metrics") or {}).get("cache_config") or {}) if attempts else {}
+    if isinstance(seen.get("block_size"), int):
+        return seen["block_size"]
+    flag = servecmd.flag_value(argv, "--block-size")
+    return int(flag) if flag and flag.isdigit() else None

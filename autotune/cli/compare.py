@@ -17,6 +17,7 @@ from autotune.analysis import run_row
 from autotune.cli.options import MemoryType, runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
+from autotune.vllm import versions
 
 
 def _short_device(device: str) -> str:
@@ -50,8 +51,10 @@ def runs_table(report: cmp.Report) -> tuple[list[list[str]], list[str]]:
     rows = []
     for r in report.runs:
         gmu = "?" if r.gmu is None else f"{r.gmu:g}"
-        if r.gmu_source != "flag":
-            mark = notes.setdefault(r.gmu_source, "*" * (len(notes) + 1))
+        if r.gmu_source != "flag":  # one mark for every version's default, whatever the versions
+            text = f"vLLM's default for the run's version ({versions.default_gmu_rule()})" if r.gmu is not None \
+                else r.gmu_source
+            mark = notes.setdefault(text, "*" * (sum(1 for k in notes if not k.startswith("gmu does not")) + 1))
             gmu += mark
         if not r.gmu_sets_kv:
             mark = notes.setdefault(f"gmu does not size the KV cache: {r.gmu_note}", "+" * (sum(

@@ -23,3 +23,17 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+JSON_DECIMALS = 6  # a GiB to the KiB, a gmu to a millionth: more is float noise (4.1399999999999935)
+
+
+def json_rounded(value):
+    """value with every float rounded to JSON_DECIMALS places (dicts and lists walked)."""
+    if isinstance(value, float):
+        return round(value, JSON_DECIMALS)
+    if isinstance(value, dict):
+        return {k: json_rounded(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_rounded(v) for v in value]
+    return value

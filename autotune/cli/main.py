@@ -23,6 +23,8 @@ class AutotuneGroup(click.Group):
         args = strict.route(args, self.commands)
         if args and args[0] in ("tune", "sweep"):
             strict.check_not_a_command(strict.serve_command_of(args[1:], self.commands[args[0]]), self.commands)
+            for warning in strict.options_after_dashes(args[1:], self.commands[args[0]]):
+                click.echo(warning, err=True)
         return super().parse_args(ctx, args)
 
 

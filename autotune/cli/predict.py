@@ -10,15 +10,29 @@ import click
 from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
 from autotune.cli.compare import describe_group
-from autotune.cli.options import LengthType, runs_dir_option
+from autotune.cli.formats import json_rounded
+from autotune.cli.options import LengthType, MemoryType, runs_dir_option
 from autotune.cli import predict_model
 from autotune.cli.records import load_records
+from autotune.vllm import versions
 
 
-@click.command("predict")
+class ServeCommandAfterDashes(click.Command):
+    """`autotune predict [OPTIONS] [RUN...] -- vllm serve ...`: the words after `--` are the serve
+    command, as tune and sweep take it (ctx.meta["serve_argv"]); the words before are RUNs."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["serve_argv"], args = args[at + 1:], args[:at]
+        return super().parse_args(ctx, args)
+
+
+@click.command("predict", cls=ServeCommandAfterDashes)
 @click.argument("runs", nargs=-1)
 @click.option("--gmu", type=click.FloatRange(min=0, max=1, min_open=True),
-              help="The --gpu-memory-utilization to predict for (with --command: default its own).")
+              help="The --gpu-memory-utilization to predict for. Default: the serve command's own, else the "
+                   "default of the vLLM it runs; for RUNs, the default of each group's vLLM. The output says which.")
 @click.option("--model", "model_dir", metavar="DIR",
               help="Predict from this model's files (config.json, safetensors headers), no boot; runs of the same "
                    "model, device and settings calibrate the overhead.")
@@ -30,8 +44,9 @@ from autotune.cli.records import load_records
               help="With --model/--command: how many sequences of LENGTH tokens fit at once.")
 @click.option("--device", "device_kind", type=click.Choice(["cpu", "gpu"]),
               help="With --model/--command: the device to predict for (default: the first GPU, else the CPU node).")
-@click.option("--device-memory", type=click.FloatRange(min=0, min_open=True), metavar="GIB",
-              help="With --model/--command: the memory vLLM multiplies gmu by (a GPU's total, a CPU node's).")
+@click.option("--device-memory", type=MemoryType(),
+              help="With --model/--command: the memory vLLM multiplies gmu by (a GPU's total, a CPU node's; "
+                   "24GiB, a bare number is GiB).")
 @click.option("--max-num-seqs", type=click.IntRange(min=1),
               help="Use only runs with this --max-num-seqs (it changes the fixed overhead, so it is not "
                    "predicted across).")
@@ -49,7 +64,8 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
     outside the measured range is predicted with a warning (an extrapolation).
 
     \b
-    From the model's files, before any boot (--model DIR or --command '...'):
+    From the model's files, before any boot (-- vllm serve MODEL ..., as tune takes
+    the command; or --command '...', or --model DIR):
     weights from the safetensors headers and KV bytes per token from config.json
     (full/GQA/MQA, MLA, sliding window, hybrid linear attention; --kv-cache-dtype,
     -tp, -pp) are exact ("derived"); the overhead (activations, runtime) comes from
@@ -62,17 +78,16 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
     \b
     Examples:
       autotune predict runs/ --gmu 0.95 --max-num-seqs 1
-      autotune predict --command 'vllm serve ./Qwen3-8B --kv-cache-dtype fp8' --gmu 0.9 --target 64K
+      autotune predict --target 64K -- vllm serve ./Qwen3-8B --kv-cache-dtype fp8 --gpu-memory-utilization 0.9
       autotune predict --model ./Llama-3.1-8B --device gpu --device-memory 24 --gmu 0.95 --json
 
     \b
     Exit codes: 0 predicted; 1 no run to predict from (or none with that --max-num-seqs).
     """
-    if model_dir or serve_command:
+    dashed = click.get_current_context().meta.get("serve_argv")
+    if model_dir or serve_command or dashed is not None:
         return predict_model.predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target,
-                                                concurrency_at, device_kind, device_memory, json_)
-    if gmu is None:
-        raise click.UsageError("--gmu is required (or predict from the files with --model DIR / --command '...')")
+                                                concurrency_at, device_kind, device_memory, json_, dashed)
     records = load_records(runs, runs_dir)
     report = cmp.compare(records)
     rows = {r.run_id: r for r in report.runs}
@@ -83,6 +98,10 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
             seen = sorted({r.max_num_seqs or "(vLLM's default)" for r in report.runs})
             raise click.ClickException(f"no run with --max-num-seqs {max_num_seqs}; the runs have: {', '.join(seen)}")
     predictions, skipped = _predict_groups(groups, rows, gmu)
+    if gmu is None:
+        for group, p in predictions:
+            click.echo(f"{group.group_id}: gmu {p.gmu:g}, the default of vLLM {rows[group.run_ids[0]].vllm_version} "
+                       "(these runs' version; --gmu predicts another)", err=True)
     if not predictions:
         whys = "; ".join(f"{g.group_id}: {why}" for g, why in skipped)
         raise click.ClickException(f"nothing to predict from ({whys})")
@@ -90,23 +109,28 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
         for warning in p.warnings:
             click.echo(f"Warning: {p.group_id}: {warning}", err=True)
     if json_:
-        click.echo(json.dumps([{**asdict(p), "group": asdict(g)} for g, p in predictions], indent=2,
+        click.echo(json.dumps(json_rounded([{**asdict(p), "group": asdict(g)} for g, p in predictions]), indent=2,
                               ensure_ascii=False))
         return
     for i, (group, p) in enumerate(predictions):
         if i:
             click.echo("")
-        _echo_prediction(group, p, rows, gmu)
+        _echo_prediction(group, p, rows, p.gmu)
     for group, why in skipped:
         click.echo(f"({group.group_id}: no prediction: {why})", err=True)
 
 
-def _predict_groups(groups, rows: dict, gmu: float) -> tuple[list, list]:
-    """([(group, prediction)], [(group, why there is none)]) for each comparable group."""
+def _predict_groups(groups, rows: dict, gmu: float | None) -> tuple[list, list]:
+    """([(group, prediction)], [(group, why there is none)]) for each comparable group; at `gmu`, or
+    (None) at the default of each group's vLLM."""
     predictions = []
     skipped = []
     for group in groups:
-        p = gmu_predict.predict(group, [rows[i] for i in group.run_ids], gmu)
+        at = gmu if gmu is not None else versions.default_gmu(rows[group.run_ids[0]].vllm_version)
+        if at is None:
+            skipped.append((group, "no --gmu, and these runs' vLLM version (so its default gmu) is unknown"))
+            continue
+        p = gmu_predict.predict(group, [rows[i] for i in group.run_ids], at)
         if p is None:
             why = ("gmu does not size the KV cache in these runs" if not group.gmu_sets_kv
                    else "one gmu value and no device memory to move it by" if

@@ -16,13 +16,19 @@ import click
 
 from autotune.analysis import device_memory, estimate, kv_pool
 from autotune.analysis import model_files as mf
+from autotune.cli.formats import json_rounded
 
 GIB = 2**30
 
 
-def serve_argv(model: str | None, command: str | None) -> list[str]:
-    if bool(model) == bool(command):
-        raise click.UsageError("give the model folder (--model DIR) or the serve command (--command '...'), one of them")
+def serve_argv(model: str | None, command: str | None, dashed: list[str] | None = None) -> list[str]:
+    """The serve command to predict for: `-- vllm serve ...` (as tune and sweep take it), --command
+    '...', or --model DIR's `vllm serve DIR`; one of them."""
+    if sum(map(bool, (model, command, dashed))) != 1:
+        raise click.UsageError("give the serve command after `--` (-- vllm serve MODEL ...), --command '...', "
+                               "or the model folder (--model DIR): one of them")
+    if dashed:
+        return list(dashed)
     if command:
         try:
             return shlex.split(command)
@@ -31,9 +37,23 @@ def serve_argv(model: str | None, command: str | None) -> list[str]:
     return ["vllm", "serve", model]
 
 
+def default_gmu(argv: list[str]) -> tuple[float, str]:
+    """(gmu, why) for a command that gives none: the default of the vLLM it runs (versions.py)."""
+    from autotune.vllm import versions
+
+    version = versions.detect_version(argv, dict(os.environ))
+    gmu = versions.default_gmu(version)
+    if gmu is None:
+        raise click.ClickException("no gmu: give --gmu (the command has no --gpu-memory-utilization, and which vLLM "
+                                   "it runs, so its default, could not be found)")
+    return gmu, (f"gmu {gmu:g}: the default of vLLM {version}, which the command runs (it gives no "
+                 "--gpu-memory-utilization; --gmu predicts another)")
+
+
 def run(records: list[dict], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
-        device_kind: str | None, device_memory_gib: float | None) -> estimate.Prediction:
-    """Every figure for the serve command, calibrated on the matching runs among records."""
+        device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.Prediction, float | None]:
+    """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
+    predicted for (--gmu, the command's, else its vLLM's default)."""
     from autotune.analysis import run_row
     from autotune.run.modelconfig import local_model_dir
 
@@ -63,18 +83,20 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         in_flight_tokens=serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
     chosen, skipped = estimate.calibration_set(records, serve.model, device, run_row.settings_of(argv, dict(os.environ)))
-    version = next((r["vllm_version"] for r in reversed(chosen) if r.get("vllm_version")), None)
+    version = next((r.vllm_version for r in reversed(chosen) if r.vllm_version), None)
     settings.null_block = kv_pool.reserves_null_block(version)
     calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)
-    use_gmu = gmu if gmu is not None else serve.gmu
+    use_gmu, why = (gmu, None) if gmu is not None else (serve.gmu, None)
     if use_gmu is None and serve.kv_cache_memory_bytes is None:
-        raise click.ClickException("no gmu: give --gmu (or --gpu-memory-utilization in the command)")
-    measured = next((r for r in chosen if use_gmu is not None and r["gmu"] == use_gmu), None)
+        use_gmu, why = default_gmu(argv)
+    measured = next((r for r in chosen if use_gmu is not None and r.gmu == use_gmu), None)
     prediction = estimate.predict(str(folder), shape, weights, device, settings, calibration, use_gmu,
                                   serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured)
     prediction.notes.extend(line if line.startswith("calibrated on") else f"not calibrated on {line}"
                             for line in skipped)
-    return prediction
+    if why:
+        prediction.notes.insert(0, why)
+    return prediction, use_gmu
 
 
 LABELS = {"weights": "weights", "kv_bytes_per_token": "KV per token", "state_bytes_per_sequence": "state per sequence",
@@ -124,20 +146,20 @@ def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str
 
 def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
     if json_:
-        click.echo(json.dumps(p.to_json(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(json_rounded(p.to_json()), indent=2, ensure_ascii=False))
     else:
         click.echo(render(p, gmu, target))
 
 
 def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, concurrency_at, device_kind,
-                       device_memory, json_) -> None:
-    """The --model / --command path of `autotune predict`."""
+                       device_memory, json_, dashed: list[str] | None = None) -> None:
+    """The `-- vllm serve ...` / --command / --model path of `autotune predict`."""
     from autotune.cli.records import load_records
     from autotune.store import artifact
 
-    argv = serve_argv(model_dir, serve_command)
+    argv = serve_argv(model_dir, serve_command, dashed)
     records = load_records(runs, runs_dir) if runs else (
         [r for r in (artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
         if Path(runs_dir).is_dir() else [])
-    p = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
-    emit(p, json_, gmu if gmu is not None else estimate.serve_settings(argv).gmu, target)
+    p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
+    emit(p, json_, used_gmu, target)

@@ -68,17 +68,20 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
     from autotune.analysis import reproduce as rep
     from autotune.run import reproduce as reproduce_mod
 
-    if outdated == bool(run):
-        raise click.UsageError("name a RUN, or --outdated (not both)")
+    if outdated and run:
+        raise click.UsageError("name a RUN or give --outdated, not both")
+    if not outdated and not run:
+        raise click.UsageError("name the RUN to reproduce (a run folder, a run id, or `latest`), or give --outdated "
+                               "for every configuration measured on another vLLM")
     env_now = dict(os.environ)
     if outdated:
         from autotune.cli.records import load_records
 
         records = [r.to_dict() if hasattr(r, "to_dict") else r for r in _all_records(load_records, runs_dir)]
-        todo = rep.outdated(records, reproduce_mod.installed_version_finder(env_now))
+        installed = reproduce_mod.installed_version_finder(env_now)
+        todo = rep.outdated(records, installed)
         if not todo:
-            click.echo("nothing to reproduce: every verified configuration was measured on the vLLM its "
-                       "command starts now", err=True)
+            click.echo(f"nothing to reproduce under {runs_dir}: {rep.nothing_outdated(records, installed)}", err=True)
             if json_:
                 click.echo(json.dumps([], indent=2))
             sys.exit(ExitCode.OK)

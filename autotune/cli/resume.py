@@ -65,7 +65,7 @@ def resume(run, runs_dir, json_, quiet):
         finally:
             progress.close()
     if json_:
-        click.echo(json.dumps(record, indent=2))
+        click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
         echo_card(record, run_dir=path)
     sys.exit(exit_code_of(record))

@@ -69,3 +69,27 @@ def check_not_a_command(serve_argv: list[str], commands: dict[str, click.Command
         raise click.UsageError(f"{name!r} is an autotune command, not a serve command: run `autotune {name} ...` "
                                f"(the serve command after `--` is your vLLM command, e.g. `-- vllm serve MODEL`)")
 
+
+def options_after_dashes(args: list[str], command: click.Command) -> list[str]:
+    """A tune or sweep line's own long options written after `--`, where every word is the serve
+    command's: a required one missing before `--` is a usage error that says where it went; each
+    other one is a warning (returned), since it reaches vLLM, not autotune."""
+    serve = serve_command_of(args, command)
+    before = args[:len(args) - len(serve)]
+    warnings = []
+    for param in command.params:
+        if not isinstance(param, click.Option):
+            continue
+        names = [n for n in param.opts if n.startswith("--") and n != "--help"]
+        found = next((i for i, word in enumerate(serve) for n in names if word == n or word.startswith(n + "=")), None)
+        if found is None:
+            continue
+        written = serve[found] if "=" in serve[found] or param.is_flag or found + 1 >= len(serve) \
+            else f"{serve[found]} {serve[found + 1]}"
+        if param.required and not any(w in names or w.split("=", 1)[0] in names for w in before):
+            raise click.UsageError(f"Missing option '{names[0]}': `{written}` is after `--`, where every word is the "
+                                   f"serve command's (vLLM would get it); put it before `--`: autotune {written} -- "
+                                   f"{' '.join(serve[:2])} ...")
+        warnings.append(f"Warning: `{written}` is after `--`, so it goes to the serve command, not to autotune "
+                        "(autotune's options go before `--`)")
+    return warnings

@@ -88,7 +88,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
 
     \b
     Exit codes: 0 every value verified; 3 one or more did not, or a preflight check refused
-    one (the table says which); 1 bad input; 130/143 interrupted (the sweep record says how
+    one (the table says which); 1 bad input; 2 usage error; 130/143 interrupted (the sweep record says how
     far it got; `autotune resume SWEEP` continues it without repeating finished values).
     """
     argv = serve_argv(serve_command)

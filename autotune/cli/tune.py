@@ -11,6 +11,7 @@ from autotune.cli.exitcodes import exit_code_of, exits
 from autotune.cli.options import (LengthType, MemoryType, ProgressPrinter, boot_options, echo_err, runs_dir_option,
                                   serve_argv)
 from autotune.cli.card import echo_card
+from autotune.store import artifact
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
@@ -66,8 +67,9 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
     \b
     Exit codes: 0 verified ceiling found; 1 bad input; 2 usage error;
     3 vLLM failed for another reason (see error_kind); 4 booted but not verified;
-    5 hung; 6 refused and no ceiling could be read; 8 refused by a preflight
-    check (nothing booted); 130/143 interrupted by SIGINT/SIGTERM.
+    5 hung; 6 refused and no ceiling could be read, nothing fits, or --max-boots spent;
+    8 refused by a preflight check (nothing booted); 9 the server turned autotune away
+    (an API key it wants, TLS that does not match); 130/143 interrupted by SIGINT/SIGTERM.
     """
     from autotune.run import tune as tune_mod
 
@@ -95,7 +97,7 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
         finally:
             progress.close()  # clears the live status line whatever happened
     if json_:
-        click.echo(json.dumps(record, indent=2))
+        click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
         echo_card(record, run_dir=runs_dir / record["run_id"])
     sys.exit(exit_code_of(record))

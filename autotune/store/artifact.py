@@ -111,12 +111,18 @@ def schema_version_of(record: object, source: str, newest: int, what: str) -> in
     return version
 
 
-def save_run(run_dir: Path, record: RunRecord | Mapping) -> None:
-    """Write run.json (atomically), stamped with the schema version and autotune's version."""
+def stamped(record: RunRecord | Mapping) -> dict:
+    """The record as run.json holds it: stamped with the schema version and autotune's version
+    (what `tune --json` and `resume --json` print, too)."""
     data = record.to_dict() if isinstance(record, RunRecord) else dict(record)
     data["schema_version"] = SCHEMA_VERSION
     data.setdefault("autotune_version", __version__)
-    write_json(Path(run_dir) / RUN_FILE, data)
+    return data
+
+
+def save_run(run_dir: Path, record: RunRecord | Mapping) -> None:
+    """Write run.json (atomically), stamped with the schema version and autotune's version."""
+    write_json(Path(run_dir) / RUN_FILE, stamped(record))
 
 
 def migrate(data: dict, source: str = "run.json") -> dict:

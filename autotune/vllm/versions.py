@@ -128,6 +128,14 @@ def default_gmu(version: str | Version | None) -> float | None:
     return found.default_gmu if found else None
 
 
+def default_gmu_rule() -> str:
+    """The default gmu by version, in words: "0.9 before 0.20, 0.92 from 0.20"."""
+    (_, oldest), *later = _GMU_DEFAULTS
+    since = [f"{first[0]}.{first[1]}" for first, _ in later]
+    return ", ".join([f"{oldest:g} before {since[0]}" if later else f"{oldest:g}",
+                      *(f"{gmu:g} from {v}" for v, (_, gmu) in zip(since, later))])
+
+
 def default_gmu_values() -> tuple[float, ...]:
     """Every version's default gmu (a flag given with one of them may rightly be absent from
     vLLM's non-default args)."""
