@@ -16,6 +16,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autotune.analysis.run_row import used_gpus
 from autotune.fleet.leaf import LOG_NAME, Outcome
 from autotune.fleet.plan import Plan
 from autotune.store import artifact
@@ -114,6 +115,8 @@ def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend:
     if outcome.folder is not None:
         shutil.rmtree(runs_dir / f".incoming-{fleet_id}-{leaf_id}", ignore_errors=True)
     record = artifact.load(target)
+    if not outcome.gpu.get("names"):  # what the leaf's tune saw of its GPUs (NVML, or the replaying vLLM's)
+        outcome.gpu["names"] = [g.get("name") for g in used_gpus(record)]
     record.fleet = {"fleet_id": fleet_id, "leaf": leaf_id, "backend": backend, "node": outcome.node,
                              "gpu": outcome.gpu, "try": outcome.try_no, "tries": tries,
                              **({"run_id_on_node": record.run_id} if record.run_id != target.name else {}),

@@ -27,13 +27,19 @@ def node_text(node: dict | None) -> str:
 
 
 def gpu_text(gpu: dict | None) -> str:
-    """The GPUs a leaf held: NVML names and indices, Ray's ids and accelerator type, or the slot."""
+    """The GPUs a leaf held: their names (NVML's, as the tune saw them) and ids or slot, and the
+    accelerator type the cluster declared for the node where it is not one of those names."""
     if not gpu:
         return "-"
-    kind = gpu.get("accelerator_type") or ", ".join(sorted({n for n in gpu.get("names") or [] if n})) or None
+    names = sorted({n for n in gpu.get("names") or [] if n})
+    short = ", ".join(n.replace("NVIDIA GeForce ", "").replace("NVIDIA ", "") for n in names) or None
     ids = gpu.get("ids") or []
     where = f"GPU {','.join(map(str, ids))}" if ids else (f"slot {gpu['slot']}" if gpu.get("slot") is not None else "")
-    return " ".join(part for part in (kind.replace("NVIDIA ", "") if kind else None, where) if part) or "-"
+    declared = gpu.get("accelerator_type")
+    text = " ".join(part for part in (short, where) if part)
+    if declared and declared not in names:
+        text = f"{text} ({declared} node)" if short else f"{declared} {text}"
+    return text.strip() or "-"
 
 
 def duration(seconds) -> str:

@@ -118,7 +118,8 @@ leaves:
     assert vllm_leaf.vllm_version == "0.32.0"  # the real vLLM CPU, booted through Ray
     assert vllm_leaf.result.ceiling == vllm_leaf.attempts[-1].fact("kv_cache_tokens") - 128  # what vLLM said
     table = done.stdout.splitlines()
-    assert len(table) == 5 and "H100 GPU 0" in table[3] and "RTX-3090 GPU" in table[1]
+    assert len(table) == 5 and "RTX 3090 GPU 0 (H100 node)" in table[3] and "H100 GPU 0" in table[4]
+    assert "RTX 3090 GPU" in table[1] and "(RTX-3090 node)" in table[1]  # the replaying vLLM's GPU, the node's label
     compared = subprocess.run([sys.executable, "-m", "autotune", "compare", str(state.folder), "--runs-dir", str(runs),
                                "--json"], capture_output=True, text=True, timeout=120)
     assert len(json.loads(compared.stdout)["runs"]) == 4
