@@ -283,3 +283,10 @@ leaves:
     assert [o["node"] for o in checks[0].outliers] == ["node-b"]
     assert checks[0].outliers[0]["diff_gib"] == pytest.approx(-1.5, abs=0.02)
     assert "OUTLIER" in "\n".join(node_outliers.render(checks))
+
+
+def test_on_ray_without_ray_gives_the_install_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as where it is not installed
+    result = CliRunner().invoke(cli, ["fleet", "run", str(grid_plan(tmp_path, "p")), "--on", "ray", "--slots", "2"])
+    assert result.exit_code == 1
+    assert "pip install 'vllm-autotune[ray]'" in result.output and "Nothing was booted" in result.output
