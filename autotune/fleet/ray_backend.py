@@ -118,7 +118,11 @@ def interrupted_within(exc: BaseException) -> Interrupted | None:
 
 
 def _reap_node(fleet_id: str) -> int:
-    return len(leaf_mod.reap(node_root(fleet_id)))
+    """On one node, after the fleet: stop what killed leaves left, then remove the fleet's folder
+    (every leaf's run came back or is recorded as a lost try)."""
+    stopped = len(leaf_mod.reap(node_root(fleet_id)))
+    shutil.rmtree(node_root(fleet_id), ignore_errors=True)
+    return stopped
 
 
 class RayBackend:

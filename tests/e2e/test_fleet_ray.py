@@ -14,6 +14,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -124,6 +125,7 @@ leaves:
                                "--json"], capture_output=True, text=True, timeout=120)
     assert len(json.loads(compared.stdout)["runs"]) == 4
     assert fakes("ray-mixed") == []
+    assert not (Path(tempfile.gettempdir()) / "autotune-fleet" / state.fleet_id).exists()  # nothing left on the nodes
 
 
 def test_a_killed_ray_worker_is_retried_and_its_vllm_tree_is_gone(cluster, tmp_path):
