@@ -766,7 +766,8 @@ def _mangled_real_line(draw):
     line = draw(st.sampled_from(_REAL_LINES))
     cut = draw(st.integers(min_value=0, max_value=len(line)))
     head = line[:cut]
-    insert = draw(st.sampled_from(["", "\x00", "\r", "\x1b[0;36m", "^[[0m", "\ufffd", "\n", "{", "'", "(", ",", "9" * 40]))
+    insert = draw(st.sampled_from(["", "\x00", "\r", "\x1b[0;36m", "^[[0m", "\ufffd", "\n", "{", "'", "(", ",", "9" * 40,
+                                   '{"', '{"MESSAGE": "', '"}', "&#39;", "&gt;", "<pre>", "</code>"]))
     at = draw(st.integers(min_value=0, max_value=len(head)))
     return head[:at] + insert + head[at:]
 
@@ -779,6 +780,10 @@ _ANY_LINE = st.one_of(
     st.builds(lambda s, n: s * n, _mangled_real_line(), st.integers(min_value=1, max_value=40)),
     st.builds(lambda n: "9" * n, st.integers(min_value=1, max_value=6000)),
     st.builds(lambda n: "non-default args: {" + "[" * n, st.integers(min_value=1, max_value=3000)),
+    # JSON log records (issue 20): journald's, vLLM's own, and the first row of one cut by a wrap
+    st.builds(lambda line: json.dumps({"MESSAGE": line}), _mangled_real_line()),
+    st.builds(lambda line, n: json.dumps({"levelname": "ERROR", "message": line, "exc_info": line})[:n],
+              _mangled_real_line(), st.integers(min_value=1, max_value=400)),
 )
 
 
