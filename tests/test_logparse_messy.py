@@ -116,6 +116,17 @@ def test_the_cut_lines_of_the_issue():
     assert (cut["max_model_len_requested"], cut["kv_needed_gib"], cut["refusal_available_kv_gib"]) == (1048576, 8.0, 0.14)
 
 
+def test_a_line_cut_before_its_figure_changes_nothing_else():
+    """A KV line cut before its number says nothing of the pool: the boot is not sized by it, and a
+    CPU backend's pool figure is not replaced by nothing."""
+    kv = "(EngineCore pid=2390) INFO 05-16 10:08:44 [kv_cache_utils.py:1710] GPU KV cache size: 41,776 tokens"
+    for cut in range(kv.index("GPU"), kv.index("41,776") + 6):
+        assert parse_lines([kv[:cut]]).outcome == "incomplete", kv[:cut]
+    cpu = next(line for line in _lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log") if "Auto set (" in line)
+    cut = "(Worker pid=1) INFO 11-29 10:08:27 [gpu_worker.py:1] Available KV cache memory: 0."
+    assert parse_lines([cpu, cut]).result()["available_kv_gib"] == 0.14
+
+
 # ---------------------------------------------------------------------------
 # A refusal broken at its sentences (a k8s UI shows it so)
 # ---------------------------------------------------------------------------

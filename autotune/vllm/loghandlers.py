@@ -135,8 +135,8 @@ class LineHandlers:
 
     def _on_kv_tokens(self, line: str, start: int) -> None:
         found = self._at(P.KV_TOKENS, line, start)
-        if found is None or "kv_cache_tokens" in self._boot.facts:
-            return
+        if found is None or found.group(2) is None or "kv_cache_tokens" in self._boot.facts:
+            return  # (a line cut before its figure says nothing of the pool)
         self._set_num("kv_cache_tokens", found, 2)
         if found.group(1):
             self._set("kv_cache_device", found.group(1), found.span(1))
@@ -180,7 +180,7 @@ class LineHandlers:
 
     def _on_available_kv(self, line: str, start: int) -> None:
         found = self._at(P.AVAILABLE_KV, line, start)
-        if found is None:
+        if found is None or found.group(1) is None:
             return
         value = read_number(found.group(1))
         if self._boot.available_from_cpu:

@@ -68,7 +68,8 @@ class RowReader:
         pending = self._pending
         if pending is not None and pending[1] != self._line_no and not self._pending_cut:
             # Only a width seen on continued rows says the wrap fell on trimmed spaces (a sentence may go on).
-            trimmed = not self._keeps_spaces and _trimmed(len(pending[0][-1]), self._wrap_width[0])
+            width = self._wrap_width[0]
+            trimmed = bool(width) and not self._keeps_spaces and 0 < width - len(pending[0][-1]) <= _TRIMMED_MAX
             if is_continuation(pending[4], text, trimmed=trimmed):
                 self._join(pending, text)
                 return
