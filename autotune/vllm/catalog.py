@@ -297,8 +297,9 @@ CATALOG: tuple[FailureKind, ...] = (
         patterns=(
             # argparse, before vLLM starts (exit 2): a flag this vLLM does not have (a typo, or one
             # from another version), a value outside a flag's choices, an abbreviation of two flags.
+            # (each starts with a literal whose window the per-line prefilter already searches for, or a rare one)
             r"error: unrecognized arguments: ",
-            r"error: argument \S{1,200}: invalid choice: ",
+            r"invalid choice: '.{0,200}?' \(choose from ",
             r"error: ambiguous option: ",
         ),
         fatal=True,

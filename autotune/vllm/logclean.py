@@ -99,18 +99,21 @@ def unwrap(line: str) -> str:
     plain line are kept (they tell a word-wrapped line from a hard-wrapped one)."""
     if not line:
         return line
-    if line.endswith(">"):
+    if line[-1] == ">":
         line = _TAGS_RIGHT_RE.sub("", line, count=1)
         if not line:
             return line
     # A wrapper starts the line, after spaces at most (most lines start with neither).
-    for _ in range(4 if line[0] in _WRAPPER_FIRST or line[0].isspace() else 0):
+    first = line[0]
+    for _ in range(4 if first in _WRAPPER_FIRST or first.isspace() else 0):
         before = line  # wrappers nest: a quote inside a box, a backtick inside a quote
-        if line.lstrip()[:1] in _BOX:
+        first = line.lstrip()[:1]
+        if first in _BOX and first:
             line = _BOX_RIGHT_RE.sub("", _BOX_LEFT_RE.sub("", line, count=1), count=1)
-        if line.lstrip()[:1] == ">":
+            first = line.lstrip()[:1]
+        if first == ">":
             line = _QUOTE_RE.sub("", line, count=1)
-        if line.lstrip()[:1] == "<":
+        elif first == "<":
             line = _TAGS_LEFT_RE.sub("", line, count=1)
         if line.startswith("`") and not line.startswith("```"):
             line = line[1:]
@@ -118,7 +121,7 @@ def unwrap(line: str) -> str:
                 line = line.rstrip()[:-1]
         if line == before:
             break
-    if line.endswith(("cluster]", "cluster] ")):
+    if line[-1:] in "] " and line.endswith(("cluster]", "cluster] ")):
         line = _RAY_REPEATED_RE.sub("", line)
     return line
 
@@ -244,7 +247,7 @@ _SENTENCE_END = ".!?)]}"
 WRAP_MIN_WIDTH = 40  # a line shorter than this was not wrapped by a terminal or an editor
 
 
-def is_continuation(previous: str, line: str, *, trimmed: bool = False) -> bool:
+def is_continuation(previous: str, line: str, trimmed: bool = False) -> bool:
     """Whether ``line`` is the rest of ``previous`` cut by a hard wrap (a terminal at any
     width, mid-word; or a person's word wrap). ``previous`` must be long and ``line`` must
     carry no prefix, start no record (an indented line is a traceback frame) and not start a

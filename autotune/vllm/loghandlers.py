@@ -43,7 +43,10 @@ class LineHandlers:
         reads a line cut inside its message (the figures before the cut)."""
         while start < len(line) and line[start] in " \t":
             start += 1
-        return regex.read(line, start) if isinstance(regex, Wording) else regex.match(line, start)
+        found = regex.match(line, start)
+        if isinstance(regex, Wording) and (found is None or regex.tail_cut(found)):
+            return regex.read(line, start, found)
+        return found
 
     def _on_echo(self, line: str, start: int) -> None:
         # The arguments and the engine config: their own facts only, and the model names to mask.

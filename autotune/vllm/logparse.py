@@ -71,8 +71,15 @@ _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 _STAMP_RE = re.compile(r"(\d(?<![\d-]\d)\d-\d\d \d\d:\d\d:\d\d)\b")
 # The 0.15+ banner's logo lines (a message of only these) and the line vLLM prints just before its banner
 # (0.7-0.14): a boot that starts at its banner's version line begins at the first of them.
-_LOGO = " \t" + "".join(P.LOGO_CHARS)
 _BEFORE_BANNER = "Automatically detected platform"
+_LOGO = " \t" + "".join(P.LOGO_CHARS)
+_LOGO_ONLY_RE = re.compile(f"[{_LOGO}]*")
+
+
+def _decor(line: str) -> bool:
+    """A line of a banner's block: a prefix with nothing or only logo characters after it, or the platform line."""
+    start = message_start(line)
+    return bool(line) and (line.startswith(_BEFORE_BANNER, start) or _LOGO_ONLY_RE.fullmatch(line, start) is not None)
 class BootLogParser(LineHandlers, RowReader):
     """Streaming: feed lines one by one; keeps state; never raises."""
 
@@ -86,7 +93,6 @@ class BootLogParser(LineHandlers, RowReader):
         self._undo: tuple | None = None  # state before the current line's first change
         self._init_rows()
         self._estimate_row = 0  # the row where a refusal's estimate sentence may stand on its own
-        self._banner_from = 0  # first line of the run of banner lines the current line may end
         self._ended = False
         self._cut = False  # the line being processed was cut at MAX_LINE_BYTES
         self._internal_errors = 0
@@ -109,7 +115,7 @@ class BootLogParser(LineHandlers, RowReader):
                     if part or len(parts) == 1:
                         was_cut = len(part) > MAX_LINE_BYTES or (cut and index == len(segments) - 1)
                         try:
-                            self._physical(part[:MAX_LINE_BYTES], cut=was_cut)
+                            self._physical(part[:MAX_LINE_BYTES], was_cut)
                         except Exception:  # never raise: count it, keep going
                             self._internal_errors += 1
         except Exception:
@@ -233,11 +239,13 @@ class BootLogParser(LineHandlers, RowReader):
     # -- one logical line ---------------------------------------------------
     def _process(self, line: str, line_no: int, *, full: bool, cut: bool = False) -> str:
         saved_no, self._line_no = self._line_no, line_no
+        self._row_no = saved_no  # the physical line being read: a rejoined line is processed at its first row's
         self._cut = cut
         try:
             return self._dispatch(line, full)
         finally:
             self._line_no = saved_no
+            self._row_no = 0
 
     def _dispatch(self, line: str, full: bool) -> str:
         self._line = line
@@ -253,17 +261,11 @@ class BootLogParser(LineHandlers, RowReader):
         if hit is not None and not hit[0].fatal and level in ("ERROR", "CRITICAL"):
             level = "WARNING"  # logged at ERROR, yet harmless ("Cannot use FA version ...")
         if full:
-            banner = self._banner_from
-            first = line[start : start + 1]
-            decor = bool(line) and ((first in _LOGO and not line[start:].strip(_LOGO))
-                                    or first == "A" and line.startswith(_BEFORE_BANNER, start))
-            self._banner_from = (banner or self._line_no) if decor else 0
             if kind == "args" or "version" in line:
-                self._boot_starts(line, start, kind, banner or self._line_no)
-        boot = self._boot
-        if full:
+                self._boot_starts(line, start, kind)
+            boot = self._boot
             boot.last_line = self._line_no  # not undone: a rejoined line ends where its tail ends
-            if not boot.ready and not decor:
+            if not boot.ready:
                 # An echo (arguments, config) is never part of a traceback, whatever it quotes.
                 message = line[start:] if kind == "other" else "(echo)"
                 trace = boot.trace.feed(message, level, self._line_no)
@@ -272,6 +274,8 @@ class BootLogParser(LineHandlers, RowReader):
                     self._boot.trace = trace
                     if trace.exception_line == self._line_no and trace.tail == "exception":
                         self._on_exception(line, start)
+        else:
+            boot = self._boot
         if kind == "access":
             self._ready((0, len(line)))
             return kind
@@ -302,9 +306,9 @@ class BootLogParser(LineHandlers, RowReader):
                 line = line.replace(name, MASK * len(name))
         return line
 
-    def _boot_starts(self, line: str, start: int, kind: str, first_line: int) -> None:
+    def _boot_starts(self, line: str, start: int, kind: str) -> None:
         """A banner, a second arguments line or an engine start after this boot's engine started
-        begins a new boot, at ``first_line`` (its banner's first line)."""
+        begins a new boot (a banner's at its first line: the logo's, or the platform line before it)."""
         boot = self._boot
         why = self._starts_boot(line, start, kind)
         if not why or not (boot.engine_started or why == "args" and boot.trace.ends_in_failure):
@@ -316,7 +320,17 @@ class BootLogParser(LineHandlers, RowReader):
             stamp_text = stamp.group(1) if stamp is not None else ""
             if stamp_text < boot.last_stamp[: len(stamp_text)]:
                 return
-        self._new_boot(first_line if why == "banner" else self._line_no)
+        self._new_boot(self._banner_start() if why == "banner" else self._line_no)
+
+    def _banner_start(self) -> int:
+        """The first line of the banner whose version line this is: the lines just before it that hold
+        nothing but the logo (or nothing after their prefix), or the platform line."""
+        first = self._line_no
+        for pending in (self._pending, self._before):
+            if pending is None or pending[1] != first - 1 or not _decor(pending[4]):
+                break
+            first = pending[1]
+        return first
 
     def _starts_boot(self, line: str, start: int, kind: str) -> str:
         """Why this line may begin a boot: "banner", "args" (a boot's second arguments line), "engine"."""
@@ -384,7 +398,7 @@ class BootLogParser(LineHandlers, RowReader):
                 if estimate is not None:
                     self._set_num("estimated_max_model_len", estimate, 1)
                 if isinstance(found, re.Match) and not line[found.end():].strip(". "):
-                    self._estimate_row = self._row_no + 1  # the line ends with the first sentence
+                    self._estimate_row = (self._row_no or self._line_no) + 1  # the line ends with the first sentence
             return
         found = P.REFUSAL_V0.find(line, start)
         if found is not None and "max_model_len_requested" not in self._boot.facts:

@@ -8,9 +8,9 @@ what its first rows alone said. It hands each line to the parser's ``_dispatch``
 A terminal capture (tmux, a screenshot's text, an 80-column console) cuts long lines at its
 width and often trims the spaces at the end of each row: a row a little shorter than the width
 lost a space there, and a space joins it back. The width is learned from the capture itself
-(the widest row of the line, the most frequent width of continued rows, or the widest row while
-none is wider than a screen); a capture that keeps spaces at its wraps (a continued row ending
-in a space) is never read as trimmed. Stdlib only; no I/O.
+(the widest row of the line, or the most frequent width of continued rows); a capture that keeps
+spaces at its wraps (a continued row ending in a space) is never read as trimmed. Stdlib only;
+no I/O.
 """
 
 from __future__ import annotations
@@ -19,36 +19,45 @@ from autotune.vllm.logclean import clean_line, is_continuation, unescape_html, u
 from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
 
 _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap width
+_JSON_START_MAX = 160  # where a JSON record may start on its line (after kubectl's or compose's prefix)
 _JSON_ROWS_MAX = 256  # rows of one wrapped JSON record (vLLM's engine config, ~5 KB, takes ~70 at 80 columns)
-_TRIMMED_MAX = 8  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
+_WIDTH_RECENT = 200  # lines: a capture wraps its long lines often
+_TRIMMED_MAX = 8
+_ECHOES = ("non_default_args", "args_namespace")  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
 
 
-def _trimmed(row: int, width: int) -> bool:
-    """A row this much shorter than the capture's width ended in spaces that were trimmed."""
-    return 0 < width - row <= _TRIMMED_MAX
+def _glued(row: str, after: str) -> bool:
+    """Neither side of the wrap has a space: it fell in a word (or on a space a capture trimmed)."""
+    return row[-1:] not in (" ", "\t") and after[:1] not in (" ", "\t")
 
 
 class RowReader:
     """The physical-line layer of ``BootLogParser`` (a mixin: ``_dispatch``, ``_process``, the undo are the parser's)."""
 
     def _init_rows(self) -> None:
-        self._pending: tuple[tuple[str, ...], int, tuple | None, str, str] | None = None  # rows, no, undo, kind, text
+        # The last line, for a wrap to continue: rows (None: one), line number, undo, kind, text as joined,
+        # and for rows: the rows as they are (glued) and the width their joins were decided with.
+        self._pending: tuple | None = None
         self._pending_cut = False  # the pending line was cut at the reader's limit: nothing continues it
         self._row_widths: dict[int, int] = {}  # widths of rows a wrap continued: how many of each
-        self._wrap_width = (0, 0)  # (width, rows): the most frequent of them seen twice or more (ties: the wider)
-        self._widest = 0  # the widest row so far: a terminal capture's width while no row is wider than a screen
+        self._width = 0  # the capture's width: the most frequent of those widths seen twice or more (ties: the wider)
+        self._width_rows = 0  # how many continued rows had that width
+        self._width_at = 0  # the line of the last continued row: a width older than _WIDTH_RECENT lines is another paste's
+        self._before: tuple | None = None  # the pending line of the line before (a banner's first rows)
         self._keeps_spaces = False  # a continued row ended in a space: this capture trims nothing
-        self._row_no = 0  # the physical line being read (a rejoined line is processed at its first row's)
+        self._row_no = 0  # while a rejoined line is processed (at its first row's number): the physical line
         self._json_rows: list[tuple[int, str]] = []  # (line number, row) of a JSON record cut by a wrap
 
-    def _physical(self, raw: str, cut: bool) -> None:
-        self._row_no = self._line_no
+    def _physical(self, raw: str, cut: bool, *, plain: bool = False) -> None:
+        """One line as read (``plain``: a row known to be text, never the start of a JSON record)."""
         text = clean_line(raw)
         if "&" in text:
             text = unescape_html(text)
-        if self._json_rows and self._json_row(text, cut):
+        if self._json_rows and not plain and self._json_row(text, cut):
             return
-        if '{"' in text:
+        # (one character first: a search for two costs five times as much, on every line)
+        if "{" in text and not plain and text.find('{"', 0, _JSON_START_MAX) >= 0:
+            # a JSON record starts its line, after a prefix at most
             records = json_record_lines(text)
             if records is not None:
                 self._carried(*records, cut)
@@ -56,27 +65,22 @@ class RowReader:
             if not cut and json_record_start(text):
                 self._json_rows = [(self._line_no, text)]  # a record a wrap cut: its other rows follow
                 return
-        self._text_row(text, cut)
-
-    def _text_row(self, text: str, cut: bool) -> None:
         text = unwrap(text)
-        if len(text) > self._widest:
-            self._widest = len(text)
         if cut:
             self._boot_touch()
             self._set("line_cut", self._line_no)
         pending = self._pending
         if pending is not None and pending[1] != self._line_no and not self._pending_cut:
-            # Only a width seen on continued rows says the wrap fell on trimmed spaces (a sentence may go on).
-            width = self._wrap_width[0]
-            trimmed = bool(width) and not self._keeps_spaces and 0 < width - len(pending[0][-1]) <= _TRIMMED_MAX
-            if is_continuation(pending[4], text, trimmed=trimmed):
+            # A width seen on continued rows says the wrap fell on spaces a capture trimmed (a sentence may go on).
+            if is_continuation(pending[4], text) or self._width and self._trimmed_before(pending) and is_continuation(
+                    pending[4], text, True):
                 self._join(pending, text)
                 return
         self._undo = None
         self._cut = cut
         kind = self._dispatch(text, True)  # _process at the current line number, without its bookkeeping
-        self._pending = ((text,), self._line_no, self._undo, kind, text)
+        self._before = pending
+        self._pending = (None, self._line_no, self._undo, kind, text)  # one row: its rows, glued text, width are its own
         self._pending_cut = cut
 
     def _join(self, pending: tuple, text: str) -> None:
@@ -85,44 +89,49 @@ class RowReader:
         of the capture) ended in spaces a terminal capture trimmed: a space joins it back. The other
         readings are read too: the rows glued as they are (a cut mid-word), and a last wrap that ate
         its space (a person's word wrap)."""
-        rows, head_no, undo, head_kind, _ = pending
+        rows, head_no, undo, head_kind, joined, plain, decided = pending if pending[0] else (*pending, pending[4], 0)
+        rows = rows or (joined,)
         if undo is not None:
             self._restore(undo)
         self._undo = None
         self._count_width(rows[-1])
         rows = (*rows, text)
-        width = 0 if self._keeps_spaces else max(self._screen_width(), *map(len, rows[:-1]))
-        joined = rows[0]
-        for row, after in zip(rows, rows[1:]):
-            glued = row[-1:] not in (" ", "\t") and after[:1] not in (" ", "\t")
-            joined += (" " if glued and _trimmed(len(row), width) else "") + after
+        width = 0 if self._keeps_spaces else max(self._width, decided, len(rows[-2]))
+        if width == decided:  # the joins so far stand: one more
+            joined += (" " if _glued(rows[-2], text) and 0 < width - len(rows[-2]) <= _TRIMMED_MAX else "") + text
+        else:  # a wider row (or a capture that keeps its spaces): every join decided again
+            joined = rows[0]
+            for row, after in zip(rows, rows[1:]):
+                joined += (" " if _glued(row, after) and 0 < width - len(row) <= _TRIMMED_MAX else "") + after
+        plain += text
         kind = self._process(joined, head_no, full=True)
-        plain = "".join(rows)
-        readings = {joined, plain}
-        if plain != joined:
-            self._process(plain, head_no, full=False)
-        if rows[-2][-1:] not in (" ", "\t") and text[:1] not in (" ", "\t"):
-            spaced = plain[: len(plain) - len(text)] + " " + text
-            if spaced not in readings:
-                self._process(spaced, head_no, full=False)
+        if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self._new):
+            # (arguments read whole from this reading: another adds nothing, and they are long to read)
+            if plain != joined:
+                self._process(plain, head_no, full=False)
+            if _glued(rows[-2], text):
+                spaced = plain[: len(plain) - len(text)] + " " + text
+                if spaced != joined and spaced != plain:
+                    self._process(spaced, head_no, full=False)
         if head_kind == "other":
             self._process(text, self._line_no, full=False)  # a line of its own after all
-        self._pending = (rows, head_no, self._undo, kind, joined)
+        self._pending = (rows, head_no, self._undo, kind, joined, plain, width)
+
+    def _trimmed_before(self, pending: tuple) -> bool:
+        """The pending line's last row is a little short of the width of a capture seen wrapping lately."""
+        return (not self._keeps_spaces and self._line_no - self._width_at <= _WIDTH_RECENT
+                and 0 < self._width - len((pending[0] or pending[4:5])[-1]) <= _TRIMMED_MAX)
 
     def _count_width(self, row: str) -> None:
         """Learn the capture from a row a wrap continued: its width (the most frequent of such rows'
         widths seen twice or more), and whether it keeps the spaces at its wraps."""
         self._keeps_spaces = self._keeps_spaces or row[-1:] in (" ", "\t")
+        self._width_at = self._line_no
         width = len(row)
         if width <= _WIDTH_MAX:
             count = self._row_widths[width] = self._row_widths.get(width, 0) + 1
-            if count >= 2 and (count, width) > self._wrap_width[::-1]:
-                self._wrap_width = (width, count)
-
-    def _screen_width(self) -> int:
-        """The width a terminal capture was cut at: the most frequent width of continued rows, or the
-        widest row while none is wider than a screen."""
-        return self._wrap_width[0] or (self._widest if self._widest <= _WIDTH_MAX else 0)
+            if count >= 2 and (count, width) > (self._width_rows, self._width):
+                self._width, self._width_rows = width, count
 
     def _json_row(self, text: str, cut: bool) -> bool:
         """A row after the first rows of a JSON record a wrap cut: True when it was taken as one."""
@@ -133,8 +142,9 @@ class RowReader:
         rows.append((self._line_no, text))
         if text.rstrip().endswith("}"):
             texts = [row for _, row in rows]
-            width = 0 if self._keeps_spaces else max(self._screen_width(), *map(len, texts[:-1]))
-            spaced = texts[0] + "".join((" " if _trimmed(len(a), width) else "") + b for a, b in zip(texts, texts[1:]))
+            width = 0 if self._keeps_spaces else max(self._width, *map(len, texts[:-1]))
+            spaced = texts[0] + "".join((" " if 0 < width - len(a) <= _TRIMMED_MAX else "") + b
+                                        for a, b in zip(texts, texts[1:]))
             records = json_record_lines("".join(texts)) or json_record_lines(spaced)
             if records is None and (json_object("".join(texts)) or json_object(spaced)) is not None:
                 self.flush_rows()  # whole, and no log record: text (a JSON value a program printed)
@@ -153,10 +163,10 @@ class RowReader:
         saved = self._line_no
         try:
             for number, row in rows:
-                self._line_no = self._row_no = number
-                self._text_row(row, False)
+                self._line_no = number
+                self._physical(row, False, plain=True)
         finally:
-            self._line_no = self._row_no = saved
+            self._line_no = saved
 
     def _carried(self, lines: list[str], printed: bool, cut: bool) -> None:
         """The text lines of a JSON log record (vllm/logjson.py), all at this line's number: lines a
@@ -167,11 +177,7 @@ class RowReader:
             self._set("line_cut", self._line_no)
         if printed:
             for text in lines:
-                records = json_record_lines(text) if '{"' in text else None
-                if records is not None and not records[1]:
-                    self._carried(*records, False)
-                else:
-                    self._text_row(text, False)
+                self._physical(text, False)
             return
         for text in lines:
             self._undo = None

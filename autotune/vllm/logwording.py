@@ -112,7 +112,13 @@ class Wording:
         self._compiled: dict[str, re.Pattern[str]] = {}
         self._collect(parts)
         self.lead = parts[0] if isinstance(parts[0], str) else ""  # found with str.find before a cut read
-        self._optional_tail = isinstance(parts[-1], Maybe)
+        # What the message starts with (a line that starts otherwise is no cut of it).
+        self._starts = (parts[0],) if isinstance(parts[0], str) else parts[0].options if isinstance(parts[0], Either) else ()
+        # An optional tail: its last group (absent from a whole match, the tail may have been cut) and its text.
+        tail = parts[-1].parts if isinstance(parts[-1], Maybe) else ()
+        self._tail_group = _groups(parts) if tail else 0
+        self._tail_lead = tail[0] if tail and isinstance(tail[0], str) else ""
+        self.match = self.regex.match  # the whole message only (a caller tries it first: no Python call)
 
     def _collect(self, parts) -> None:
         for part in parts:
@@ -121,22 +127,30 @@ class Wording:
             elif isinstance(part, Maybe):
                 self._collect(part.parts)
 
-    def read(self, line: str, at: int) -> re.Match[str] | CutMatch | None:
-        """The message at ``at``: whole, or cut by the end of the line (its figures before the cut)."""
-        found = self.regex.match(line, at)
-        if found is not None and not (self._optional_tail and found.end() < len(line)):
+    def read(self, line: str, at: int, found: re.Match[str] | None = None) -> re.Match[str] | CutMatch | None:
+        """The message at ``at``: whole, or cut by the end of the line (its figures before the cut).
+        ``found``: what ``match`` found there, when the caller tried it already."""
+        found = found or self.regex.match(line, at)
+        if found is not None and not self.tail_cut(found):
             return found
+        if self._starts and not line.startswith(self._starts, at) and not any(s.startswith(line[at:]) for s in self._starts):
+            return found  # not this message (most lines a handler is asked about)
         # No whole message, or one whose optional tail may have been cut: walk its parts.
         spans: dict[int, tuple[int, int]] = {}
         status, _, _ = self._walk(self.parts, line, at, 1, spans)
         return CutMatch(line, at, spans) if status == _CUT else found
+
+    def tail_cut(self, found: re.Match[str]) -> bool:
+        """A whole match without its optional tail, on a line that goes on: the tail may have been cut."""
+        rest = found.string[found.end():] if self._tail_group and found.group(self._tail_group) is None else ""
+        return rest != "" and self._tail_lead.startswith(rest[: len(self._tail_lead)])
 
     def find(self, line: str, at: int = 0) -> re.Match[str] | CutMatch | None:
         """Like ``read`` where the message starts anywhere after ``at``: the whole message, or one
         that begins with its leading text and is cut by the end of the line."""
         found = self.regex.search(line, at)
         if found is not None:
-            return self.read(line, found.start()) if self._optional_tail else found
+            return self.read(line, found.start()) if self._tail_group else found
         if not self.lead:
             return None
         begin = line.find(self.lead, at)
