@@ -69,17 +69,6 @@ _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 # vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
 # its first digit, so that the search skips to digits at once).
 _STAMP_RE = re.compile(r"(\d(?<![\d-]\d)\d-\d\d \d\d:\d\d:\d\d)\b")
-# The 0.15+ banner's logo lines (a message of only these) and the line vLLM prints just before its banner
-# (0.7-0.14): a boot that starts at its banner's version line begins at the first of them.
-_BEFORE_BANNER = "Automatically detected platform"
-_LOGO = " \t" + "".join(P.LOGO_CHARS)
-_LOGO_ONLY_RE = re.compile(f"[{_LOGO}]*")
-
-
-def _decor(line: str) -> bool:
-    """A line of a banner's block: a prefix with nothing or only logo characters after it, or the platform line."""
-    start = message_start(line)
-    return bool(line) and (line.startswith(_BEFORE_BANNER, start) or _LOGO_ONLY_RE.fullmatch(line, start) is not None)
 class BootLogParser(LineHandlers, RowReader):
     """Streaming: feed lines one by one; keeps state; never raises."""
 
@@ -321,16 +310,6 @@ class BootLogParser(LineHandlers, RowReader):
             if stamp_text < boot.last_stamp[: len(stamp_text)]:
                 return
         self._new_boot(self._banner_start() if why == "banner" else self._line_no)
-
-    def _banner_start(self) -> int:
-        """The first line of the banner whose version line this is: the lines just before it that hold
-        nothing but the logo (or nothing after their prefix), or the platform line."""
-        first = self._line_no
-        for pending in (self._pending, self._before):
-            if pending is None or pending[1] != first - 1 or not _decor(pending[4]):
-                break
-            first = pending[1]
-        return first
 
     def _starts_boot(self, line: str, start: int, kind: str) -> str:
         """Why this line may begin a boot: "banner", "args" (a boot's second arguments line), "engine"."""

@@ -15,7 +15,10 @@ no I/O.
 
 from __future__ import annotations
 
-from autotune.vllm.logclean import clean_line, is_continuation, unescape_html, unwrap
+import re
+
+from autotune.vllm import logpatterns as P
+from autotune.vllm.logclean import clean_line, is_continuation, message_start, unescape_html, unwrap
 from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
 
 _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap width
@@ -24,6 +27,19 @@ _JSON_ROWS_MAX = 256  # rows of one wrapped JSON record (vLLM's engine config, ~
 _WIDTH_RECENT = 200  # lines: a capture wraps its long lines often
 _TRIMMED_MAX = 8
 _ECHOES = ("non_default_args", "args_namespace")  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
+
+
+# The 0.15+ banner's logo lines (a message of only these) and the line vLLM prints just before its banner
+# (0.7-0.14): a boot that starts at its banner's version line begins at the first of them.
+_BEFORE_BANNER = "Automatically detected platform"
+_LOGO = " \t" + "".join(P.LOGO_CHARS)
+_LOGO_ONLY_RE = re.compile(f"[{_LOGO}]*")
+
+
+def _decor(line: str) -> bool:
+    """A line of a banner's block: a prefix with nothing or only logo characters after it, or the platform line."""
+    start = message_start(line)
+    return bool(line) and (line.startswith(_BEFORE_BANNER, start) or _LOGO_ONLY_RE.fullmatch(line, start) is not None)
 
 
 def _glued(row: str, after: str) -> bool:
@@ -116,6 +132,16 @@ class RowReader:
         if head_kind == "other":
             self._process(text, self._line_no, full=False)  # a line of its own after all
         self._pending = (rows, head_no, self._undo, kind, joined, plain, width)
+
+    def _banner_start(self) -> int:
+        """The first line of the banner whose version line this is: the lines just before it that hold
+        nothing but the logo (or nothing after their prefix), or the platform line."""
+        first = self._line_no
+        for pending in (self._pending, self._before):
+            if pending is None or pending[1] != first - 1 or not _decor(pending[4]):
+                break
+            first = pending[1]
+        return first
 
     def _trimmed_before(self, pending: tuple) -> bool:
         """The pending line's last row is a little short of the width of a capture seen wrapping lately."""
