@@ -127,7 +127,8 @@ def test_the_probe_ends_a_request_that_waits_in_the_queue_and_says_why(server_at
     assert time.monotonic() - t0 < 20  # not the request's 600 s timeout
     assert record["ok"] is False and record["queued"]["running"] == 0 and record["queued"]["waiting"] == 1
     assert record["queued"]["stuck_s"] >= 1.0
-    assert "waited in vLLM's queue and never ran" in record["reason"] and "vllm#39734" in record["reason"]
+    assert record["reason"].startswith("the near-ceiling request (261,") and "vllm#39734" in record["reason"]
+    assert "never ran: it waited in vLLM's queue for " in record["reason"]
     # autotune closed it: vLLM (here, the replay) aborted it, and the queue is empty again
     deadline = time.monotonic() + 5
     while metrics.read(port).requests_waiting and time.monotonic() < deadline:

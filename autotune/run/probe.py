@@ -385,8 +385,8 @@ def _run_requests(probe_record: dict, session: _Session, budget: int, margin: in
         probe_record[key] = long1.get(key)
     if res.queued is not None:
         probe_record["queued"] = res.queued
-        probe_record["reason"] = (f"the near-ceiling request ({first.tokens:,} prompt tokens) waited in vLLM's queue "
-                                  f"and never ran ({res.reason}). {WHY}")
+        probe_record["reason"] = (f"the near-ceiling request ({first.tokens:,} prompt tokens) never ran: it "
+                                  f"{res.reason.removeprefix('POST /v1/completions: ')}. {WHY}")
         return
     if not res.ok:
         probe_record["reason"] = f"the near-ceiling request ({first.tokens} prompt tokens) failed: {res.reason}"
