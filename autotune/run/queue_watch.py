@@ -109,6 +109,9 @@ class QueueWatch:
             except metrics.MetricsUnavailable as exc:
                 self.unwatched = str(exc)
                 return
+            except Exception as exc:  # noqa: BLE001 - a client closed under it (Ctrl-C): never a thread's traceback
+                self.unwatched = f"GET /metrics: {type(exc).__name__}: {exc}"
+                return
             now = time.monotonic()
             waiting, running = seen.requests_waiting, seen.requests_running
             if waiting is None or running is None:
