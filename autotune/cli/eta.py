@@ -38,7 +38,7 @@ def typical_boot_s(runs_dir: Path, argv, exclude_run: str | None = None, limit: 
             took = attempt.get("time_to_outcome_s")
             if not isinstance(took, (int, float)):
                 continue
-            (ups if attempt.get("outcome") in ("verified", "booted_not_verified") else others).append(float(took))
+            (ups if attempt.get("outcome") in ("verified", "booted_not_verified", "queued") else others).append(float(took))
     sample = ups or others
     if not sample:
         return None
