@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from copy import deepcopy
 from typing import BinaryIO, Callable, Iterable
 
 from autotune.vllm import catalog
@@ -74,7 +73,9 @@ class BootLogParser(LineHandlers, RowReader):
 
     def __init__(self) -> None:
         self._boot = Boot()
-        self._earlier: deque[dict] = deque(maxlen=MAX_BOOTS_KEPT)
+        # Earlier boots, as (boot, number): nothing changes a boot once a new one began, so its summary
+        # is made only when asked for (a restart loop of many boots costs no copies of their facts).
+        self._earlier: deque[tuple[Boot, int]] = deque(maxlen=MAX_BOOTS_KEPT)
         self._boots_total = 1
         self._line_no = 0
         self._line = ""  # the cleaned line being processed
@@ -96,7 +97,15 @@ class BootLogParser(LineHandlers, RowReader):
         self._new = []
         self._ended = False
         try:
-            segments = self._segments(line)
+            text = self._text(line)
+            if "\n" not in text and "\r" not in text:  # one line, as nearly every call gives
+                self._line_no += 1
+                try:
+                    self._physical(text[:MAX_LINE_BYTES], cut or len(text) > MAX_LINE_BYTES)
+                except Exception:  # never raise: count it, keep going
+                    self._internal_errors += 1
+                return self._new
+            segments = text.split("\n")
             for index, segment in enumerate(segments):
                 self._line_no += 1
                 parts = segment.split("\r") if "\r" in segment else (segment,)
@@ -166,20 +175,19 @@ class BootLogParser(LineHandlers, RowReader):
         """Every boot (the earliest ones dropped beyond MAX_BOOTS_KEPT): its number, first and
         last line, result and provenance."""
         current = self._summary(self._boot, self._boots_total, self._ended)
-        return [*deepcopy(list(self._earlier)), current]
+        return [*(self._summary(boot, number, True) for boot, number in self._earlier), current]
 
     # -- lines --------------------------------------------------------------
     @staticmethod
-    def _segments(line: str | bytes) -> list[str]:
-        if isinstance(line, (bytes, bytearray, memoryview)):
-            text = bytes(line).decode("utf-8", "replace")
-        elif isinstance(line, str):
+    def _text(line: str | bytes) -> str:
+        """The line as text, without its line ending (it may still hold several lines)."""
+        if isinstance(line, str):
             text = line
+        elif isinstance(line, (bytes, bytearray, memoryview)):
+            text = bytes(line).decode("utf-8", "replace")
         else:
             text = "" if line is None else str(line)
-        if text.endswith("\n"):
-            text = text[:-1]
-        return text.split("\n")
+        return text[:-1] if text[-1:] == "\n" else text
 
     # -- state changes (all through here, so that a line can be undone) ------
     def _boot_touch(self) -> None:
@@ -202,7 +210,8 @@ class BootLogParser(LineHandlers, RowReader):
         self._new.append(fact)
 
     def _set_num(self, key: str, found: re.Match[str] | CutMatch, group: int) -> None:
-        if found.group(group) is None:
+        text = found.group(group)
+        if text is None:
             return  # an optional figure the line does not show, or one after a cut
         end = found.end(group)
         line = found.string
@@ -210,13 +219,13 @@ class BootLogParser(LineHandlers, RowReader):
             return  # an ASCII digit run followed by another script's digit is no number
         if self._cut and end >= len(line):
             return  # the digit run may continue past the cut
-        self._set(key, read_number(found.group(group)), found.span(group))
+        self._set(key, read_number(text), found.span(group))
 
     def _new_boot(self, first_line: int) -> None:
         self._boot_touch()
         boot = self._boot
         boot.last_line = min(boot.last_line, first_line - 1)
-        self._earlier.append(self._summary(boot, self._boots_total, True))
+        self._earlier.append((boot, self._boots_total))
         self._boots_total += 1
         self._boot = Boot(first_line)
 

@@ -106,6 +106,7 @@ class RowReader:
         readings are read too: the rows glued as they are (a cut mid-word), and a last wrap that ate
         its space (a person's word wrap)."""
         rows, head_no, undo, head_kind, joined, plain, decided = pending if pending[0] else (*pending, pending[4], 0)
+        # (a single row's text is its glued text: the same string)
         rows = rows or (joined,)
         if undo is not None:
             self._restore(undo)
@@ -113,13 +114,17 @@ class RowReader:
         self._count_width(rows[-1])
         rows = (*rows, text)
         width = 0 if self._keeps_spaces else max(self._width, decided, len(rows[-2]))
+        same = plain is joined  # no space put back so far: one string (its comparisons cost nothing)
         if width == decided:  # the joins so far stand: one more
-            joined += (" " if _glued(rows[-2], text) and 0 < width - len(rows[-2]) <= _TRIMMED_MAX else "") + text
+            space = _glued(rows[-2], text) and 0 < width - len(rows[-2]) <= _TRIMMED_MAX
+            joined += (" " + text) if space else text
+            plain = joined if same and not space else plain + text
         else:  # a wider row (or a capture that keeps its spaces): every join decided again
             joined = rows[0]
             for row, after in zip(rows, rows[1:]):
                 joined += (" " if _glued(row, after) and 0 < width - len(row) <= _TRIMMED_MAX else "") + after
-        plain += text
+            plain = plain + text
+            plain = joined if plain == joined else plain
         kind = self._process(joined, head_no, full=True)
         if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self._new):
             # (arguments read whole from this reading: another adds nothing, and they are long to read)

@@ -114,6 +114,7 @@ class Wording:
         self.lead = parts[0] if isinstance(parts[0], str) else ""  # found with str.find before a cut read
         # What the message starts with (a line that starts otherwise is no cut of it).
         self._starts = (parts[0],) if isinstance(parts[0], str) else parts[0].options if isinstance(parts[0], Either) else ()
+        self._start_max = max(map(len, self._starts), default=0)
         # An optional tail: its last group (absent from a whole match, the tail may have been cut) and its text.
         tail = parts[-1].parts if isinstance(parts[-1], Maybe) else ()
         self._tail_group = _groups(parts) if tail else 0
@@ -127,13 +128,15 @@ class Wording:
             elif isinstance(part, Maybe):
                 self._collect(part.parts)
 
-    def read(self, line: str, at: int, found: re.Match[str] | None = None) -> re.Match[str] | CutMatch | None:
+    def read(self, line: str, at: int, found: re.Match[str] | None | bool = False) -> re.Match[str] | CutMatch | None:
         """The message at ``at``: whole, or cut by the end of the line (its figures before the cut).
-        ``found``: what ``match`` found there, when the caller tried it already."""
-        found = found or self.regex.match(line, at)
+        ``found``: what ``match`` found there (None: nothing), when the caller tried it already."""
+        if found is False:
+            found = self.regex.match(line, at)
         if found is not None and not self.tail_cut(found):
             return found
-        if self._starts and not line.startswith(self._starts, at) and not any(s.startswith(line[at:]) for s in self._starts):
+        if self._starts and not line.startswith(self._starts, at) and (
+                len(line) - at >= self._start_max or not any(s.startswith(line[at:]) for s in self._starts)):
             return found  # not this message (most lines a handler is asked about)
         # No whole message, or one whose optional tail may have been cut: walk its parts.
         spans: dict[int, tuple[int, int]] = {}
