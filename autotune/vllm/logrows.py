@@ -25,8 +25,8 @@ _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap wi
 _JSON_START_MAX = 160  # where a JSON record may start on its line (after kubectl's or compose's prefix)
 _JSON_ROWS_MAX = 256  # rows of one wrapped JSON record (vLLM's engine config, ~5 KB, takes ~70 at 80 columns)
 _WIDTH_RECENT = 200  # lines: a capture wraps its long lines often
-_TRIMMED_MAX = 8
-_ECHOES = ("non_default_args", "args_namespace")  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
+_TRIMMED_MAX = 8  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
+_ECHOES = ("non_default_args", "args_namespace")  # the echoed arguments: long to read, read once per wrap
 
 
 # The 0.15+ banner's logo lines (a message of only these) and the line vLLM prints just before its banner
