@@ -27,6 +27,8 @@ REQUIRED_KINDS = (
     "fa2_unavailable_low_cc",
     "bf16_unsupported",
     "max_model_len_above_derived",
+    "max_num_batched_tokens_below_max_model_len",
+    "max_num_batched_tokens_below_max_num_seqs",
     "mamba_cache_blocks",
     "address_in_use",
     "model_not_found",
@@ -39,6 +41,8 @@ REQUIRED_KINDS = (
 
 # Lines copied from the fixture logs: (fixture file, 1-based line number, kind).
 FIXTURE_LINES = (
+    ("406-v02x-vertex-ai-cloud-logging-max-num-batched-tokens-valueerror.log", 1,
+     "max_num_batched_tokens_below_max_model_len"),
     ("006-kv-fp8-refused-bare-valueerror.log", 1, "kv_cache_insufficient"),
     ("011-cpu-backend-refused-kvcache-space.log", 1, "kv_cache_insufficient"),
     ("cpu-0.32.0-refused-gmu-0.10.log", 76, "kv_cache_insufficient"),
@@ -100,6 +104,9 @@ QUOTED_LINES = (
     ("ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.", "bf16_unsupported"),
     ("ValueError: User-specified max_model_len (262144) is greater than the derived max_model_len (max_position_embeddings=131072 or model_max_length=None in model's config.json). To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.", "max_model_len_above_derived"),
     ("  Value error, User-specified max_model_len (262144) is greater than the derived max_model_len (max_position_embeddings=131072 or model_max_length=None in model's config.json).", "max_model_len_above_derived"),
+    # vLLM 0.33.0 wheel, vllm/config/scheduler.py (verify_max_model_len), in the pydantic form of 0.10.2+
+    ("  Value error, max_num_batched_tokens (256) must be greater than or equal to max_num_seqs (512). "
+     "[type=value_error, input_value=ArgsKwargs(()), input_type=ArgsKwargs]", "max_num_batched_tokens_below_max_num_seqs"),
     # public issue threads (see the report): the vLLM 0.2x Mamba check
     ("ValueError: max_num_seqs (256) exceeds available Mamba cache blocks (196).", "mamba_cache_blocks"),
     ("OSError: [Errno 98] Address already in use", "address_in_use"),
@@ -301,7 +308,8 @@ def test_every_detail_names_only_parser_keys():
     keys = set(re.findall(r"{(\w+)}", " ".join(templates)))
     produced = {"estimated_max_model_len", "refusal_available_kv_gib", "max_model_len_requested", "kv_needed_gib",
                 "kv_cache_max_tokens", "startup_free_gib", "startup_total_gib", "derived_max_model_len",
-                "mamba_cache_blocks", "max_num_seqs_refused", "bad_flag", "bad_value", "vllm_version"}
+                "mamba_cache_blocks", "max_num_seqs_refused", "bad_flag", "bad_value", "vllm_version",
+                "batched_tokens_limit"}
     assert keys <= produced | {"startup_free_fraction"}
     readers = " ".join(p.read_text() for p in Path(catalog.__file__).parent.glob("log*.py"))
     for key in produced:

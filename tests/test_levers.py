@@ -76,5 +76,7 @@ def test_fp8_kv_is_the_last_lever_and_needs_permission_and_a_capable_gpu():
     assert not ok and "--allow-kv-quant" in why
     ok, why = levers.fp8_kv_decision(ARGV, Limits(allow_kv_quant=True, fp8_supported=False))
     assert not ok and "compute capability 8.9" in why
+    ok, why = levers.fp8_kv_decision(ARGV, Limits(allow_kv_quant=False, fp8_supported=False))
+    assert not ok and "compute capability 8.9" in why  # --allow-kv-quant would not help on that GPU
     ok, why = levers.fp8_kv_decision(ARGV + ["--kv-cache-dtype", "fp8_e5m2"], Limits(allow_kv_quant=True, fp8_supported=True))
     assert not ok and "already fp8_e5m2" in why

@@ -157,8 +157,10 @@ def test_reach_explains_the_shortfall_and_where_it_stops(machine):
     assert reach["short_gib"] == pytest.approx(0.26, abs=0.005)
     text = "\n".join(reach["explanation"])
     assert "0.26 GiB short" in text
-    assert "needs --allow-kv-quant" in text
+    # A 3090 (cc 8.6) cannot run an fp8 KV cache: said first, not "needs --allow-kv-quant" (issue 20).
+    assert "an fp8 KV cache needs a GPU of compute capability 8.9 or newer" in text
     assert reach["explanation"][-1] == "stopped at 61,152"
+    assert reach["best"]["run_id"] == record["run_id"] and reach["best"]["ceiling"] == 61152
     assert record["result"]["ceiling"] == 61152
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm import servecmd
+from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import parse_file, parse_lines
 from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
 
@@ -121,25 +122,15 @@ def test_real_address_in_use_retries_on_a_new_port():
 # --- above the model's own maximum ---------------------------------------------------------
 
 
-def test_real_above_derived_with_target_max_retries_at_the_derived_maximum():
+def test_real_above_derived_is_a_ceiling_not_a_failure_to_fix():
+    """issue 20: a length above the model's own maximum is a limit vLLM names (the strategy boots there,
+    whatever the target); before, only --target max retried and any other target stopped with exit 3."""
     record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-max-model-len-above-derived.log")
     assert record["error_kind"] == "max_model_len_above_derived"
     argv = servecmd.with_max_model_len(ARGV, 2097152)
-    rec = recovery_for(record, argv, RecoveryOptions(target_max=True))
-    assert rec.kind == "max_model_len_above_derived"
-    assert rec.max_model_len == 1048576
-    assert servecmd.flag_value(rec.new_argv, "--max-model-len") == "1048576"
-    assert rec.reason == ("the model's own maximum is 1,048,576 tokens (vLLM's derived max_model_len) and "
-                          "--target max asks for the maximum: retrying at 1,048,576")
-
-
-def test_real_above_derived_without_target_max_stops_with_the_explanation():
-    record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-max-model-len-above-derived.log")
-    argv = servecmd.with_max_model_len(ARGV, 2097152)
     assert recovery_for(record, argv, RecoveryOptions()) is None
-    assert explain_no_recovery(record, argv, RecoveryOptions()) == (
-        "--max-model-len 2097152 is above this model's own maximum of 1,048,576 tokens (from its config.json): "
-        "ask for --target 1048576 or --target max")
+    assert explain_no_recovery(record, argv, RecoveryOptions()) is None
+    assert limit_from(record["facts"]) == (1048576, "model_maximum")
 
 
 # --- failures with no mechanical fix ----------------------------------------------------------
@@ -154,7 +145,7 @@ def test_real_above_derived_without_target_max_stops_with_the_explanation():
 ])
 def test_no_recovery(path):
     record = record_from_file(path)
-    assert recovery_for(record, ARGV, RecoveryOptions(target_max=True, stopped_own_server=True)) is None
+    assert recovery_for(record, ARGV, RecoveryOptions(stopped_own_server=True)) is None
     assert explain_no_recovery(record, ARGV, RecoveryOptions()) is None
 
 

@@ -34,6 +34,7 @@ from autotune.cli.phases import (FAILED, GRAPHS, KV_SIZED, LOADING, PROFILING, R
 from autotune.cli.terminal import (ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted,  # noqa: F401
                                    is_tty, truncate_visible)
 from autotune.cli.summary import render_summary  # noqa: F401  (the card: cli/summary.py)
+from autotune.vllm.logcheck import LIMIT_SOURCES
 from autotune.vllm.logparse import clean_line
 
 # The figures shown as soon as the log prints them, in the order they are shown.
@@ -240,6 +241,9 @@ class Progress:
             self.eta = typical_boot_s(run_dir.parent, d.get("argv"), exclude_run=run_dir.name)
         target = d.get("target")
         text = f"run folder {self.run_dir}; target {fmt_number(target)} tokens"
+        if d.get("target_max"):
+            text = (f"run folder {self.run_dir}; target: the model's own maximum "
+                    + (f"({fmt_number(target)} tokens)" if d.get("target_known") else "(vLLM will say it)"))
         if d.get("port") is not None:
             text += f"; port {d['port']}"
         if d.get("vllm_version"):
@@ -428,9 +432,11 @@ class Progress:
         attempt = d.get("attempt") or {}
         boot, self.boot = self.boot, None
         outcome = attempt.get("outcome", "?")
-        colour = {"verified": "green", "refused": "yellow"}.get(outcome, "red")
-        text = f"boot {d.get('index')}: {self._paint(outcome, colour)} after {fmt_duration(attempt.get('duration_s'))}"
-        if attempt.get("error_kind"):
+        named = LIMIT_SOURCES.get(attempt.get("ceiling_source"))  # refused above a limit vLLM named: expected
+        shown = f"above {named} ({attempt['ceiling']:,})" if named else outcome
+        colour = {"verified": "green", "refused": "yellow"}.get(outcome, "yellow" if named else "red")
+        text = f"boot {d.get('index')}: {self._paint(shown, colour)} after {fmt_duration(attempt.get('duration_s'))}"
+        if attempt.get("error_kind") and not named:
             text += f" ({attempt['error_kind']})"
         if attempt.get("refusal_to_stopped_s") is not None:
             text += f"; its process tree was gone {attempt['refusal_to_stopped_s']:.1f} s after the refusal"
@@ -448,7 +454,7 @@ class Progress:
                                                   for step, t in boot.step_times(phase_end)) + ")"
                 shown.append(text_time)
             text += "; " + ", ".join(shown)
-        if outcome in ("error", "exited", "hung", "booted_not_verified"):
+        if outcome in ("error", "exited", "hung", "booted_not_verified") and not named:
             self._line(self._labelled("error", text))
         else:
             self._say(text)

@@ -53,6 +53,12 @@ def show(run, runs_dir, json_, emit_kind):
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
     folder, run_record = load_one(run, runs_dir)
+    search = (run_record.get("links") or {}).get("reach_of")
+    if run == "latest" and search and (folder.parent / search / artifact.RUN_FILE).is_file():
+        # The newest run is a lever run of a --reach search: the search is what was run.
+        click.echo(f"(latest is lever run {folder.name} of {search}'s lever search: showing the search; "
+                   f"`autotune show {folder.name}` shows the lever run)", err=True)
+        folder, run_record = load_one(str(folder.parent / search), runs_dir)
     # What is printed and rendered into the paste-ready files: a record written before autotune
     # scrubbed secrets is masked when read (redact.py); a kept server's entry says whether it
     # still runs (kept.py).

@@ -9,10 +9,13 @@ from typing import Mapping
 
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
-from autotune.run import queue_watch, witness
+from autotune.run import levers as lever_rules
+from autotune.run import queue_watch, strategy, witness
+from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
+from autotune.vllm.logcheck import LIMIT_SOURCES
 
 
 def _typed(record: RunRecord | Mapping) -> RunRecord:
@@ -42,7 +45,8 @@ def _boot_list(attempts: list[Attempt]) -> str:
         if not isinstance(length, int) and isinstance(fitted, int):
             shown += f"(fitted {fitted:,}) "
         took = f" ({fmt_duration(a.duration_s)})" if isinstance(a.get("duration_s"), (int, float)) else ""
-        parts.append(f"{shown}{a.get('outcome', '?')}{took}")
+        named = LIMIT_SOURCES.get(a.get("ceiling_source"))  # refused above a limit vLLM named, not a failure
+        parts.append(f"{shown}{f'above {named}' if named else a.get('outcome', '?')}{took}")
     return ", ".join(parts)
 
 
@@ -73,17 +77,58 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
     fresh = max((i for i, a in enumerate(attempts) if (a.get("recovery") or {}).get("figures_stale")), default=-1)
     refusals = [a for a in attempts[fresh + 1:] if a.get("outcome") == "refused"]
     if len(refusals) > 1 and result.get("verdict") == "verified":
+        computed = any(a.get("basis") == "computed" for a in refusals)
         warnings.append({
             "message": f"vLLM refused {len(refusals)} lengths before one booted",
-            "cause": "its estimate is tight: re-profiling at a new length moved the available memory a little",
+            "cause": ("this vLLM prints no estimate: the length computed from its two-decimal GiB figures was a "
+                      "block too long" if computed else
+                      "its estimate is tight: re-profiling at a new length moved the available memory a little"),
             "remedy": "nothing to do; keep some headroom if other processes share the device"})
     if result.get("verdict") == "verified" and isinstance(result.get("ceiling"), int) and \
             isinstance(record.get("target"), int) and result.ceiling < record.target:
-        warnings.append({
-            "message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
-            "cause": "the KV cache left after weights and activations holds fewer tokens than the target needs",
-            "remedy": _levers(record)})
+        cause, remedy = _shortfall(record, result)
+        warnings.append({"message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
+                         "cause": cause, "remedy": remedy})
     return warnings
+
+
+def _shortfall(record: RunRecord, result: Result) -> tuple[str, str]:
+    """Why a verified ceiling is below the target, and what would raise it: the KV pool's levers, or,
+    for a limit that is not memory (result.limit), that limit's own way past it."""
+    limit, ceiling = result.get("limit"), result.ceiling
+    if limit == "model_maximum":
+        return (f"{ceiling:,} tokens is the model's own maximum (vLLM's derived max_model_len, from its "
+                "config.json): memory is not the limit",
+                "to serve longer, extend the context where the model supports it: rope scaling through --hf-overrides "
+                "(e.g. '{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
+                f"\"original_max_position_embeddings\": {ceiling}}}}}'), or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
+                "(outputs past the trained length may be wrong)")
+    if limit == "max_num_batched_tokens":
+        return (f"chunked prefill is off, so a prompt must fit one batch of --max-num-batched-tokens {ceiling:,}: "
+                "memory is not the limit",
+                f"raise --max-num-batched-tokens to {record.target:,} (costs activation memory), or drop "
+                "--no-enable-chunked-prefill")
+    if limit == "draft_model":
+        return (f"vLLM lowered max_model_len to the speculative-decoding draft model's {ceiling:,}: its V2 model "
+                "runner cannot skip speculation for longer sequences; memory is not the limit",
+                "use a draft model with a longer context, drop --speculative-config, or set "
+                "VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner speculates only within the draft's length)")
+    reach = record.reach if isinstance(record.reach, Reach) else Reach()
+    return ("the KV cache left after weights and activations holds fewer tokens than the target needs",
+            _beyond_search(record, reach) if reach.get("explanation") else _levers(record))
+
+
+def _beyond_search(record: RunRecord, reach: Reach) -> str:
+    """What is left once the lever search (--reach) stopped short: never a lever it already tried."""
+    options = record.get("options") or {}
+    left = []
+    gmu, max_gmu = reach.get("gmu_in_force"), options.get("max_gmu")
+    if isinstance(gmu, (int, float)) and isinstance(max_gmu, (int, float)) and max(gmu, max_gmu) < RISKY_GMU:
+        left.append(f"--max-gmu above {max_gmu} lets the search raise --gpu-memory-utilization further")
+    if any("needs --allow-kv-quant" in str(line) for line in reach.explanation):
+        left.append("--allow-kv-quant lets it try an fp8 KV cache")
+    left.append("beyond the levers: more GPUs (--tensor-parallel-size), a more quantized model, or a lower target")
+    return "the lever search above measured what the levers give; " + "; ".join(left)
 
 
 def _levers(record: RunRecord) -> str:
@@ -93,18 +138,26 @@ def _levers(record: RunRecord) -> str:
     gpus = (record.get("machine") or {}).get("gpus") or []
     levers = []
     seqs = servecmd.flag_value(argv, "--max-num-seqs")
-    if seqs != "1":
+    hybrid = any(a.fact("mamba_cache_blocks") is not None for a in _attempts_of(record))
+    if seqs is None or _number(seqs) > FEW_SEQS or (hybrid and seqs != "1"):
+        # The sampler's warm-up grows with it; a few sequences hold less than a block (found by the
+        # oracle: 4 -> 1 on Llama-8B freed 1.8 MB). A hybrid model's state is per sequence: always.
         levers.append(f"lower --max-num-seqs (now {seqs or 'the default'}) toward 1")
     kv_bytes = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
+    space = (record.get("environment") or {}).get("VLLM_CPU_KVCACHE_SPACE")
     if kv_bytes is not None:
         levers.append(f"raise --kv-cache-memory-bytes (now {kv_bytes}; it fixes the KV pool and "
                       "--gpu-memory-utilization is then ignored)")
-    else:
-        gmu = servecmd.flag_value(argv, "--gpu-memory-utilization")
+    elif space:
+        levers.append(f"raise VLLM_CPU_KVCACHE_SPACE (now {space} GiB; it fixes the KV pool and "
+                      "--gpu-memory-utilization is then ignored)")
+    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
         where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
         levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
-    if gpus and servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto"):
-        levers.append("use --kv-cache-dtype fp8 where the GPU supports it (compute capability 8.9+)")
+    pinned = (record.get("gpus") or {}).get("indices")
+    used = [g for g in gpus if not pinned or g.get("index") in pinned]
+    if servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto") and lever_rules.fp8_supported(used):
+        levers.append("use --kv-cache-dtype fp8 (about twice the tokens per GiB; --reach --allow-kv-quant tries it)")
     return "; ".join(levers)
 
 
@@ -151,6 +204,47 @@ def _exit_status(status: int) -> str:
         return f"killed by signal {-status} ({signal.Signals(-status).name})"
     except ValueError:
         return f"killed by signal {-status}"
+
+
+def _mamba_line(attempts: list[Attempt]) -> list[str]:
+    """A hybrid model's Mamba state bounds --max-num-seqs (recovery.py lowered it): concurrency, not length."""
+    lowered = [a for a in attempts if (a.get("recovery") or {}).get("kind") == "mamba_cache_blocks"]
+    if not lowered:
+        return []
+    was, now = lowered[0].fact("max_num_seqs_refused"), lowered[-1].fact("mamba_cache_blocks")
+    return [f"  seqs:     --max-num-seqs {now} (was {was}): vLLM has Mamba state for {now} sequences, a bound "
+            "on concurrent requests, not on length"]
+
+
+def _best_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> list[str]:
+    """The lever search's best verified configuration, where a lever run beat the run itself."""
+    best = reach.get("best")
+    if not isinstance(best, dict) or best.get("run_id") in (None, record.get("run_id")) or record.result.get(
+            "reached_with_levers"):
+        return []
+    where = Path(run_dir).parent / best["run_id"] if run_dir else Path(best["run_id"])
+    lines = [f"  best:     --max-model-len {best['ceiling']:,} with {', '.join(best.get('changed') or []) or 'the same flags'}"
+             f" (lever run {best['run_id']})"]
+    lines += [f"            {where / name}" for name in best.get("files") or []][:1]
+    return lines
+
+
+FEW_SEQS = 8  # at or below this many sequences, lowering --max-num-seqs frees next to nothing (non-hybrid)
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _below_risky(gmu: str | None) -> bool:
+    """Is there room to raise this --gpu-memory-utilization (preflight refuses more than RISKY_GMU)?"""
+    try:
+        return gmu is None or float(gmu) < RISKY_GMU
+    except ValueError:
+        return True
 
 
 def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
@@ -232,7 +326,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
         if isinstance(target, int) and ceiling >= target:
             lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
         elif isinstance(target, int):
-            lines.append(f"Verified ceiling: --max-model-len {ceiling:,} ({ceiling / target:.0%} of the target "
+            lines.append(f"Verified ceiling: --max-model-len {ceiling:,} ({min(99, round(ceiling / target * 100))}% of the target "
                          f"{target:,}; {target - ceiling:,} tokens short).")
         else:
             lines.append(f"Verified ceiling: --max-model-len {ceiling:,}.")
@@ -253,7 +347,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
         across = " across all ranks (each holds its share of every token)" if ranks else ""
         lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
     lines.extend(_context_lines(record))
-    if verdict == "verified" and attempts and attempts[-1].get("basis") in ("start_at", "room") and r.get("reason"):
+    if verdict == "verified" and attempts and attempts[-1].get("basis") in strategy.PREDICTED and r.get("reason"):
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
     if r.get("diagnosis"):
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
@@ -267,8 +361,14 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     if reach.get("explanation"):
         for i, text in enumerate(reach.explanation):
             lines.append(("  levers:   " if i == 0 else "            ") + str(text))
+        for step in reach.steps or []:
+            ceiling = step.get("ceiling")
+            lines.append(f"            lever run {step.get('run_id')}: {lever_rules.describe(step.get('lever'), step.get('value'))}"
+                         f" -> {f'{ceiling:,}' if isinstance(ceiling, int) else step.get('verdict')}")
     if isinstance(reach.interrupted, dict):
         lines.append(f"  levers:   interrupted: {reach.interrupted.get('by')}")
+    lines.extend(_best_lines(record, reach, run_dir))
+    lines.extend(_mamba_line(attempts))
     for a in attempts:
         retries = a.get("http_retries") or []
         if retries:

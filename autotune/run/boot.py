@@ -30,11 +30,16 @@ from autotune.store import artifact
 from autotune.store import kept
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
+from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import BootLogParser, ceiling_from
 
 # How long a fatally failed boot gets to print the rest of its traceback and exit.
 ERROR_GRACE_S = 10.0
 POLL_S = 0.25
+# A server that answers /health before its log says it listens: how long to read the log on
+# (at most; less once it has been quiet that long) before verifying.
+CATCH_UP_S = 5.0
+CATCH_UP_QUIET_S = 1.0
 
 # The log facts the progress output shows as soon as they appear.
 LIVE_FACTS = ("vllm_version", "attention_backend", "weights_gib", "available_kv_gib", "kv_cache_tokens",
@@ -84,6 +89,7 @@ class Boot:
         self.kill_delay: float | None = None
         self.first_signal_at: float | None = None
         self.gpu_baseline: dict | None = None
+        self.caught_up = False  # the log was read on once /health answered before it said the server listens
 
     # ---- the boot, start to end -----------------------------------------------------------------
 
@@ -142,17 +148,8 @@ class Boot:
         for fact in self.parser.feed(raw, cut=cut):
             if fact.key in LIVE_FACTS:
                 self.emit("fact", index=self.index, key=fact.key, value=fact.value, line_no=fact.line_no)
-            if fact.key == "listen_url" and self.listening_at is None:
+            if fact.key in ("listen_url", "server_ready") and self.listening_at is None:  # it says it is up
                 self.listening_at = time.monotonic()
-
-    def _catch_up(self) -> None:
-        """Read the lines the server printed before it answered /health: the pipe's reader can be a
-        moment behind the HTTP server (seen with the replaying vLLM: "Using max model len 262144"
-        read, its auto-fit line not yet, so the derived length was taken for the fitted one)."""
-        deadline = time.monotonic() + 2 * POLL_S
-        while "autofit_max_model_len" not in self.parser.facts and time.monotonic() < deadline:
-            for raw in self.server.lines(timeout=POLL_S):
-                self._feed(raw)
 
     def _elapsed(self) -> float:
         return time.monotonic() - self.t_start
@@ -228,15 +225,31 @@ class Boot:
                 self.outcome = strategy.FRONT_DOOR
                 return
         if healthy:
+            if self.listening_at is None and not self.caught_up:
+                self.caught_up = True
+                self._catch_up()
+                return  # what the log shows now goes through the checks first (a refusal, auto-fit's length)
             self._serving()
+
+    def _catch_up(self) -> None:
+        """/health answered before the log said the server listens: the log lags the socket (a pipe's
+        reader behind a fast server: "Using max model len 262144" read, the auto-fit line not yet, and
+        the derived length was taken for the fitted one), and what it has yet to show (auto-fit's
+        length, a refusal, the KV pool) decides the verification. Read on until the log says the
+        server is up (its listen line or uvicorn's startup line), or until the log is quiet."""
+        deadline = time.monotonic() + CATCH_UP_S
+        while self.listening_at is None and not self.server.output_closed and time.monotonic() < deadline:
+            before = self.line_no
+            self._read_lines()
+            if self.line_no == before and self.server.idle_s() > CATCH_UP_QUIET_S:
+                break
 
     def _serving(self) -> None:
         """It answers /health: check /v1/models serves the length, then probe it with real requests."""
         self.time_to_outcome = self._elapsed()
         expected = self.max_model_len
         if self.auto:
-            # vLLM >= 0.20 serves the fitted length; the log says which.
-            self._catch_up()
+            # vLLM >= 0.20 serves the fitted length; the log says which (read up to its listen line: _health).
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
@@ -332,6 +345,8 @@ class Boot:
         ceiling, source = (None, "none")
         if outcome == strategy.REFUSED or self.auto:
             ceiling, source = ceiling_from(result)
+        if ceiling is None and outcome in (strategy.ERROR, strategy.NOT_VERIFIED):
+            ceiling, source = limit_from(result)  # refused (or lowered) for a limit that is not memory
         if outcome == strategy.PROBE_FAILED or (outcome == strategy.QUEUED and given(a.probe)):
             self.verification["verified"] = False
             self.verification["reason"] += f"; but the probe failed: {a.probe.get('reason')}"

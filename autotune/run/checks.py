@@ -12,6 +12,11 @@ from autotune.store.record import Attempt, RunRecord
 from autotune.vllm import servecmd
 
 
+# --target max when the model's files are not here to say its maximum: far more than any model has,
+# so that vLLM refuses it with the maximum (or auto-fit starts from it), which then becomes the target.
+TARGET_MAX_UNKNOWN = 1 << 24
+
+
 def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
     """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight").
     Raises PreflightFailed (nothing booted) unless --force; a bad --gpu raises GpuSelectorError."""
@@ -33,7 +38,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         derived = modelconfig.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the recovery retries there.
-        opts.target = derived or (1 << 24)
+        opts.target = derived or TARGET_MAX_UNKNOWN
     problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
     beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
@@ -72,7 +77,7 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOpt
         return None
     earlier = [a for a in record.attempts[:-1] if a.outcome != strategy.INTERRUPTED]
     options = rules.RecoveryOptions(
-        target_max=opts.target_max, stopped_own_server=bool(earlier),
+        stopped_own_server=bool(earlier),
         recovered=tuple(a.recovery["kind"] for a in record.attempts if isinstance(a.recovery, dict)))
     fix = rules.recovery_for(attempt.to_dict(), argv, options)
     if fix is None:
@@ -117,4 +122,27 @@ def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
     return strategy.AttemptSummary(attempt.max_model_len, attempt.outcome, attempt.get("ceiling"),
                                    attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
                                    attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
-                                   attempt.get("index"))
+                                   attempt.get("index"), limit_of(attempt))
+
+
+def limit_of(attempt: Attempt) -> str:
+    """What the attempt's ceiling is (strategy.LIMITS): a limit vLLM named, or an auto-fit that kept
+    the full length (the model's own maximum, or the draft's it was lowered to); else the KV pool."""
+    source = attempt.get("ceiling_source", "none")
+    if source in strategy.LIMITS:
+        return source
+    if source == "autofit" and attempt.fact("autofit_from") is None and isinstance(attempt.get("ceiling"), int):
+        return "draft_model" if attempt.fact("draft_max_model_len") == attempt.ceiling else "model_maximum"
+    return strategy.KV_CACHE
+
+
+def model_maximum(attempt: Attempt) -> int | None:
+    """The model's own maximum where the attempt's log shows it: vLLM refused a length above it, or
+    auto-fit started from it (or kept it whole)."""
+    derived = attempt.fact("derived_max_model_len")
+    if attempt.get("ceiling_source") == "model_maximum" and isinstance(derived, int):
+        return derived
+    if attempt.get("max_model_len") != strategy.AUTO or attempt.fact("draft_max_model_len") is not None:
+        return None
+    found = attempt.fact("autofit_from") or attempt.fact("autofit_max_model_len")
+    return found if isinstance(found, int) else None

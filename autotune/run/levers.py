@@ -93,9 +93,12 @@ def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
         else:
             out.explanation.append(f"raising gpu-memory-utilization to {limits.max_gmu} (--max-gmu) would give "
                                    f"~{out.gmu_gain_max_gib:.2f} GiB: not enough")
-    else:
+    elif base.gmu is None:
         out.explanation.append("gpu-memory-utilization does not size the KV cache here "
                                "(--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE fixes it)")
+    else:
+        out.explanation.append("the device's total memory is unknown here, so what raising "
+                               "gpu-memory-utilization would give cannot be predicted")
     if out.gmu_needed is None:
         seqs = servecmd.flag_value(argv, MAX_NUM_SEQS)
         if seqs is None or int(float(seqs)) > 1:
@@ -120,16 +123,35 @@ def apply(argv: list[str], lever: str, value=None) -> list[str]:
     raise ValueError(f"unknown lever {lever!r}")
 
 
+def describe(lever: str, value=None) -> str:
+    """A lever as the flags it sets (`apply`)."""
+    return {"max_num_seqs": f"{MAX_NUM_SEQS} 1", "max_num_batched_tokens": f"{MAX_BATCHED} {MIN_BATCHED}",
+            "gmu": f"{GMU} {value}", "kv_fp8": f"{KV_DTYPE} fp8"}.get(lever, lever)
+
+
 def fp8_kv_decision(argv: list[str], limits: Limits) -> tuple[bool, str]:
-    """May the last lever, an fp8 KV cache (about twice the tokens per GiB), be tried? And why (not)."""
+    """May the last lever, an fp8 KV cache (about twice the tokens per GiB), be tried? And why (not):
+    a GPU that cannot run it is said first (--allow-kv-quant would not help there)."""
     dtype = servecmd.flag_value(argv, KV_DTYPE)
     if dtype not in (None, "auto"):
         return False, f"the KV cache is already {dtype}"
-    if not limits.allow_kv_quant:
-        return False, "an fp8 KV cache (about twice the tokens per GiB) needs --allow-kv-quant"
     if not limits.fp8_supported:
         return False, "an fp8 KV cache needs a GPU of compute capability 8.9 or newer (Ada, Hopper, Blackwell)"
+    if not limits.allow_kv_quant:
+        return False, "an fp8 KV cache (about twice the tokens per GiB) needs --allow-kv-quant"
     return True, "trying --kv-cache-dtype fp8 (about twice the tokens per GiB)"
+
+
+def changed_flags(before: list[str], after: list[str]) -> list[str]:
+    """The lever flags `after` sets differently from `before`, as `--flag value` (or `--flag`)."""
+    out = []
+    for flag in (MAX_NUM_SEQS, MAX_BATCHED, GMU, KV_DTYPE):
+        value = servecmd.flag_value(after, flag)
+        if value is not None and value != servecmd.flag_value(before, flag):
+            out.append(f"{flag} {value}")
+    if servecmd.has_flag(after, "--enable-chunked-prefill") and not servecmd.has_flag(before, "--enable-chunked-prefill"):
+        out.append("--enable-chunked-prefill")
+    return out
 
 
 def fp8_supported(gpus: list[dict]) -> bool:

@@ -71,6 +71,9 @@ class Loop:
         record.vllm_version = record.vllm_version or attempt.fact("vllm_version")
         checks.check_flags(attempt, attempt_argv, emit)
         boot_check.attach(attempt, attempt_argv, emit)  # vLLM's KV figures against the model's files
+        maximum = checks.model_maximum(attempt)
+        if self.opts.target_max and maximum and maximum != self.target:
+            self.target = record.target = maximum  # --target max: the model's own maximum, now that vLLM said it
         fix = checks.recovery(attempt, attempt_argv, record, self.opts, emit)
         if fix is not None:
             self._apply(fix)  # this attempt does not count for the strategy
@@ -87,8 +90,6 @@ class Loop:
         if fix.new_port:
             self.port = launch.free_port()
             self.argv = servecmd.with_flag(self.argv, servecmd.PORT, self.port)
-        if fix.max_model_len:
-            self.target = self.record.target = fix.max_model_len
 
     def _interrupted(self, exc: Interrupted) -> None:
         """Stop the server that runs (recorded as an interrupted attempt); the run ends interrupted."""

@@ -62,6 +62,7 @@ class LeverSearch:
                             for d, r in reversed(artifact.linked_runs(opts.runs_dir, "reach_of", record.run_id))}
         self.reach = Reach(steps=[], reached=False, before_levers=Result.from_dict(self.result.to_dict()))
         record.reach = self.reach
+        self.children: list[RunRecord] = []  # the lever runs, in order
 
     def run(self) -> None:
         record, reach, opts = self.record, self.reach, self.opts
@@ -80,6 +81,7 @@ class LeverSearch:
             self._fp8(argv, limits, gmu)
         if not reach.reached:
             reach.explanation.append(f"stopped at {self.result.ceiling:,}")
+        reach.best = best_of(self.record, self.children)
         reach.boots = sum(step.boots for step in reach.steps)
         reach.duration_s = round(sum(step.get("duration_s") or 0 for step in reach.steps), 2)
         record.duration_s = round((record.get("duration_s") or 0) + reach.duration_s, 2)
@@ -180,6 +182,7 @@ class LeverSearch:
         if earlier_state:
             step.before_interruption = earlier_state  # finished: taken as it was; interrupted: resumed
         self.reach.steps.append(step)
+        self.children.append(child)
         artifact.save_run(self.run_dir, self.record)
         return child
 
@@ -204,3 +207,21 @@ class LeverSearch:
         if r.get("probe"):
             result.probe = r.probe
         result.files = write_paste_ready(self.run_dir, self.record)
+
+
+def best_of(record: RunRecord, children: list[RunRecord]) -> dict:
+    """The best verified configuration of a lever search: the highest ceiling among the run (its
+    result before the levers) and its lever runs; the run itself on a tie. Its command, what the
+    levers changed in it, and its paste-ready files."""
+    before = record.reach.before_levers if isinstance(record.reach.before_levers, Result) else record.result
+    mine = {"run_id": record.run_id, "ceiling": before.get("ceiling"), "argv": before.get("final_argv"),
+            "files": list(before.get("files") or [])}
+    best = mine
+    for child in children:
+        r = child.result
+        if r.get("verified") and isinstance(r.get("ceiling"), int) and r.ceiling > (best.get("ceiling") or 0):
+            best = {"run_id": child.run_id, "ceiling": r.ceiling, "argv": r.get("final_argv"),
+                    "files": list(r.get("files") or [])}
+    user = servecmd.with_config(list(record.command.argv), record.command.get("cwd"))
+    best["changed"] = levers.changed_flags(user, best.get("argv") or user)
+    return best

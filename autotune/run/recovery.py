@@ -13,9 +13,10 @@ The recoveries, each bounded so that a run always ends:
 * ``free_memory_below_gmu`` right after autotune stopped its own server: the driver has
   not yet released that server's memory; wait until NVML shows it free, retry once.
 * ``address_in_use``: another process took the port; retry on a free one.
-* ``max_model_len_above_derived`` with ``--target max``: retry at the maximum vLLM
-  derived from the model's config (it prints it); without ``--target max`` the user
-  asked for a length the model does not have, so stop and say so.
+
+A length vLLM refuses for a limit that is not memory (above the model's own maximum,
+above --max-num-batched-tokens with chunked prefill off) needs no fix: vLLM names the
+limit, and the strategy boots there (run/strategy.py).
 """
 
 from __future__ import annotations
@@ -32,13 +33,11 @@ RETRY_LIMITS = {
     "mamba_cache_blocks": 2,  # a second relaunch may find a block fewer after re-profiling
     "free_memory_below_gmu": 1,
     "address_in_use": 3,
-    "max_model_len_above_derived": 1,
 }
 
 
 @dataclass(frozen=True)
 class RecoveryOptions:
-    target_max: bool = False  # the user asked for --target max
     stopped_own_server: bool = False  # autotune stopped a server of its own just before this boot
     recovered: tuple[str, ...] = ()  # error kinds already recovered from in this run, one entry each time
 
@@ -50,7 +49,6 @@ class Recovery:
     new_argv: list[str] | None = None  # relaunch with this argv (None: the same argv)
     wait_for_memory: bool = False  # wait until the GPUs have need_free_gib free, then relaunch
     new_port: bool = False  # relaunch on another free port
-    max_model_len: int | None = None  # the length the new argv asks for, when it changed
     need_free_gib: float | None = None  # with wait_for_memory: free memory each GPU needs (GiB)
 
 
@@ -81,9 +79,7 @@ def _decide(record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> t
         return _mamba(facts, argv)
     if kind == "free_memory_below_gmu":
         return _free_memory(facts, argv, options)
-    if kind == "address_in_use":
-        return _port(argv), None
-    return _above_derived(facts, argv, options)
+    return _port(argv), None
 
 
 def _int(value) -> int | None:
@@ -138,18 +134,3 @@ def _port(argv: Sequence[str]) -> Recovery:
     return Recovery("address_in_use",
                     f"{where} is already in use by another process: retrying on another free port",
                     new_port=True)
-
-
-def _above_derived(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
-    derived = _int(facts.get("derived_max_model_len"))
-    asked = servecmd.flag_value(argv, servecmd.MAX_MODEL_LEN)
-    if derived is None:
-        return None, "the refusal does not show the model's maximum, so there is no length to retry at"
-    if not options.target_max:
-        return None, (f"--max-model-len {asked} is above this model's own maximum of {derived:,} tokens "
-                      f"(from its config.json): ask for --target {derived} or --target max")
-    return Recovery(
-        "max_model_len_above_derived",
-        f"the model's own maximum is {derived:,} tokens (vLLM's derived max_model_len) and --target max "
-        f"asks for the maximum: retrying at {derived:,}",
-        new_argv=servecmd.with_max_model_len(argv, derived), max_model_len=derived), None

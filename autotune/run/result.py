@@ -28,6 +28,8 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
     result = Result(verdict=stop.verdict, ceiling=stop.ceiling, verified=verified, reason=stop.reason,
                     target=target, target_reached=verified and stop.ceiling is not None and stop.ceiling >= target,
                     boots=len(record.attempts))
+    if verified and stop.ceiling is not None and stop.ceiling < target and stop.limit:
+        result.limit = stop.limit
     if done:
         _from_last_boot(result, done[-1], verified)
         ranks = kv_ranks.kv_by_rank(argv, done[-1].facts if isinstance(done[-1].facts, dict) else {})

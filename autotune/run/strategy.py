@@ -41,8 +41,18 @@ INTERRUPTED = "interrupted"  # autotune itself was stopped
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
 BACK_OFF = 0.10  # --back-off: after a failed probe, retry this fraction lower
+# The bases of a length that is not vLLM's own number: a prediction (start_at), a length aimed from a
+# boot's KV pool (room), one computed from a refusal's two-decimal GiB figures (computed; vLLM
+# 0.8.4-0.9.0.1 print no estimate). Once such a boot verifies, its own pool decides: room beyond
+# ROOM_TOLERANCE boots higher, else it is accepted (at most that much below the true ceiling).
+PREDICTED = ("start_at", "room", "computed")
 
 AUTO = "auto"  # the value of --max-model-len for an auto-fit boot
+
+# What sets a verified ceiling below the target: the KV pool, or a limit that is not memory
+# (vllm/logcheck.py LIMIT_SOURCES: vLLM refused a length above it and named it).
+KV_CACHE = "kv_cache"
+LIMITS = (KV_CACHE, "model_maximum", "max_num_batched_tokens", "draft_model")
 
 
 @dataclass(frozen=True)
@@ -50,11 +60,12 @@ class AttemptSummary:
     max_model_len: int | str  # a length, or "auto"
     outcome: str
     ceiling: int | None = None  # what the log says fits, when it says (refusal estimate or auto-fit)
-    ceiling_source: str = "none"
+    ceiling_source: str = "none"  # estimate | ... (memory), or a LIMITS source: not memory
     error_kind: str | None = None
     basis: str = "target"  # why this length was booted: target | start_at | ceiling | room | auto
     kv_cache_tokens: int | None = None  # the KV capacity the boot reported
     index: int | None = None  # the boot's number in its run (interrupted or recovered boots count too)
+    limit: str = KV_CACHE  # what its ceiling is (LIMITS): an auto-fit at the model's (or a draft's) full length is not memory
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class Stop:
     verdict: str  # verified | refused_no_ceiling | nothing_fits | error | hung | not_verified | max_boots
     ceiling: int | None
     reason: str
+    limit: str | None = None  # a verified ceiling below the target: what set it (LIMITS)
+
 
 
 _HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the GiB figures vLLM printed",
@@ -95,19 +108,21 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
             if fit >= target:
                 return Stop("verified", target,
                             f"the target fits: vLLM's auto-fit served {fit} >= {target} in one boot")
-            return Stop("verified", fit, f"{fit} is the length vLLM's auto-fit served ({fit - target:+d} against the target)")
+            return Stop("verified", fit, f"{fit} is the length vLLM's auto-fit served ({fit - target:+d} against the target)",
+                        last.limit)
         length = int(last.max_model_len)
         if length >= target:
             return Stop("verified", target, "the target itself boots")
         if last.basis == "pool":
             return Stop("verified", length, f"{length:,} is the longest request vLLM admits here: its KV pool "
-                                            f"({length - target:+,} tokens against the target)")
-        if last.basis in ("start_at", "room") and last.kv_cache_tokens is not None:
+                                            f"({length - target:+,} tokens against the target)", KV_CACHE)
+        if last.basis in PREDICTED and last.kv_cache_tokens is not None:
             room = _room_step(target, last, length, boot, n, max_boots, slack)
             if room is not None:
                 return room
         return Stop("verified", length,
-                    f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})")
+                    f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})",
+                    attempts[-2].limit if last.basis == "ceiling" and n > 1 else KV_CACHE)
     if last.outcome == AUTOFIT_READ:
         if last.ceiling is None:
             return Stop("error", None, "the auto-fit boot stopped without a fitted length")
@@ -118,6 +133,8 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
                       + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
     if last.outcome in (PROBE_FAILED, QUEUED):
         return _requests_failed(target, last, n, boot, max_boots, back_off)
+    if last.outcome in (ERROR, EXITED, NOT_VERIFIED) and last.ceiling is not None and last.limit != KV_CACHE:
+        return _limit_step(target, last, boot, n, max_boots)
     if last.outcome == NOT_VERIFIED:
         return Stop("not_verified", None, "the server booted but does not serve the length asked for")
     if last.outcome == FRONT_DOOR:
@@ -141,7 +158,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         if n >= max_boots:
             return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
-                      "ceiling")
+                      "computed" if last.ceiling_source == "computed_from_gib" else "ceiling")
     return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")
 
 
@@ -167,26 +184,46 @@ def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_b
                                       f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
 
 
+_LIMIT_TEXT = {"model_maximum": "the model's own maximum", "max_num_batched_tokens":
+               "--max-num-batched-tokens (chunked prefill is off)", "draft_model": "the draft model's max_model_len"}
+
+
+def _limit_step(target: int, last: AttemptSummary, boot: int, n: int, max_boots: int) -> Launch | Stop:
+    """vLLM refused (or lowered) the length for a limit that is not memory, and named it: boot there."""
+    asked, ceiling = last.max_model_len, int(last.ceiling)
+    nxt = min(ceiling, target)
+    what = _LIMIT_TEXT.get(last.limit, last.limit)
+    if isinstance(asked, int) and nxt >= asked:
+        return Stop("error", None, f"boot {boot} at {asked:,} was refused for {what} ({ceiling:,}), which is not below it")
+    if n >= max_boots:
+        return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+    head = f"{what}, {ceiling:,}" + (" (capped at the target)" if nxt < ceiling else "")
+    return Launch(nxt, f"{head}: vLLM {'lowered' if last.limit == 'draft_model' else 'refused'} "
+                       f"{asked if isinstance(asked, str) else format(asked, ',')} at boot {boot}", "ceiling")
+
+
 def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int, max_boots: int,
                slack: int | None) -> Launch | Stop | None:
-    """A predicted (or room) boot verified: does its KV pool show room beyond it? None: no room."""
+    """A predicted (or room, or computed) boot verified: does its KV pool show room beyond it?"""
     pool = int(last.kv_cache_tokens)
     if slack is not None:
         fits = pool - slack  # the ceiling this boot's own pool shows, with the slack the group showed
         if length * (1 + ROOM_TOLERANCE) >= fits:
             return Stop("verified", length,
                         f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {fits:,} its KV pool shows "
-                        f"({pool:,} tokens less vLLM's {slack:,}-token slack; {length - target:+,} against the target)")
+                        f"({pool:,} tokens less vLLM's {slack:,}-token slack; {length - target:+,} against the target)",
+                        KV_CACHE)
         if n >= max_boots:
             return Stop("verified", length, f"{length:,} boots; its KV pool ({pool:,}) shows room for {fits:,}, "
-                                            f"but --max-boots is reached")
+                                            f"but --max-boots is reached", KV_CACHE)
         return Launch(min(target, fits), f"boot {boot} at {length:,} showed a pool of {pool:,} tokens: less vLLM's "
                                          f"{slack:,}-token slack, {fits:,} fits", "room")
     if pool <= length * (1 + ROOM_TOLERANCE):
-        return None
+        return Stop("verified", length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
+                                        f"its KV pool shows ({length - target:+,} against the target)", KV_CACHE)
     if n >= max_boots:
         return Stop("verified", length, f"{length:,} boots; the KV capacity ({pool:,}) shows "
-                                        f"room for more, but --max-boots is reached")
+                                        f"room for more, but --max-boots is reached", KV_CACHE)
     # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
     # the pool itself would always be refused (one more boot to reach the estimate).
     aim = int(pool / (1 + ROOM_TOLERANCE / 2))

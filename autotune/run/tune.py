@@ -108,7 +108,7 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
         record.options = _options_kept(opts)
     artifact.save_run(run_dir, record)
     emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
-         vllm_version=detected)
+         vllm_version=detected, target_max=opts.target_max, target_known=opts.target != checks.TARGET_MAX_UNKNOWN)
     if prediction is not None:
         emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
              f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "

@@ -257,6 +257,7 @@ class Result(Part):
     target: int = ABSENT
     target_reached: bool = ABSENT
     boots: int = ABSENT
+    limit: str = ABSENT  # a verified ceiling below the target: what set it (run/strategy.py LIMITS)
     available_kv_gib: float = ABSENT
     available_kv_gib_source: dict = ABSENT
     kv_cache_tokens: int = ABSENT
@@ -311,6 +312,7 @@ class Reach(Part):
     device_total_gib: float | None = ABSENT
     explanation: list = ABSENT
     reached_by: str = ABSENT
+    best: dict = ABSENT  # the best verified configuration of the run and its lever runs (reach.py best_of)
     boots: int = ABSENT
     duration_s: float = ABSENT
     interrupted: dict = ABSENT  # at, by: while the search is interrupted

@@ -25,6 +25,30 @@ _UUID = ['  File "/usr/local/lib/python3.12/dist-packages/vllm/platforms/cuda.py
          'device_id_to_physical_device_id', "    return int(physical_device_id)",
          "           ^^^^^^^^^^^^^^^^^^^^^^^",
          "ValueError: invalid literal for int() with base 10: '{uuid}'"]
+# tests/fixtures/failures/cpu-0.32.0-address-in-use.log: the port is bound right after the arguments
+# (vLLM's setup_server), so a taken one ends the boot before the engine starts.
+_PORT_BUSY = ["Traceback (most recent call last):",
+              '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/launcher.py", line 348, '
+              'in create_server_socket', "    sock.bind(addr)", "OSError: [Errno 98] Address already in use"]
+# vLLM's SchedulerConfig checks (vllm/config/scheduler.py, verify_max_model_len in 0.33.0), in the
+# pydantic-era form of real-logs/113 (0.10.2+); before it, the plain ValueError.
+_BATCHED_BELOW_LEN = ("max_num_batched_tokens ({batched}) is smaller than max_model_len ({L}). This effectively "
+                      "limits the maximum sequence length to max_num_batched_tokens and makes vLLM reject longer "
+                      "sequences. Please increase max_num_batched_tokens or decrease max_model_len.")
+_BATCHED_BELOW_SEQS = "max_num_batched_tokens ({batched}) must be greater than or equal to max_num_seqs ({seqs})."
+
+
+def _scheduler_error(message: str, pydantic: bool) -> list[str]:
+    if not pydantic:
+        return [f"ValueError: {message}"]
+    return ["pydantic_core._pydantic_core.ValidationError: 1 validation error for SchedulerConfig",
+            f"  Value error, {message} [type=value_error, input_value=ArgsKwargs(()), input_type=ArgsKwargs]"]
+
+
+# 0.33.0 wheel, vllm/config/vllm.py line 3043 (_limit_max_model_len_to_draft), in the API server.
+_DRAFT_LIMIT = ["{A}WARNING {ts} [vllm.py:3043] The draft model's max_model_len ({draft}) is smaller than the target "
+                "model's ({asked}) and the V2 model runner can't skip speculation for longer sequences; reducing "
+                "max_model_len to {draft}."]
 # real-logs/113 (pydantic-era wording, 0.10.2+).
 _ABOVE_DERIVED = ["pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
                   "  Value error, User-specified max_model_len ({L}) is greater than the derived max_model_len "
@@ -160,10 +184,10 @@ FAMILIES["v1_014"] = dict(
              "{C}ERROR {ts} [core.py:946] ValueError: To serve at least one request with the models's max seq len "
              "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
              "GiB). {estimate_msg}" + _TRY + " " + _DOCS],
-    autofit_reduced=["{C}INFO {ts} [kv_cache_utils.py:1456] Auto-fit max_model_len: reduced from {derived} to {fit} "
+    autofit_reduced=["{C}INFO {ts} [kv_cache_utils.py:1456] Auto-fit max_model_len: reduced from {fit_from} to {fit} "
                      "to fit in available GPU memory ({avail} GiB available for KV cache)"],
     autofit_full=["{C}INFO {ts} [kv_cache_utils.py:1447] Auto-fit max_model_len: full model context length "
-                  "{derived} fits in available GPU memory"],
+                  "{fit_from} fits in available GPU memory"],
     kv=["{C}INFO {ts} [kv_cache_utils.py:1314] GPU KV cache size: {tokens_c} tokens",
         "{C}INFO {ts} [kv_cache_utils.py:1320] Maximum concurrency for {L_c} tokens per request: {conc}x"],
     listening=["{A}INFO {ts} [api_server.py:501] Starting vLLM API server 0 on http://0.0.0.0:{port}"],
@@ -220,10 +244,10 @@ FAMILIES["v1_033"] = dict(
     no_memory=["{C}ERROR {ts} [core.py:1510] ValueError: No available memory for the cache blocks. Try increasing "
                "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
                "reservation on the CPU backend, despite its name). " + _DOCS],
-    autofit_reduced=["{C}INFO {ts} [kv_cache_planning.py:1405] Auto-fit max_model_len: reduced from {derived} to "
+    autofit_reduced=["{C}INFO {ts} [kv_cache_planning.py:1405] Auto-fit max_model_len: reduced from {fit_from} to "
                      "{fit} to fit in available KV cache memory ({avail} GiB GPU)"],
     autofit_full=["{C}INFO {ts} [kv_cache_planning.py:1398] Auto-fit max_model_len: full model context length "
-                  "{derived} fits in available KV cache memory ({avail} GiB GPU)"],
+                  "{fit_from} fits in available KV cache memory ({avail} GiB GPU)"],
     kv=["{C}INFO {ts} [kv_cache_utils.py:1148] GPU KV cache size: {tokens_c} tokens, Maximum concurrency for "
         "{L_c} tokens per request: {conc}x"],
     listening=["{A}INFO {ts} [entry.py:140] Starting vLLM server on http://0.0.0.0:{port}"],
@@ -236,4 +260,9 @@ for _family in FAMILIES.values():
     _family.setdefault("autofit_full", [])
     _family.setdefault("serves_fitted_length", False)
     _family.setdefault("logo_file", "")
-    _family.update(uuid=_UUID, fp8=_FP8, mamba=_MAMBA)
+    _family.update(uuid=_UUID, fp8=_FP8, mamba=_MAMBA, port_busy=_PORT_BUSY)
+    _pydantic = _family["above_derived"] is _ABOVE_DERIVED  # the families of 0.10.2 and later
+    _family.setdefault("batched_below_len", _scheduler_error(_BATCHED_BELOW_LEN, _pydantic))
+    _family.setdefault("batched_below_seqs", _scheduler_error(_BATCHED_BELOW_SEQS, _pydantic))
+    _family.setdefault("draft_limit", [])
+FAMILIES["v1_033"]["draft_limit"] = _DRAFT_LIMIT

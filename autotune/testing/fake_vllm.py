@@ -31,114 +31,13 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Sequence
+from typing import Callable, Sequence
 
 from autotune.testing import fake_lines, fake_metrics, profiles
-from autotune.testing.profiles import GIB, Profile, Settings
+from autotune.testing.fake_args import USAGE, Request, UsageError, read_request
+from autotune.testing.profiles import GIB
 from autotune.vllm import servecmd, versions
-
-DEFAULT_TIME_SCALE = 0.01
-FAKE_OPTIONS = ("profile", "time-scale", "print-version", "print-gpus")
-
-
-class UsageError(Exception):
-    """A command line this program (like vLLM's argparse) refuses: exit status 2."""
-
-
-@dataclass
-class Request:
-    """What the serve flags ask for."""
-
-    profile: Profile
-    model: str
-    max_model_len: int | str | None  # int, "auto" or None (the model's own maximum)
-    settings: Settings
-    port: int
-    time_scale: float
-    args_shown: dict  # vLLM's non-default args, as it prints them
-    env_visible: str | None
-    # FAKE_VLLM_BUSY_GIB: memory this GPU does not give vLLM (another process holds it, or the device
-    # lost it): the KV pool is that much smaller, as on a sick node of a fleet (compare's node check).
-    busy_gib: float = 0.0
-
-
-def _number(options: dict, name: str, kind, default):
-    value = options.get(name)
-    if value is None:
-        return default
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"argument --{name}: invalid {kind.__name__} value: {value!r}") from None
-
-
-BUSY_ENV = "FAKE_VLLM_BUSY_GIB"
-
-
-def read_request(argv: Sequence[str], env: dict) -> Request:
-    try:
-        # vLLM reads --config FILE.yaml under its flags (they override the file); argv here is the options only.
-        argv = servecmd.expand_config(["python", "-m", versions.FAKE_VLLM_MODULE, *argv])[3:]
-    except servecmd.ConfigFileError as exc:
-        raise UsageError(str(exc)) from None
-    cmd = servecmd.parse_vllm_command(argv, strict=False)
-    options = dict(cmd.options)
-    name = options.get("profile")
-    if not isinstance(name, str):
-        raise UsageError("--profile NAME is required (`--profile list` names them)")
-    try:
-        profile = profiles.by_name(name)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    raw_len = options.get("max-model-len")
-    max_len: int | str | None = None
-    if isinstance(raw_len, str):
-        if raw_len.lower() in ("auto", "-1"):
-            if not versions.profile(profile.version).max_model_len_auto:
-                raise UsageError(f"argument --max-model-len: invalid human_readable_int value: {raw_len!r}")
-            max_len = "auto"
-        else:
-            try:
-                max_len = servecmd.parse_length(raw_len)
-            except ValueError as exc:
-                raise UsageError(f"argument --max-model-len: {exc}") from None
-    default_gmu = versions.default_gmu(profile.version)
-    kv_bytes = options.get("kv-cache-memory-bytes")
-    settings = Settings(
-        gmu=_number(options, "gpu-memory-utilization", float, default_gmu),
-        max_num_seqs=_number(options, "max-num-seqs", int, 256),
-        max_num_batched_tokens=_number(options, "max-num-batched-tokens", int, None),
-        kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
-        kv_cache_memory_bytes=_kv_bytes(kv_bytes) if kv_bytes is not None else None,
-        tp=_number(options, "tensor-parallel-size", int, 1),
-        reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)))
-    shown = {k.replace("-", "_"): _shown(v) for k, v in options.items() if k not in ("print-version", "print-gpus")}
-    if max_len == "auto":
-        shown["max_model_len"] = -1
-    model = cmd.model or profile.model
-    shown = {"model_tag": model, "model": model, **shown} if cmd.model else shown
-    return Request(profile, model, max_len, settings, _number(options, "port", int, 8000),
-                   _number(options, "time-scale", float, DEFAULT_TIME_SCALE), shown,
-                   env.get("CUDA_VISIBLE_DEVICES"), _number(env, BUSY_ENV, float, 0.0))
-
-
-def _kv_bytes(text) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "k": 10**3, "m": 10**6, "g": 10**9}
-    text = str(text)
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-
-
-def _shown(value):
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return int(number) if number.is_integer() and "." not in value else number
-    return value
-
 
 def _gib(family: dict, value_bytes: float) -> str:
     """A GiB figure as this version prints it: %.2f, or format_gib (round to 2: "16.0") from 0.14."""
@@ -175,13 +74,14 @@ class Boot:
 
     def fail(self, key: str, status: int = 1, **more) -> int:
         self.say(key, **more)
-        if key not in ("uuid", "above_derived"):
+        if key not in ("uuid", "above_derived", "port_busy", "batched_below_len", "batched_below_seqs"):
             self.say("engine_failed")
             self.say("failed_tail")
         return status
 
-    def run(self) -> int | tuple[int, int]:
-        """(served length, KV tokens) when ready; otherwise the exit status."""
+    def run(self, bind: Callable[[], object] = lambda: None) -> int | tuple[int, int]:
+        """(served length, KV tokens) when ready; otherwise the exit status. `bind` takes the port
+        right after the arguments are printed, as vLLM's setup_server does (OSError: it is taken)."""
         p, s, req = self.p, self.req.settings, self.req
         vk = versions.profile(p.version)
         args = (f"Namespace(model_tag={req.model!r}, " + ", ".join(f"{k}={v!r}" for k, v in req.args_shown.items())
@@ -189,12 +89,27 @@ class Boot:
         length = p.derived_max_len if req.max_model_len in (None, "auto") else req.max_model_len
         self.figures.update(args=args, L=length, L_c=f"{length:,}", derived=p.derived_max_len)
         self.say("banner")
+        try:
+            bind()
+        except OSError:
+            return self.fail("port_busy")
         visible = [v for v in (req.env_visible or "").split(",") if v.strip()]
         if any(v.strip().upper().startswith(("GPU-", "MIG-")) for v in visible) and not vk.gpu_uuids_work:
             return self.fail("uuid", uuid=next(v for v in visible if v.strip().upper().startswith(("GPU-", "MIG-"))))
         if length > p.derived_max_len:
             return self.fail("above_derived")
         self.say("max_len")
+        self.figures.update(batched=s.max_num_batched_tokens, seqs=s.max_num_seqs, asked=length)
+        if s.max_num_batched_tokens is not None and s.max_num_batched_tokens < s.max_num_seqs:
+            return self.fail("batched_below_seqs")
+        batched = profiles.batched_limit(p, s, req.options)
+        if batched is not None and length > batched:
+            return self.fail("batched_below_len")
+        draft = profiles.draft_limit(p, req.options)
+        if draft is not None and length > draft:
+            self.say("draft_limit", draft=draft)
+            length = draft
+            self.figures.update(L=length, L_c=f"{length:,}")
         self.sleep(p.boot_s * 0.1)
         self.say("engine")
         self.say("backend")
@@ -223,11 +138,11 @@ class Boot:
         if available <= 0:
             return self.fail("no_memory")
         if req.max_model_len == "auto":
-            fitted = profiles.estimate(p, s, available, p.derived_max_len)
+            fitted = profiles.estimate(p, s, available, length)  # the model's maximum, or a draft's below it
             if fitted <= 0:
                 return self.fail("no_memory")
-            self.figures.update(fit=fitted)
-            self.say("autofit_full" if fitted >= p.derived_max_len else "autofit_reduced")
+            self.figures.update(fit=fitted, fit_from=length)
+            self.say("autofit_full" if fitted >= length else "autofit_reduced")
             length = fitted
         need = profiles.needed_bytes(p, s, length)
         if need > available:
@@ -311,7 +226,7 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
 
         def log_message(self, fmt, *args):  # uvicorn's access line (cpu-0.32.0 logs)
             print(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
-                  f'{args[1] if len(args) > 1 else ""} OK', flush=True)
+                  f'{args[1] if len(args) > 1 else ""} OK', file=boot.out, flush=True)
 
         def _send(self, status: int, body: bytes = b"", content_type: str | None = None) -> None:
             self.send_response(status)
@@ -381,13 +296,24 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     return Handler
 
 
-def serve(boot: Boot, served_len: int, kv_tokens: int) -> int:
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    server = ThreadingHTTPServer(("0.0.0.0", boot.req.port), make_handler(boot, served_len, kv_tokens))
+def bind(port: int) -> ThreadingHTTPServer:
+    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots)."""
+    server = ThreadingHTTPServer(("0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        server.server_bind()
+    except OSError:
+        server.server_close()
+        raise
+    return server
+
+
+def serve(boot: Boot, server: ThreadingHTTPServer, served_len: int, kv_tokens: int, stop: threading.Event) -> int:
+    """Answer requests until `stop` is set, then shut down as the version does."""
+    server.RequestHandlerClass = make_handler(boot, served_len, kv_tokens)
+    server.server_activate()
+    # A short poll: shutdown() waits for the loop to see it (0.5 s by default).
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     boot.say("listening")
     boot.say("ready")
     stop.wait()
@@ -395,6 +321,21 @@ def serve(boot: Boot, served_len: int, kv_tokens: int) -> int:
     boot.sleep(boot.p.shutdown_s)
     server.shutdown()
     return 0
+
+
+def run(req: Request, stop: threading.Event, out=None) -> int:
+    """The program once its options are read: boot, then serve until `stop`; the exit status."""
+    boot = Boot(req, out)
+    taken: list[ThreadingHTTPServer] = []
+    try:
+        outcome = boot.run(bind=lambda: taken.append(bind(req.port)))
+        if isinstance(outcome, int):
+            boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
+            return outcome
+        return serve(boot, taken[0], *outcome, stop)
+    finally:
+        for server in taken:
+            server.server_close()
 
 
 def list_profiles() -> str:
@@ -419,8 +360,7 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     try:
         req = read_request(argv, env)
     except UsageError as exc:
-        print(f"usage: python -m autotune.testing.fake_vllm --profile NAME [vllm serve flags]\n"
-              f"fake_vllm: error: {exc}", file=sys.stderr)
+        print(f"{USAGE}\nfake_vllm: error: {exc}", file=sys.stderr)
         return 2
     if servecmd.has_flag(argv, versions.FAKE_VERSION_FLAG):
         print(req.profile.version)
@@ -428,13 +368,10 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     if servecmd.has_flag(argv, versions.FAKE_GPUS_FLAG):
         print(json.dumps(req.profile.nvml_inventory()))
         return 0
-    boot = Boot(req)
-    outcome = boot.run()
-    if isinstance(outcome, int):
-        boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
-        return outcome
-    return serve(boot, *outcome)
-
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return run(req, stop)
 
 if __name__ == "__main__":
     sys.exit(main())

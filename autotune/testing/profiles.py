@@ -16,8 +16,11 @@ lines and figures come from (../shared/vllm/), and each figure is in GiB as vLLM
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
+
+from autotune.vllm import versions
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -157,6 +160,30 @@ def served_max(p: Profile, s: Settings, available: int) -> int:
     return min(boots, kv_cache_tokens(p, s, available)) if s.reserve_full_isl and p.sliding_window else boots
 
 
+def draft_limit(p: Profile, options: dict) -> int | None:
+    """The draft model's max_model_len where vLLM lowers max_model_len to it (0.33+, versions.py): a
+    --speculative-config naming a draft model (method draft_model, the default for a plain model) with
+    a "max_model_len" below the model's own maximum. None: no such limit."""
+    if not versions.profile(p.version).draft_lowers_max_model_len:
+        return None
+    try:
+        spec = json.loads(options.get("speculative-config") or "null")
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(spec, dict) or "model" not in spec or spec.get("method", "draft_model") != "draft_model":
+        return None
+    limit = spec.get("max_model_len")
+    return limit if isinstance(limit, int) and 0 < limit < p.derived_max_len else None
+
+
+def batched_limit(p: Profile, s: Settings, options: dict) -> int | None:
+    """With chunked prefill off (V1: --no-enable-chunked-prefill), a prompt must fit in one batch:
+    vLLM refuses a max_model_len above --max-num-batched-tokens. None: no such limit."""
+    if p.family == "v0" or not options.get("no-enable-chunked-prefill") or s.max_num_batched_tokens is None:
+        return None
+    return s.max_num_batched_tokens
+
+
 def mamba_blocks(p: Profile, s: Settings, available: int) -> int | None:
     """How many sequences' linear-attention state fit (None: no such layers)."""
     if not p.mamba_state_mib:
@@ -205,6 +232,11 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("v1-0.33.0", "after 0.21: \"model's\", one merged KV line, auto-fit names the device", "0.33.0",
             "v1_033", ("log-formats.md 2.2(g), 8 and 11.J", "cpu-0.32.0/ready-max-model-len-auto.log",
                        "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61}),
+    Profile("h100-0.33.0-llama-8b", "0.33 on one H100 80GB: the whole 128K context fits, so the model's own maximum "
+            "is the ceiling, not memory; an fp8 KV cache works (cc 9.0)", "0.33.0", "v1_033",
+            ("log-formats.md 2.2(g), 8 and 11.J", "real-logs/017-v014-h100-gpt-oss-120b-ansi-color-prefix.log (the GPU)"),
+            **{**_LLAMA, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gib": 79.19, "compute_capability": "9.0",
+               "cudagraph_gib": 0.61, "prefill_tokens_per_s": 20000.0}),
     Profile("seed-3090-qwen3.6-27b", "the seed machine: vLLM 0.20.2, one RTX 3090, Qwen3.6-27B AWQ, hybrid "
             "(147 MiB of linear-attention state per sequence)", "0.20.2", "v1_020",
             ("issue 12 (the seed's figures)", "log-formats.md 11.I",

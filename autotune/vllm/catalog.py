@@ -251,6 +251,27 @@ CATALOG: tuple[FailureKind, ...] = (
         ),
     ),
     FailureKind(
+        kind="max_num_batched_tokens_below_max_model_len",
+        patterns=(r"max_num_batched_tokens \(\d+\) is smaller than max_model_len \(\d+\)",),
+        fatal=True,
+        cause=(
+            "chunked prefill is off, so a whole prompt must fit one batch: --max-model-len above "
+            "--max-num-batched-tokens is refused before model load (not memory)"
+        ),
+        fix="raise --max-num-batched-tokens to the length you want, or drop --no-enable-chunked-prefill",
+        detail=(
+            "with chunked prefill off the longest prompt is --max-num-batched-tokens {batched_tokens_limit}: "
+            "raise it to the length you want, or drop --no-enable-chunked-prefill"
+        ),
+    ),
+    FailureKind(
+        kind="max_num_batched_tokens_below_max_num_seqs",
+        patterns=(r"max_num_batched_tokens \(\d+\) must be greater than or equal to max_num_seqs \(\d+\)",),
+        fatal=True,
+        cause="--max-num-batched-tokens is below --max-num-seqs: a batch must hold one token of each sequence",
+        fix="raise --max-num-batched-tokens to at least --max-num-seqs, or lower --max-num-seqs",
+    ),
+    FailureKind(
         kind="mamba_cache_blocks",
         patterns=(r"max_num_seqs \(\d+\) exceeds available Mamba cache blocks \(\d+\)",),
         fatal=True,

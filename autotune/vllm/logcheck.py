@@ -22,7 +22,7 @@ _GIB_KEYS = ("weights_gib", "available_kv_gib", "kv_needed_gib", "refusal_availa
              "requested_memory_gib", "cuda_graph_gib", "cuda_graph_estimated_gib", "autofit_available_kv_gib")
 _TOKEN_KEYS = ("kv_cache_tokens", "max_concurrency_tokens", "estimated_max_model_len", "kv_cache_max_tokens",
                "max_model_len_requested", "autofit_max_model_len", "autofit_from", "derived_max_model_len",
-               "max_model_len_resolved", "max_seq_len_engine")
+               "max_model_len_resolved", "max_seq_len_engine", "batched_tokens_limit", "draft_max_model_len")
 
 
 def implausible(result: dict) -> list[dict]:
@@ -67,7 +67,8 @@ def ceiling_from(result: dict) -> tuple[int | None, str]:
     * ``v0_kv_capacity``: V0 refusal, the KV capacity in tokens;
     * ``computed_from_gib``: V1 refusal without an estimate (0.7-0.9.0.1):
       ``floor(available / needed * requested / 16) * 16``, rounded down, exact on
-      the printed decimals (log-formats.md section 2.4); may be 0 (nothing fits);
+      the printed decimals (log-formats.md section 2.4); may be 0 (nothing fits); where the
+      two figures are within their rounding (0.01 GiB) of each other, their lower bound;
     * ``autofit``: ``Auto-fit max_model_len: reduced from A to N`` (or the full
       length that fits);
     * ``(None, "none")`` otherwise; a figure flagged by ``implausible`` is never used.
@@ -91,6 +92,11 @@ def ceiling_from(result: dict) -> tuple[int | None, str]:
                 # vLLM refused `requested`, so the ceiling is below it even when the two-decimal
                 # figures round to equal (5.72 needed, 5.72 available): at most the block below it.
                 blocks = min(blocks, (requested - 1) // CUDA_BLOCK_SIZE)
+            if abs(Fraction(repr(needed)) - Fraction(repr(available))) <= 2 * _HALF_CENT:
+                # Within their rounding of each other the figures cannot place the ceiling closer than
+                # that rounding (a refused length a block or two above it): their lower bound, which boots.
+                low = (Fraction(repr(available)) - _HALF_CENT) / (Fraction(repr(needed)) + _HALF_CENT)
+                blocks = min(blocks, math.floor(low * requested / CUDA_BLOCK_SIZE))
             return max(0, blocks) * CUDA_BLOCK_SIZE, "computed_from_gib"
         autofit = result.get("autofit_max_model_len")
         if _is_int(autofit) and autofit > 0 and "autofit_max_model_len" not in flagged:
@@ -98,6 +104,31 @@ def ceiling_from(result: dict) -> tuple[int | None, str]:
     except Exception:
         pass
     return None, "none"
+
+
+# Where a ceiling that is not memory comes from (limit_from): the length asked was above it.
+LIMIT_SOURCES = {"model_maximum": "the model's own maximum", "max_num_batched_tokens": "--max-num-batched-tokens "
+                 "(chunked prefill is off)", "draft_model": "the draft model's max_model_len"}
+
+
+def limit_from(result: dict) -> tuple[int | None, str]:
+    """A ceiling the log names that is not memory, and its source (LIMIT_SOURCES), or (None, "none"):
+    the model's own maximum (vLLM refused a length above its derived max_model_len), --max-num-batched-tokens
+    (chunked prefill off: vLLM refused a longer max_model_len), a speculative-decoding draft model's
+    max_model_len (0.33 lowered max_model_len to it and booted)."""
+    flagged = {entry["key"] for entry in implausible(result)}
+    kind = result.get("error_kind")
+    for key, source, when in (("derived_max_model_len", "model_maximum", kind == "max_model_len_above_derived"),
+                              ("batched_tokens_limit", "max_num_batched_tokens",
+                               kind == "max_num_batched_tokens_below_max_model_len"),
+                              ("draft_max_model_len", "draft_model", True)):
+        value = result.get(key)
+        if when and _is_int(value) and value > 0 and key not in flagged:
+            return value, source
+    return None, "none"
+
+
+_HALF_CENT = Fraction(1, 200)  # a GiB figure printed with two decimals is within this of the true one
 
 
 def _is_int(value: object) -> bool:

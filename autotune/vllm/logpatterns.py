@@ -115,6 +115,12 @@ ABOVE_DERIVED = Wording(
     Fig(r"\d+"), Re(r"(?:\.0+)?"), " or",
 )
 MAMBA = Wording("max_num_seqs (", Fig(r"\d+"), ") exceeds available Mamba cache blocks (", Fig(r"\d+"), ")")
+# Ceilings that are not memory (vllm/config/scheduler.py and vllm/config/vllm.py in the 0.33.0 wheel):
+# with chunked prefill off a prompt must fit one batch (a config-time refusal, all V1 versions); 0.33
+# lowers max_model_len to a speculative-decoding draft model's (a warning: the boot goes on, shorter).
+BATCHED_BELOW_LEN = Wording("max_num_batched_tokens (", Fig(r"\d+"), ") is smaller than max_model_len (", Fig(r"\d+"), ")")
+DRAFT_LIMIT = Wording("The draft model's max_model_len (", Fig(r"\d+"), ") is smaller than the target model's (",
+                      Fig(r"\d+"), Re(r"\).{0,200}?reducing max_model_len to "), Fig(r"\d+"))
 # V1 0.9.1+: "Free memory on device [cuda:0 ](X/Y GiB) on startup is less than desired ...".
 FREE_MEMORY = Wording(
     "Free memory on device ", Re(r"(?:[^\s(]\S{0,31} )?"), "(", Fig(NUM), "/", Fig(NUM), " GiB) on startup is less than",

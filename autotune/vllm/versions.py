@@ -12,6 +12,8 @@ which names the commit and the sdists it was verified in):
 - flags: `--kv-cache-memory-bytes` since 0.10.2, `--max-model-len auto` since 0.14,
   `--device-memory-utilization` (an alias of --gpu-memory-utilization, servecmd.ALIASES) since 0.31
   (vllm/engine/arg_utils.py: absent in the 0.30.0 sdist, there in 0.31.0 and 0.33.0);
+- a speculative-decoding draft model shorter than max_model_len lowers it (with a warning) from
+  0.33 (vllm/config/vllm.py _limit_max_model_len_to_draft in the 0.33.0 wheel; absent in 0.32.0);
 - GPU UUIDs in CUDA_VISIBLE_DEVICES: `int()` fails on them up to 0.21 (UUIDs work by 0.33;
   short UUIDs still fail there);
 - VLLM_ATTENTION_BACKEND: honoured up to 0.14, silently ignored from 0.15 (use
@@ -104,6 +106,9 @@ class VersionProfile:
     cpu_gmu_sizes_kv: bool  # the CPU backend sizes KV from gmu x node RAM (before: VLLM_CPU_KVCACHE_SPACE)
     device_memory_alias: bool = False  # --device-memory-utilization is read as --gpu-memory-utilization
     reserves_full_isl: bool = False  # the scheduler admits a request only when its whole prompt fits the pool
+    # A draft model (--speculative-config) shorter than max_model_len lowers it, with a warning: the V2
+    # model runner (the default on GPUs from 0.33) cannot skip speculation for longer sequences.
+    draft_lowers_max_model_len: bool = False
 
 
 def profile(version: str | Version | None) -> VersionProfile | None:
@@ -118,7 +123,8 @@ def profile(version: str | Version | None) -> VersionProfile | None:
                           kv_cache_memory_bytes=parsed >= (0, 10, 2), max_model_len_auto=parsed >= (0, 14, 0),
                           gpu_uuids_work=parsed >= (0, 22, 0), attention_backend_env=parsed < (0, 15, 0),
                           cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0),
-                          device_memory_alias=parsed >= (0, 31, 0), reserves_full_isl=parsed >= (0, 19, 0))
+                          device_memory_alias=parsed >= (0, 31, 0), reserves_full_isl=parsed >= (0, 19, 0),
+                          draft_lowers_max_model_len=parsed >= (0, 33, 0))
 
 
 def default_gmu(version: str | Version | None) -> float | None:

@@ -1,0 +1,223 @@
+"""The replaying vLLM's command line, read as vLLM's argparse reads it (pure).
+
+    python -m autotune.testing.fake_vllm [MODEL] --profile NAME [vllm serve options]
+
+The model comes as `vllm serve MODEL` takes it (the optional positional model_tag) or as --model;
+a --config FILE.yaml is read under the options (they override it). Options are those of
+`vllm serve` (serve_options.py), written as argparse takes them: `--max_num_seqs` for
+`--max-num-seqs`, `--flag=value`, a unique prefix of a long option (`--max-num-seq 8`), a short
+alias (`-tp 2`), a JSON option's dotted key (`--compilation-config.level 3`). Anything else ends
+the program as argparse ends it, with a usage line and exit status 2: an option vLLM does not know
+or the replayed version does not have yet (`--kv-cache-memory-bytes` before 0.10.2,
+`--device-memory-utilization` before 0.31, `--max-model-len auto` before 0.14), a second
+positional, an option without its value. Its own options: FAKE_OPTIONS.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from autotune.testing import profiles, serve_options
+from autotune.testing.profiles import Profile, Settings
+from autotune.vllm import servecmd, versions
+
+DEFAULT_TIME_SCALE = 0.01
+# The replaying vLLM's own options, with how many values each takes.
+FAKE_OPTIONS = {"profile": 1, "time-scale": 1, "print-version": 0, "print-gpus": 0}
+USAGE = "usage: python -m autotune.testing.fake_vllm [MODEL] --profile NAME [vllm serve options]"
+
+
+class UsageError(Exception):
+    """A command line this program (like vLLM's argparse) refuses: exit status 2."""
+
+
+@dataclass
+class Request:
+    """What the serve flags ask for."""
+
+    profile: Profile
+    model: str
+    max_model_len: int | str | None  # int, "auto" or None (the model's own maximum)
+    settings: Settings
+    port: int
+    time_scale: float
+    args_shown: dict  # vLLM's non-default args, as it prints them
+    env_visible: str | None
+    options: dict  # every option by its long name (text, True for a flag, a list for several values)
+    # FAKE_VLLM_BUSY_GIB: memory this GPU does not give vLLM (another process holds it, or the device
+    # lost it): the KV pool is that much smaller, as on a sick node of a fleet (compare's node check).
+    busy_gib: float = 0.0
+
+
+BUSY_ENV = "FAKE_VLLM_BUSY_GIB"
+
+
+def _is_value(token: str) -> bool:
+    return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?(e-?\d+)?", token) is not None
+
+
+def _long_name(written: str) -> str | None:
+    """The option a `--written` means (argparse: `_` is `-`, a unique prefix is the option); None: unknown."""
+    name = written.replace("_", "-")
+    base = name.split(".", 1)[0]
+    known = serve_options.LONG | set(FAKE_OPTIONS)
+    if base in known:
+        return serve_options.ALIASES.get(name, name)
+    if "." in name:
+        return None
+    matches = sorted(k for k in known if k.startswith(name))
+    if len(matches) > 1:
+        raise UsageError(f"ambiguous option: --{written} could match {', '.join('--' + m for m in matches)}")
+    return serve_options.ALIASES.get(matches[0], matches[0]) if matches else None
+
+
+def _arity(name: str) -> int | str:
+    """0 (a flag), 1 (one value) or '+' (one or more)."""
+    if name in FAKE_OPTIONS:
+        return FAKE_OPTIONS[name]
+    if name in serve_options.NO_VALUE:
+        return 0
+    return "+" if name in serve_options.MANY_VALUES else 1
+
+
+def _values(name: str, argv: Sequence[str], i: int, inline: str | None) -> tuple[object, int]:
+    """(the option's value, the index after it)."""
+    arity = _arity(name)
+    if arity == 0:
+        if inline is not None:
+            raise UsageError(f"argument --{name}: ignored explicit argument {inline!r}")
+        return True, i
+    if inline is not None:
+        return inline, i
+    values = []
+    while i < len(argv) and _is_value(argv[i]) and (arity == "+" or not values):
+        values.append(argv[i])
+        i += 1
+    if not values:
+        raise UsageError(f"argument --{name}: expected {'at least ' if arity == '+' else ''}one argument")
+    return (values[0] if arity == 1 else values), i
+
+
+def parse(argv: Sequence[str]) -> tuple[str | None, dict]:
+    """(the positional model or None, the options by long name); raises UsageError."""
+    model, options, unknown = None, {}, []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if token.startswith("--") and len(token) > 2:
+            written, eq, inline = token[2:].partition("=")
+            name = _long_name(written)
+            if name is None:
+                unknown.append(token)
+                continue
+            options[name], i = _values(name, argv, i, inline if eq else None)
+        elif token.startswith("-") and not _is_value(token):
+            alias, eq, inline = token.partition("=")
+            if re.fullmatch(r"-O\d?", alias):  # -O3: FlexibleArgumentParser's optimization level
+                options["optimization-level"] = inline or alias[2:] or "3"
+            elif alias[1:] in serve_options.SHORT and alias in servecmd.SHORT_OPTIONS:
+                name = servecmd.SHORT_OPTIONS[alias]
+                options[name], i = _values(name, argv, i, inline if eq else None)
+            else:
+                unknown.append(token)
+        elif model is None:
+            model = token
+        else:
+            unknown.append(token)
+    if unknown:
+        raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
+    if isinstance(options.get("model"), str):
+        model = options.pop("model")
+    return model, options
+
+
+def _number(options: dict, name: str, kind, default):
+    value = options.get(name)
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise UsageError(f"argument --{name}: invalid {kind.__name__} value: {value!r}") from None
+
+
+def _not_in_version(argv: Sequence[str], options: dict, version: str) -> list[str]:
+    """The options vLLM `version` does not have yet, as written (argparse: unrecognized)."""
+    vk = versions.profile(version)
+    late = [] if vk.kv_cache_memory_bytes or "kv-cache-memory-bytes" not in options else ["--kv-cache-memory-bytes"]
+    if not vk.device_memory_alias:
+        late += [a.split("=", 1)[0] for a in argv
+                 if a.startswith("--device") and a.split("=", 1)[0][2:].replace("_", "-") == "device-memory-utilization"]
+    return late
+
+
+def read_request(argv: Sequence[str], env: dict) -> Request:
+    try:
+        # vLLM reads --config FILE.yaml under its flags (they override the file); argv here is the options only.
+        argv = servecmd.expand_config(["python", "-m", versions.FAKE_VLLM_MODULE, *argv])[3:]
+    except servecmd.ConfigFileError as exc:
+        raise UsageError(str(exc)) from None
+    model, options = parse(argv)
+    name = options.get("profile")
+    if not isinstance(name, str):
+        raise UsageError("--profile NAME is required (`--profile list` names them)")
+    try:
+        profile = profiles.by_name(name)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    late = _not_in_version(argv, options, profile.version)
+    if late:
+        raise UsageError(f"unrecognized arguments: {' '.join(late)}")
+    max_len = _max_model_len(options.get("max-model-len"), profile)
+    default_gmu = versions.default_gmu(profile.version)
+    kv_bytes = options.get("kv-cache-memory-bytes")
+    settings = Settings(
+        gmu=_number(options, "gpu-memory-utilization", float, default_gmu),
+        max_num_seqs=_number(options, "max-num-seqs", int, 256),
+        max_num_batched_tokens=_number(options, "max-num-batched-tokens", int, None),
+        kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
+        kv_cache_memory_bytes=_kv_bytes(kv_bytes) if kv_bytes is not None else None,
+        tp=_number(options, "tensor-parallel-size", int, 1),
+        reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)))
+    # As vLLM prints them: by argparse's dest (`--no-X` sets X to False).
+    shown = {(k[3:] if k.startswith("no-") and k[3:] in serve_options.LONG else k).replace("-", "_"):
+             (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(v))
+             for k, v in options.items() if k not in ("print-version", "print-gpus") and "." not in k}
+    if max_len == "auto":
+        shown["max_model_len"] = -1
+    shown = {"model_tag": model, "model": model, **shown} if model else shown
+    return Request(profile, model or profile.model, max_len, settings, _number(options, "port", int, 8000),
+                   _number(options, "time-scale", float, DEFAULT_TIME_SCALE), shown,
+                   env.get("CUDA_VISIBLE_DEVICES"), options, _number(env, BUSY_ENV, float, 0.0))
+
+
+def _max_model_len(raw, profile: Profile) -> int | str | None:
+    if not isinstance(raw, str):
+        return None
+    if raw.lower() in ("auto", "-1"):
+        if not versions.profile(profile.version).max_model_len_auto:
+            raise UsageError(f"argument --max-model-len: invalid human_readable_int value: {raw!r}")
+        return "auto"
+    try:
+        return servecmd.parse_length(raw)
+    except ValueError as exc:
+        raise UsageError(f"argument --max-model-len: {exc}") from None
+
+
+def _kv_bytes(text) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "k": 10**3, "m": 10**6, "g": 10**9}
+    text = str(text)
+    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+
+
+def _shown(value):
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        return int(number) if number.is_integer() and "." not in value else number
+    return value
