@@ -313,7 +313,8 @@ def test_the_port_is_bound_before_the_engine_and_a_taken_one_fails_as_vllm_does(
        draft=st.sampled_from([None, 8192, 65536]))
 def test_the_truth_is_what_the_replay_boots(name, gmu, seqs, batched, off, draft):
     """testing/truth.py against the replay itself: a boot at the truth serves it; one token more does
-    not (refused, or served shorter); a command the truth says cannot boot does not, at any length."""
+    not (refused, served shorter, or over its KV pool, whose longest requests vLLM never admits); a
+    command the truth says cannot boot does not, at any length."""
     argv = ["--profile", name, "--gpu-memory-utilization", str(gmu), "--max-num-seqs", str(seqs)]
     argv += ["--max-num-batched-tokens", str(batched)] if batched else []
     argv += ["--no-enable-chunked-prefill"] if off else []
@@ -326,4 +327,4 @@ def test_the_truth_is_what_the_replay_boots(name, gmu, seqs, batched, off, draft
     served = boot(*argv, "--max-model-len", str(found.ceiling))[0]
     assert isinstance(served, tuple) and served[0] == found.ceiling, found
     above = boot(*argv, "--max-model-len", str(found.ceiling + 1))[0]
-    assert not isinstance(above, tuple) or above[0] < found.ceiling + 1, found
+    assert not isinstance(above, tuple) or min(above) < found.ceiling + 1, found

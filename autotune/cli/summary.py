@@ -216,6 +216,20 @@ def _mamba_line(attempts: list[Attempt]) -> list[str]:
             "on concurrent requests, not on length"]
 
 
+def _reach_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> list[str]:
+    """The lever search of --reach: what it explained, each lever run and its ceiling, its best."""
+    lines = []
+    for i, text in enumerate(reach.get("explanation") or []):
+        lines.append(("  levers:   " if i == 0 else "            ") + str(text))
+    for step in (reach.steps or []) if reach.get("explanation") else []:
+        ceiling = step.get("ceiling")
+        lines.append(f"            lever run {step.get('run_id')}: {lever_rules.describe(step.get('lever'), step.get('value'))}"
+                     f" -> {f'{ceiling:,}' if isinstance(ceiling, int) else step.get('verdict')}")
+    if isinstance(reach.interrupted, dict):
+        lines.append(f"  levers:   interrupted: {reach.interrupted.get('by')}")
+    return lines + _best_lines(record, reach, run_dir)
+
+
 def _best_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> list[str]:
     """The lever search's best verified configuration, where a lever run beat the run itself."""
     best = reach.get("best")
@@ -358,16 +372,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     more = f" (+ {reach.boots} in lever runs)" if reach.get("boots") else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
     lines.extend(_probe_lines(r, attempts))
-    if reach.get("explanation"):
-        for i, text in enumerate(reach.explanation):
-            lines.append(("  levers:   " if i == 0 else "            ") + str(text))
-        for step in reach.steps or []:
-            ceiling = step.get("ceiling")
-            lines.append(f"            lever run {step.get('run_id')}: {lever_rules.describe(step.get('lever'), step.get('value'))}"
-                         f" -> {f'{ceiling:,}' if isinstance(ceiling, int) else step.get('verdict')}")
-    if isinstance(reach.interrupted, dict):
-        lines.append(f"  levers:   interrupted: {reach.interrupted.get('by')}")
-    lines.extend(_best_lines(record, reach, run_dir))
+    lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))
     for a in attempts:
         retries = a.get("http_retries") or []

@@ -233,6 +233,17 @@ class LineHandlers:
             if found is not None:
                 self._set_num("cpu_kvcache_space_gib", found, 1)
 
+    def _on_limit(self, line: str, start: int) -> None:
+        """A ceiling that is not memory: max-num-batched-tokens (chunked prefill off), a draft model's."""
+        found = P.BATCHED_BELOW_LEN.find(line, start)
+        if found is not None:
+            self._set_num("batched_tokens_limit", found, 1)
+            self._set_num("max_model_len_requested", found, 2)
+        found = P.DRAFT_LIMIT.find(line, start)
+        if found is not None:
+            self._set_num("draft_max_model_len", found, 3)
+            self._set_num("max_model_len_requested", found, 2)
+
     def _on_autofit(self, line: str, start: int) -> None:
         found = self._at(P.AUTOFIT_REDUCED, line, start)
         if found is not None:

@@ -413,17 +413,6 @@ class BootLogParser(LineHandlers, RowReader):
             self._set_num("max_num_seqs_refused", found, 1)
             self._set_num("mamba_cache_blocks", found, 2)
 
-    def _on_limit(self, line: str, start: int) -> None:
-        """A ceiling that is not memory: max-num-batched-tokens (chunked prefill off), a draft model's."""
-        found = P.BATCHED_BELOW_LEN.find(line, start)
-        if found is not None:
-            self._set_num("batched_tokens_limit", found, 1)
-            self._set_num("max_model_len_requested", found, 2)
-        found = P.DRAFT_LIMIT.find(line, start)
-        if found is not None:
-            self._set_num("draft_max_model_len", found, 3)
-            self._set_num("max_model_len_requested", found, 2)
-
     def _on_free_memory(self, line: str, start: int) -> None:
         found = P.FREE_MEMORY.find(line, start)
         if found is not None:
