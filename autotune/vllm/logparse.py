@@ -450,7 +450,7 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Free memory on device",), BootLogParser._on_free_memory, True),
     (("error: unrecognized arguments: ", ": invalid choice: ", "error: ambiguous option: "), BootLogParser._on_bad_flag,
      True),
-    (("is smaller than max_model_len (",), BootLogParser._on_limit, True),
+    (("max_num_batched_tokens (",), BootLogParser._on_limit, True),
     (("The draft model's max_model_len (",), BootLogParser._on_limit, False),
     (("Estimated CUDA graph memory: ",), BootLogParser._on_graph_estimate, False),
     (("Directly load ", "Compiling a graph for ", "Cache the graph ", "saved AOT compiled"), BootLogParser._on_compile,
