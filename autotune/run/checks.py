@@ -37,7 +37,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     if opts.target_max:
         derived = modelconfig.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
-        # derived maximum and the recovery retries there.
+        # derived maximum and the strategy continues there (the target becomes it: loop.py).
         opts.target = derived or TARGET_MAX_UNKNOWN
     problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)

@@ -63,9 +63,12 @@ class Loop:
         record, emit = self.record, self.emit
         index = len(record.attempts) + 1
         attempt_argv = servecmd.with_max_model_len(self.argv, step.max_model_len)
-        emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=step.reason)
+        reason = step.reason
+        if self.opts.target_max and step.max_model_len == checks.TARGET_MAX_UNKNOWN:
+            reason = "--target max: more than any model has, so that vLLM names this one's maximum"
+        emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=reason)
         attempt, server = Boot(self.boots, index, attempt_argv, self.port, step).run()
-        attempt.reason = step.reason
+        attempt.reason = reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
         record.vllm_version = record.vllm_version or attempt.fact("vllm_version")
