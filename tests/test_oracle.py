@@ -307,7 +307,7 @@ class LaggingLog(ThreadServer):
     server, which the machine's load made of vLLM's own output now and then."""
 
     def lines(self, timeout):
-        if not self._quiet():
+        if not self.quiet():
             time.sleep(min(timeout, 0.01))
             return iter(())
         return super().lines(timeout)

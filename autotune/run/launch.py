@@ -192,17 +192,60 @@ class StopReport:
     removed_shm: list[str] = field(default_factory=list)  # what a SIGKILLed tree left: /dev/shm segments by name, other files by path
 
 
-class ServerProcess:
+class OutputLines:
+    """A server's output as it arrives: a queue its reader fills line by line (None ends it)."""
+
+    # How often lines() asks quiet() while it waits; None: never (a process's pipe cannot tell).
+    QUIET_POLL_S: float | None = None
+
+    def __init__(self) -> None:
+        self._lines: queue.Queue[bytes | None] = queue.Queue()
+        self._eof = False
+        self.last_output_at = time.monotonic()
+
+    def quiet(self) -> bool:
+        """Can nothing arrive until someone asks (the server waits for a request, or has ended)?"""
+        return False
+
+    def lines(self, timeout: float) -> Iterator[bytes]:
+        """Lines that arrive within `timeout` seconds (returns early when one arrives and none wait,
+        or when the server is quiet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            wait = remaining if self.QUIET_POLL_S is None else min(remaining, self.QUIET_POLL_S)
+            try:
+                item = self._lines.get(timeout=wait) if wait > 0 else self._lines.get_nowait()
+            except queue.Empty:
+                if wait < remaining and not self.quiet():
+                    continue
+                return
+            if item is None:
+                self._eof = True
+                return
+            self.last_output_at = time.monotonic()
+            yield item
+            if self._lines.empty():
+                return
+
+    @property
+    def output_closed(self) -> bool:
+        return self._eof
+
+    def idle_s(self) -> float:
+        return time.monotonic() - self.last_output_at
+
+
+class ServerProcess(OutputLines):
     """One started server: its process, its output stream, its log file."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None):
+        super().__init__()
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.started_at = time.time()
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
         self._leftover_dirs = leftover_dirs(env)
         self._leftovers_before = snapshot_leftovers(self._leftover_dirs)
-        self.last_output_at = time.monotonic()
         self._log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(
@@ -247,32 +290,8 @@ class ServerProcess:
                 pass
             self._lines.put(None)
 
-    def lines(self, timeout: float) -> Iterator[bytes]:
-        """Lines that arrive within `timeout` seconds (returns early when one arrives and none wait)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            try:
-                item = self._lines.get(timeout=max(0.0, remaining)) if remaining > 0 else self._lines.get_nowait()
-            except queue.Empty:
-                return
-            if item is None:
-                self._eof = True
-                return
-            self.last_output_at = time.monotonic()
-            yield item
-            if self._lines.empty():
-                return
-
-    @property
-    def output_closed(self) -> bool:
-        return getattr(self, "_eof", False)
-
     def poll(self) -> int | None:
         return self.proc.poll()
-
-    def idle_s(self) -> float:
-        return time.monotonic() - self.last_output_at
 
     def tree(self) -> list[psutil.Process]:
         return process_tree(self.pid, self.create_time)

@@ -19,11 +19,10 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 from unittest import mock
 
 from autotune.run import launch
@@ -69,10 +68,13 @@ class _Exit:
     returncode: int | None = None
 
 
-class ThreadServer:
+class ThreadServer(launch.OutputLines):
     """launch.ServerProcess's interface, the replaying vLLM run in a thread (fake_vllm.run)."""
 
+    QUIET_POLL_S = 0.002  # the replay says when it waits: lines() returns then, where a pipe waits it out
+
     def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None):
+        super().__init__()
         self.argv = list(argv)
         self.log_path = Path(log_path)
         self.started_at = time.time()
@@ -80,9 +82,6 @@ class ThreadServer:
         self.create_time = None
         self.proc = _Exit()
         self.killed = False
-        self.last_output_at = time.monotonic()
-        self._lines: queue.Queue[bytes | None] = queue.Queue()
-        self._eof = False
         self._log = open(self.log_path, "wb")
         self._stop = _Stop()
         self._thread = threading.Thread(target=self._run, args=(dict(env),), name="replay", daemon=True)
@@ -110,36 +109,12 @@ class ThreadServer:
         self._log.flush()
         self._lines.put(line)
 
-    def _quiet(self) -> bool:
+    def quiet(self) -> bool:
         """Nothing can arrive until someone asks: the replay waits for a request, or has ended."""
         return self._stop.waiting or not self._thread.is_alive()
 
-    def lines(self, timeout: float) -> Iterator[bytes]:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                item = self._lines.get(timeout=0.002)
-            except queue.Empty:
-                if self._quiet() and self._lines.empty() or time.monotonic() > deadline:
-                    return
-                continue
-            if item is None:
-                self._eof = True
-                return
-            self.last_output_at = time.monotonic()
-            yield item
-            if self._lines.empty():
-                return
-
-    @property
-    def output_closed(self) -> bool:
-        return self._eof
-
     def poll(self) -> int | None:
         return None if self._thread.is_alive() else self.proc.returncode
-
-    def idle_s(self) -> float:
-        return time.monotonic() - self.last_output_at
 
     def stop(self, stages=launch.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> launch.StopReport:
         report = launch.StopReport()
