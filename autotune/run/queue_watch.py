@@ -26,6 +26,7 @@ from typing import Callable
 from autotune.run import client
 from autotune.run import metrics
 from autotune.run import verify
+from autotune.run.signals import GATE
 from autotune.vllm import versions
 
 STUCK_AFTER_S = 15.0  # running 0 and waiting >= 1 this long: the scheduler will not admit it
@@ -90,7 +91,15 @@ class QueueWatch:
 
     def __enter__(self) -> "QueueWatch":
         self._thread = threading.Thread(target=self._run, name="probe-queue", daemon=True)
-        self._thread.start()
+        try:
+            # A Ctrl-C inside start() leaves a thread half started, which the interpreter's exit then
+            # trips over ("Exception ignored in thread started by ... KeyError"): start it whole, and
+            # on the signal raised after it, stop it before unwinding.
+            with GATE.deferred():
+                self._thread.start()
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
