@@ -3,7 +3,8 @@
 ``LineHandlers`` is a mixin of ``BootLogParser`` (vllm/logparse.py): each ``_on_*`` method reads
 one kind of message (the parser's ``_RULES`` say which needles route a line to it) and records
 figures through the parser's ``_set`` / ``_set_num``, so that a rejoined line can undo them. The
-refusal and failure messages stay with the parser, next to its ``error_kind`` bookkeeping.
+refusals and the other error messages with figures are read in vllm/logrefusal.py, failures in the
+parser, next to its ``error_kind`` bookkeeping.
 Stdlib only; no I/O.
 """
 
@@ -239,10 +240,12 @@ class LineHandlers:
         if found is not None:
             self._set_num("batched_tokens_limit", found, 1)
             self._set_num("max_model_len_requested", found, 2)
+            self._piece(found)  # (vllm/logrefusal.py: a message broken over lines)
         found = P.DRAFT_LIMIT.find(line, start)
         if found is not None:
             self._set_num("draft_max_model_len", found, 3)
             self._set_num("max_model_len_requested", found, 2)
+            self._piece(found)
 
     def _on_autofit(self, line: str, start: int) -> None:
         found = self._at(P.AUTOFIT_REDUCED, line, start)

@@ -23,8 +23,8 @@ has finished or loaded its weights. ``result()`` describes the last boot; ``boot
 Lines as pasted (``logrows``): hard wraps are rejoined (a terminal capture's trimmed spaces
 put back), JSON log records (vLLM's JSON logging, ``journalctl -o json``) read as the text
 they carry, HTML entities decoded. A line cut short is read up to the cut (``logwording``):
-the figures before it, never one the cut may have shortened; a refusal broken at its
-sentences keeps the estimate on its next line.
+the figures before it, never one the cut may have shortened; a refusal (or another error
+message with figures) broken over lines is read across them (``logrefusal``).
 
 Facts only from the lines that carry them (``logclean`` finds vLLM's message behind any
 prefixes): sizing figures only where their message starts; refusal and failure figures
@@ -54,6 +54,7 @@ from autotune.vllm.logcheck import ceiling_from
 from autotune.vllm.logclean import KIND_NEEDLES, clean_line, level_of, line_kind, message_start
 from autotune.vllm.loghandlers import MASK, LineHandlers
 from autotune.vllm.logread import MAX_LINE_BYTES, open_log, read_lines
+from autotune.vllm.logrefusal import RefusalReaders
 from autotune.vllm.logrows import RowReader
 from autotune.vllm.logwording import CutMatch
 
@@ -68,7 +69,7 @@ _REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 # vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
 # its first digit, so that the search skips to digits at once).
 _STAMP_RE = re.compile(r"(\d(?<![\d-]\d)\d-\d\d \d\d:\d\d:\d\d)\b")
-class BootLogParser(LineHandlers, RowReader):
+class BootLogParser(LineHandlers, RefusalReaders, RowReader):
     """Streaming: feed lines one by one; keeps state; never raises."""
 
     def __init__(self) -> None:
@@ -82,7 +83,6 @@ class BootLogParser(LineHandlers, RowReader):
         self._new: list[Fact] = []
         self._undo: tuple | None = None  # state before the current line's first change
         self._init_rows()
-        self._estimate_row = 0  # the row where a refusal's estimate sentence may stand on its own
         self._ended = False
         self._cut = False  # the line being processed was cut at MAX_LINE_BYTES
         self._internal_errors = 0
@@ -228,6 +228,7 @@ class BootLogParser(LineHandlers, RowReader):
         self._earlier.append((boot, self._boots_total))
         self._boots_total += 1
         self._boot = Boot(first_line)
+        self._message = None  # a message broken over lines ends with its boot
 
     @staticmethod
     def _summary(boot: Boot, number: int, ended: bool) -> dict:
@@ -373,55 +374,6 @@ class BootLogParser(LineHandlers, RowReader):
             return
         self._set("exception", text[:_EXCEPTION_MAX], (start, len(line)), replace=True)
 
-    def _on_refusal(self, line: str, start: int) -> None:
-        found = P.REFUSAL_V1.find(line, start)
-        if found is not None:
-            if "max_model_len_requested" not in self._boot.facts:
-                self._set_num("max_model_len_requested", found, 1)
-                self._set_num("kv_needed_gib", found, 2)
-                self._set("refusal_unit_in_log", found.group(3), found.span(3))
-                self._set_num("refusal_available_kv_gib", found, 4)
-                # Refusal figures only from the refusal message: the estimate is its next sentence.
-                estimate = P.ESTIMATE_AFTER.read(line, found.end())
-                if estimate is not None:
-                    self._set_num("estimated_max_model_len", estimate, 1)
-                if isinstance(found, re.Match) and not line[found.end():].strip(". "):
-                    self._estimate_row = (self._row_no or self._line_no) + 1  # the line ends with the first sentence
-            return
-        found = P.REFUSAL_V0.find(line, start)
-        if found is not None and "max_model_len_requested" not in self._boot.facts:
-            self._set_num("max_model_len_requested", found, 1)
-            self._set_num("kv_cache_max_tokens", found, 2)
-
-    def _on_estimate_sentence(self, line: str, start: int) -> None:
-        # A viewer that breaks a message at its sentences puts the estimate on the line after the refusal.
-        if self._line_no == self._estimate_row and "estimated_max_model_len" not in self._boot.facts:
-            found = self._at(P.ESTIMATE_SENTENCE, line, start)
-            if found is not None and self._boot.refusal is not None:
-                self._set_num("estimated_max_model_len", found, 1)
-
-    def _on_above_derived(self, line: str, start: int) -> None:
-        found = P.ABOVE_DERIVED.find(line, start)
-        if found is not None:
-            self._set_num("max_model_len_requested", found, 1)
-            self._set("derived_max_model_len_key", found.group(2), found.span(2))
-            self._set_num("derived_max_model_len", found, 3)
-
-    def _on_mamba(self, line: str, start: int) -> None:
-        found = P.MAMBA.find(line, start)
-        if found is not None:
-            self._set_num("max_num_seqs_refused", found, 1)
-            self._set_num("mamba_cache_blocks", found, 2)
-
-    def _on_free_memory(self, line: str, start: int) -> None:
-        found = P.FREE_MEMORY.find(line, start)
-        if found is not None:
-            self._set_num("startup_free_gib", found, 1)
-            self._set_num("startup_total_gib", found, 2)
-            if found.group(3) is not None:
-                self._set_num("gmu_requested", found, 3)
-                self._set_num("requested_memory_gib", found, 4)
-
 
 # (needles, handler, reads an error message): the handler runs when any needle is a substring
 # of the line. Substring tests are cheap, so most lines never reach a regex. Error messages are
@@ -443,8 +395,7 @@ _RULES: tuple[tuple[tuple[str, ...], _Handler, bool], ...] = (
     (("Auto set (", "Explicitly set ("), BootLogParser._on_cpu_kv_set, False),
     (("VLLM_CPU_KVCACHE_SPACE",), BootLogParser._on_cpu_kvcache_space, False),
     (("Auto-fit max_model_len: ",), BootLogParser._on_autofit, False),
-    (("max seq len (",), BootLogParser._on_refusal, True),
-    (("Based on the available memory",), BootLogParser._on_estimate_sentence, True),
+    (("max seq len (", "To serve at least one request"), BootLogParser._on_refusal, True),
     (("User-specified max_model_len (",), BootLogParser._on_above_derived, True),
     (("max_num_seqs (",), BootLogParser._on_mamba, True),
     (("Free memory on device",), BootLogParser._on_free_memory, True),

@@ -123,7 +123,7 @@ DRAFT_LIMIT = Wording("The draft model's max_model_len (", Fig(r"\d+"), ") is sm
                       Fig(r"\d+"), Re(r"\).{0,200}?reducing max_model_len to "), Fig(r"\d+"))
 # V1 0.9.1+: "Free memory on device [cuda:0 ](X/Y GiB) on startup is less than desired ...".
 FREE_MEMORY = Wording(
-    "Free memory on device ", Re(r"(?:[^\s(]\S{0,31} )?"), "(", Fig(NUM), "/", Fig(NUM), " GiB) on startup is less than",
+    "Free memory on device ", Maybe((Re(r"[^\s(]\S{0,31}"), " ")), "(", Fig(NUM), "/", Fig(NUM), " GiB) on startup is less than",
     Maybe((" desired GPU memory utilization (", Fig(NUM), ", ", Fig(NUM), " GiB)")),
 )
 
@@ -149,9 +149,6 @@ STARTUP_COMPLETE_RE = _re(r"Application startup complete")
 # vLLM ends the sentence with a period: a number that ends the line may have lost digits to a cut.
 ESTIMATE_AFTER = Wording(".", Re(r"\s{0,3}"), "Based on the available memory,", Re(r"\s{0,3}"),
                          "the estimated maximum model length is ", Fig(r"\d+"), ".")
-# The same sentence on a line of its own (a viewer that breaks a message at its sentences).
-ESTIMATE_SENTENCE = Wording("Based on the available memory,", Re(r"\s{0,3}"), "the estimated maximum model length is ",
-                            Fig(r"\d+"), ".")
 # Auto-fit's KV figure: "(5.23 GiB available for KV cache)" (0.14-0.21), "memory (5.1 GiB GPU)" (after 0.21).
 AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU)?\)")
 # argparse, before vLLM starts (exit 2): "api_server.py: error: unrecognized arguments: --max-modle-len",

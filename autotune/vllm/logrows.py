@@ -91,6 +91,7 @@ class RowReader:
             if is_continuation(pending[4], text) or self._width and self._trimmed_before(pending) and is_continuation(
                     pending[4], text, True):
                 self._join(pending, text)
+                self._continue_message(text, True)
                 return
         self._undo = None
         self._cut = cut
@@ -98,6 +99,8 @@ class RowReader:
         self._before = pending
         self._pending = (None, self._line_no, self._undo, kind, text)  # one row: its rows, glued text, width are its own
         self._pending_cut = cut
+        if self._message is not None:
+            self._continue_message(text, False)  # (vllm/logrefusal.py: an error message broken over lines)
 
     def _join(self, pending: tuple, text: str) -> None:
         """``text`` is the rest of the pending line: read them as one line, undoing what its first

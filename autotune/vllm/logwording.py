@@ -101,6 +101,7 @@ class CutMatch:
 
 
 _OK, _CUT, _FAIL = "ok", "cut", "fail"
+_LEAD_MIN = 8  # characters of a message's leading text a line must end with to be read as cut inside it
 
 
 class Wording:
@@ -157,7 +158,13 @@ class Wording:
         if not self.lead:
             return None
         begin = line.find(self.lead, at)
-        return self.read(line, begin) if begin >= 0 else None
+        if begin < 0:
+            # A line that ends inside the leading text ("... request with the" for "... request with the "):
+            # found from the lead's first characters, searched from the end.
+            begin = line.rfind(self.lead[:_LEAD_MIN], at)
+            if begin < 0 or not self.lead.startswith(line[begin:]):
+                return None
+        return self.read(line, begin)
 
     def _walk(self, parts, line: str, pos: int, group: int, spans: dict) -> tuple[str, int, int]:
         """(status, position, next group number) after ``parts`` from ``pos``."""
