@@ -12,7 +12,13 @@ Two kinds reach autotune (docs/log-formats.md, "JSON logs"):
   rest of the parser reads it as text.
 * ``journalctl -o json``: the line vLLM printed is ``MESSAGE`` (an array of bytes when it is not
   valid UTF-8 or holds control characters such as colour codes; null when it is longer than
-  journalctl's 4096-byte limit without ``--all``).
+  journalctl's 4096-byte limit without ``--all``). ``-o json-pretty`` writes the same object over
+  many lines (``{``, a field per line, ``}``): logrows.py gathers them;
+* docker's json-file driver (the files under ``/var/lib/docker/containers/``, and what Fluentd or
+  Fluent Bit forward from them): ``{"log":"text\n","stream":"stderr","time":"..."}``, a line
+  longer than 16 KiB split over several records, all but the last without the newline; Fluent Bit's
+  CRI parser marks such a part with ``"_p":"P"``;
+* ``logcli query -o jsonl`` (Loki): ``{"labels":{...},"line":"text","timestamp":"..."}``.
 
 Lines in between that are not JSON (a traceback printed to stderr, tqdm) stay text. Detection
 costs one substring test on lines without ``{"``. Stdlib only.
@@ -23,12 +29,16 @@ from __future__ import annotations
 import json
 import re
 
+from autotune.vllm.logcarry import Carried
 from autotune.vllm.logclean import message_start
 
 __all__ = ["json_record_lines", "json_record_start", "json_object"]
 
-# The text of a journald entry, of a logger's JSON record.
+# The text of a journald entry, of a docker (Fluentd, Fluent Bit) record, of a logcli record, of a logger's JSON record.
 _JOURNAL_TEXT = "MESSAGE"
+_CONTAINER_TEXT, _CONTAINER_KEYS = "log", ("stream", "time")
+_DOCKER_KEYS = {"log", "stream", "time", "attrs"}  # a record of docker's json-file driver
+_LOKI_TEXT, _LOKI_KEYS = "line", ("timestamp", "labels")
 _LOGGER_TEXT = ("message", "msg")
 _LEVEL_KEYS = ("levelname", "level", "severity")
 # python-json-logger's default asctime: "2026-12-01 15:27:36,850" -> vLLM's "12-01 15:27:36".
@@ -36,16 +46,28 @@ _ASCTIME_RE = re.compile(r"\d{4}-(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-def json_record_lines(line: str) -> tuple[list[str], bool] | None:
-    """The text lines a JSON log record carries, and whether they are lines a program printed
-    (journald: they may be wrapped, or be JSON records themselves) rather than one logged record;
-    None when ``line`` is not a record (a line that merely holds JSON, such as an engine config,
-    is not: the object must be the whole line, after at most a prefix such as kubectl's timestamp)."""
+def json_record_lines(line: str) -> Carried | None:
+    """The text lines a JSON log record carries (see ``Carried``: lines a program printed, such as
+    journald's or docker's, may be wrapped or be JSON records themselves; docker's may be part of a
+    line); None when ``line`` is not a record (a line that merely holds JSON, such as an engine
+    config, is not: the object must be the whole line, after at most a prefix such as kubectl's
+    timestamp)."""
     entry = json_object(line)
     if entry is None:
         return None
     if _JOURNAL_TEXT in entry:
-        return _text_lines(entry[_JOURNAL_TEXT]), True
+        return Carried(_text_lines(entry[_JOURNAL_TEXT]), True)
+    text = entry.get(_CONTAINER_TEXT)
+    if isinstance(text, str) and any(k in entry for k in _CONTAINER_KEYS):
+        # Part of a line: marked so (Fluent Bit), or one of docker's own records without its newline (a
+        # pipeline that strips every newline adds fields of its own: its records are whole lines).
+        mark = entry.get("_p")
+        partial = mark == "P" or mark is None and not text.endswith("\n") and entry.keys() <= _DOCKER_KEYS
+        text = text[:-1] if text.endswith("\n") else text
+        return Carried(text.split("\n"), True, str(entry.get("stream") or ""), partial, True)
+    text = entry.get(_LOKI_TEXT)
+    if isinstance(text, str) and any(k in entry for k in _LOKI_KEYS):
+        return Carried(text.split("\n"), True, whole=True)
     text = next((entry[k] for k in _LOGGER_TEXT if isinstance(entry.get(k), str)), None)
     if text is None:
         return None
@@ -54,7 +76,7 @@ def json_record_lines(line: str) -> tuple[list[str], bool] | None:
     for key in ("exc_info", "stack_info"):
         if isinstance(entry.get(key), str) and entry[key]:
             lines += entry[key].split("\n")
-    return [prefix + part for part in lines], False
+    return Carried([prefix + part for part in lines], False)
 
 
 def json_record_start(line: str) -> bool:

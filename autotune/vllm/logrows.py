@@ -18,13 +18,16 @@ from __future__ import annotations
 import re
 
 from autotune.vllm import logpatterns as P
+from autotune.vllm.logcarry import Carried, carried_text
 from autotune.vllm.logclean import clean_line, is_continuation, message_start, unescape_html, unwrap
 from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
+from autotune.vllm.logread import MAX_LINE_BYTES
 
 _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap width
 _JSON_START_MAX = 160  # where a JSON record may start on its line (after kubectl's or compose's prefix)
 _JSON_ROWS_MAX = 256  # rows of one wrapped JSON record (vLLM's engine config, ~5 KB, takes ~70 at 80 columns)
 _WIDTH_RECENT = 200  # lines: a capture wraps its long lines often
+_JSON_PRETTY_ROWS_MAX = 8192  # rows of one json-pretty entry (a field a row; a MESSAGE of bytes, a byte a row)
 _TRIMMED_MAX = 8  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
 _ECHOES = ("non_default_args", "args_namespace")  # the echoed arguments: long to read, read once per wrap
 
@@ -40,6 +43,14 @@ def _decor(line: str) -> bool:
     """A line of a banner's block: a prefix with nothing or only logo characters after it, or the platform line."""
     start = message_start(line)
     return bool(line) and (line.startswith(_BEFORE_BANNER, start) or _LOGO_ONLY_RE.fullmatch(line, start) is not None)
+
+
+def _text_row(rows: list[tuple[int, str]]) -> int:
+    """The line number a JSON record's facts are read at: its first row's, or its MESSAGE row's when
+    journalctl -o json-pretty gave it a row of its own."""
+    if rows[0][1].strip() == "{":
+        return next((number for number, row in rows if row.lstrip().startswith('"MESSAGE"')), rows[0][0])
+    return rows[0][0]
 
 
 def _glued(row: str, after: str) -> bool:
@@ -63,6 +74,9 @@ class RowReader:
         self._keeps_spaces = False  # a continued row ended in a space: this capture trims nothing
         self._row_no = 0  # while a rejoined line is processed (at its first row's number): the physical line
         self._json_rows: list[tuple[int, str]] = []  # (line number, row) of a JSON record cut by a wrap
+        self._whole = False  # while the lines of a record that holds whole lines are read (no wrap joins them)
+        self._in_record = False  # while the lines of any record are read (they end no other stream's parts)
+        self._parts: dict[str, tuple[int, str, bool]] = {}  # stream -> (line number, text, cut) of a line's first parts
 
     def _physical(self, raw: str, cut: bool, *, plain: bool = False) -> None:
         """One line as read (``plain``: a row known to be text, never the start of a JSON record)."""
@@ -72,21 +86,28 @@ class RowReader:
         if self._json_rows and not plain and self._json_row(text, cut):
             return
         # (one character first: a search for two costs five times as much, on every line)
-        if "{" in text and not plain and text.find('{"', 0, _JSON_START_MAX) >= 0:
-            # a JSON record starts its line, after a prefix at most
+        if "{" in text and not plain and (text.find('{"', 0, _JSON_START_MAX) >= 0 or text.strip() == "{"):
+            # a JSON record starts its line, after a prefix at most (or alone: json-pretty's first row)
             records = json_record_lines(text)
             if records is not None:
-                self._carried(*records, cut)
+                self._carry(records, cut)
                 return
-            if not cut and json_record_start(text):
+            if not cut and (json_record_start(text) or text.strip() == "{"):
                 self._json_rows = [(self._line_no, text)]  # a record a wrap cut: its other rows follow
                 return
+        if text[:1].isdigit() and not plain:
+            carried = carried_text(text)  # a CRI record, a row of Grafana's or logcli's output
+            if carried is not None:
+                self._carry(carried, cut)
+                return
+        if self._parts and not self._in_record:
+            self._flush_parts()  # a line's parts whose last record never came (a cut log)
         text = unwrap(text)
         if cut:
             self._boot_touch()
             self._set("line_cut", self._line_no)
         pending = self._pending
-        if pending is not None and pending[1] != self._line_no and not self._pending_cut:
+        if pending is not None and pending[1] != self._line_no and not self._pending_cut and not self._whole:
             # A width seen on continued rows says the wrap fell on spaces a capture trimmed (a sentence may go on).
             if is_continuation(pending[4], text) or self._width and self._trimmed_before(pending) and is_continuation(
                     pending[4], text, True):
@@ -170,12 +191,14 @@ class RowReader:
     def _json_row(self, text: str, cut: bool) -> bool:
         """A row after the first rows of a JSON record a wrap cut: True when it was taken as one."""
         rows = self._json_rows
-        if cut or len(rows) >= _JSON_ROWS_MAX or json_record_start(text):
+        pretty = rows[0][1].strip() == "{"
+        if cut or len(rows) >= (_JSON_PRETTY_ROWS_MAX if pretty else _JSON_ROWS_MAX) or json_record_start(text):
             self.flush_rows()
             return False
         rows.append((self._line_no, text))
         if text.rstrip().endswith("}"):
-            texts = [row for _, row in rows]
+            # (json-pretty's rows are whole tokens: their indentation is no part of the record)
+            texts = [row.strip() if pretty else row for _, row in rows]
             width = 0 if self._keeps_spaces else max(self._width, *map(len, texts[:-1]))
             spaced = texts[0] + "".join((" " if 0 < width - len(a) <= _TRIMMED_MAX else "") + b
                                         for a, b in zip(texts, texts[1:]))
@@ -184,15 +207,18 @@ class RowReader:
                 self.flush_rows()  # whole, and no log record: text (a JSON value a program printed)
             elif records is not None:
                 self._json_rows = []
-                saved, self._line_no = self._line_no, rows[0][0]
+                saved, self._line_no = self._line_no, _text_row(rows)
                 try:
-                    self._carried(*records, False)
+                    self._carry(records, False)
                 finally:
                     self._line_no = saved
         return True
 
     def flush_rows(self) -> None:
-        """Rows held as the start of a JSON record that never closed: they are text after all."""
+        """Rows held as the start of a JSON record that never closed: they are text after all (and a
+        line's parts whose last record never came are read)."""
+        if self._parts:
+            self._flush_parts()
         rows, self._json_rows = self._json_rows, []
         saved = self._line_no
         try:
@@ -202,18 +228,48 @@ class RowReader:
         finally:
             self._line_no = saved
 
-    def _carried(self, lines: list[str], printed: bool, cut: bool) -> None:
-        """The text lines of a JSON log record (vllm/logjson.py), all at this line's number: lines a
-        program printed (journald) are read as lines of text (a wrap, a JSON record of their own);
-        the lines of one logged record are read as they are."""
+    def _carry(self, carried: Carried, cut: bool) -> None:
+        """A record's lines (``Carried``); a container's record that holds part of a line is kept
+        until the record that ends the line, and read with it at the first part's line number."""
+        held = self._parts.pop(carried.stream, None) if self._parts else None
+        if held is not None:
+            number, head, cut = held[0], held[1] + carried.lines[0], held[2] or cut
+            carried = carried._replace(lines=[head[:MAX_LINE_BYTES], *carried.lines[1:]])
+            cut = cut or len(head) > MAX_LINE_BYTES
+        else:
+            number = self._line_no
+        if carried.partial and len(carried.lines) == 1:
+            self._parts[carried.stream] = (number, carried.lines[0], cut)
+            return
+        saved, self._line_no = self._line_no, number
+        try:
+            self._carried(carried, cut)
+        finally:
+            self._line_no = saved
+
+    def _flush_parts(self) -> None:
+        parts, self._parts = self._parts, {}
+        for stream, (number, text, cut) in parts.items():
+            self._carry(Carried([text], True, stream), cut)
+
+    def _carried(self, carried: Carried, cut: bool) -> None:
+        """The text lines of a record (vllm/logjson.py, vllm/logcarry.py), all at this line's number:
+        lines a program printed (journald, docker, CRI) are read as lines of text (a record of their
+        own; a wrap, unless the record says each is whole); the lines of one logged record are read
+        as they are."""
         if cut:
             self._boot_touch()
             self._set("line_cut", self._line_no)
-        if printed:
-            for text in lines:
-                self._physical(text, False)
+        if carried.printed:
+            saved = self._whole, self._in_record
+            self._whole, self._in_record = self._whole or carried.whole, True
+            try:
+                for text in carried.lines:
+                    self._physical(text, False)
+            finally:
+                self._whole, self._in_record = saved
             return
-        for text in lines:
+        for text in carried.lines:
             self._undo = None
             self._cut = cut
             self._dispatch(unwrap(clean_line(text)), True)
