@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm.logparse import parse_lines
+from autotune.vllm.logparse import BootLogParser, parse_lines
 from tests.helpers import log_carriers as carry
 from tests.test_logparse_messy import ALL_LOGS, FIXTURES, _facts, _facts_of, _lines
 
@@ -112,3 +112,13 @@ def test_a_grafana_row_is_no_number_of_its_own():
     assert _facts_of([row])["vllm_version"] == "0.9.1"
     assert _facts_of(carry.grafana_download([(FIXTURES / "208-v09x-4xh100-qwen3-235b-trimmed-two-lines.log")
                                              .read_text().splitlines()[1]], newest_first=False))["kv_cache_tokens"] == 178880
+
+
+def test_a_line_that_is_a_lone_brace_holds_back_no_text():
+    """A ``{`` alone may open a json-pretty entry; a next row that is no JSON row ends it at once (a
+    Cloud Logging paste that never closes held back the log's next 8,192 lines, read twice)."""
+    kv = "(EngineCore pid=2390) INFO 05-16 10:08:44 [kv_cache_utils.py:1710] GPU KV cache size: 41,776 tokens"
+    parser = BootLogParser()
+    parser.feed("  {")
+    parser.feed('    "insertId": "mhj2jzf4ev0il",')
+    assert [fact.key for fact in parser.feed(kv)] == ["kv_cache_tokens", "kv_cache_device"]

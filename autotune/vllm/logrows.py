@@ -28,6 +28,7 @@ _JSON_START_MAX = 160  # where a JSON record may start on its line (after kubect
 _JSON_ROWS_MAX = 256  # rows of one wrapped JSON record (vLLM's engine config, ~5 KB, takes ~70 at 80 columns)
 _WIDTH_RECENT = 200  # lines: a capture wraps its long lines often
 _JSON_PRETTY_ROWS_MAX = 8192  # rows of one json-pretty entry (a field a row; a MESSAGE of bytes, a byte a row)
+_JSON_PRETTY_STARTS = frozenset('"{}[]-0123456789')  # how a json-pretty row starts (a field, a bracket, a byte)
 _TRIMMED_MAX = 8  # spaces a capture trims at the end of a row (a row shorter still was not cut at the width)
 _ECHOES = ("non_default_args", "args_namespace")  # the echoed arguments: long to read, read once per wrap
 
@@ -192,7 +193,8 @@ class RowReader:
         """A row after the first rows of a JSON record a wrap cut: True when it was taken as one."""
         rows = self._json_rows
         pretty = rows[0][1].strip() == "{"
-        if cut or len(rows) >= (_JSON_PRETTY_ROWS_MAX if pretty else _JSON_ROWS_MAX) or json_record_start(text):
+        if cut or len(rows) >= (_JSON_PRETTY_ROWS_MAX if pretty else _JSON_ROWS_MAX) or json_record_start(text) or (
+                pretty and text.lstrip()[:1] not in _JSON_PRETTY_STARTS):  # (a row of text: no object over rows)
             self.flush_rows()
             return False
         rows.append((self._line_no, text))
