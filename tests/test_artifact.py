@@ -4,6 +4,7 @@ import os
 import pytest
 
 from autotune.store import artifact
+from autotune.store import latest
 
 
 def test_round_trip_and_version_stamp(tmp_path):
@@ -70,7 +71,7 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
 def test_resolve_run(tmp_path):
     run = artifact.create_run_dir(tmp_path, "m")
     artifact.save_run(run, {"run_id": run.name})
-    assert artifact.resolve_run("latest", tmp_path) == run
+    assert latest.resolve("latest", tmp_path) == run
     assert artifact.resolve_run(run.name, tmp_path) == run
     assert artifact.resolve_run(str(run), tmp_path) == run
     with pytest.raises(artifact.ArtifactError, match="no run 'nope'"):

@@ -9,14 +9,15 @@ import click
 from autotune.fleet import collect as fleet_collect
 from autotune.fleet.collect import FLEET_FILE
 from autotune.store import artifact
+from autotune.store import latest
 from autotune.store import sweeps
 from autotune.store.record import RunRecord
 
 
 def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
     """The run folders a RUN argument names: a run (folder, id, latest), a sweep, a fleet, or a folder of runs."""
-    if ref == "latest":
-        return [artifact.resolve_run(ref, runs_dir)]
+    if ref == latest.LATEST:
+        return [latest.run(runs_dir)]
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / artifact.RUN_FILE).exists():
             return [path]
@@ -47,10 +48,10 @@ def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[dict]:
 
 
 def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
-    """The folder and record of the run a RUN argument names (a folder, an id, `latest`);
-    bad input exits 1."""
+    """The folder and record of the run a RUN argument names (a folder, an id, `latest`: the newest
+    run that booted vLLM, store/latest.py); bad input exits 1."""
     try:
-        folder = artifact.resolve_run(ref, runs_dir)
+        folder = latest.resolve(ref, runs_dir)
         return folder, artifact.load(folder)
     except artifact.ArtifactError as exc:
         raise click.ClickException(str(exc))

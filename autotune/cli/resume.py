@@ -14,6 +14,7 @@ from autotune.cli.card import echo_card
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
 from autotune.store import artifact
+from autotune.store import latest
 from autotune.store import sweeps
 
 
@@ -26,20 +27,21 @@ def resume(run, runs_dir, json_, quiet):
     """Continue an interrupted tune, lever search or sweep.
 
     \b
-    RUN is a run folder, a run id, a sweep folder or id, or `latest` (the newest run).
-    What was finished is kept and not repeated:
+    RUN is a run folder, a run id, a sweep folder or id, or `latest` (the default:
+    the newest interrupted tune, lever search or sweep, past newer runs that finished;
+    a fleet's leaves are left to `autotune fleet resume`). What was finished is kept and not repeated:
       tune          finished boots are kept; the next boot is the one the strategy
                     would have chosen after them;
       lever search  (--reach) the run's own boots are done; lever runs that finished
                     are taken as they are, an interrupted one is resumed;
       sweep         finished values are kept, the interrupted value's run is resumed,
                     the values not reached yet run.
-    A run that belongs to an interrupted sweep or lever search (as `latest` often
-    does) continues that sweep or search. A server left behind by a killed autotune
+    A run that belongs to an interrupted sweep or lever search continues that sweep
+    or search. A server left behind by a killed autotune
     is stopped first, and a run or sweep it left `running` becomes `interrupted`.
 
     \b
-    Exit codes as for tune (or sweep); 1 when RUN is not interrupted.
+    Exit codes as for tune (or sweep); 1 when RUN is not interrupted (or nothing is).
     """
     from autotune.run import sweep as sweep_mod
     from autotune.run import tune as tune_mod
@@ -72,28 +74,20 @@ def resume(run, runs_dir, json_, quiet):
 
 
 def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
-    """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume."""
+    """("sweep" | "run", folder, why it is not the folder named) for a RUN argument of resume
+    (`latest`: store/latest.py)."""
+    if ref == latest.LATEST:
+        return latest.resumable(runs_dir)
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / sweeps.SWEEP_FILE).is_file():
             return "sweep", path, None
-    if ref == "latest":
-        found, runs = sweeps.list_sweeps(runs_dir), artifact.list_runs(runs_dir)
-        if found and (not runs or found[0].name > runs[0].name):
-            return "sweep", found[0], None  # a sweep newer than every run: interrupted before its first value
     run_dir = artifact.resolve_run(ref, runs_dir)
     record = artifact.load(run_dir)
-    links = record.get("links", {})
-    if record.get("state") != "finished" or ref == "latest":
+    if record.get("state") != "finished":
         # A member of a sweep or lever search continues the whole of it, when that was interrupted.
-        sweep_dir = Path(runs_dir) / str(links.get("sweep_id"))
-        if links.get("sweep_id") and (sweep_dir / sweeps.SWEEP_FILE).is_file():
-            if sweeps.load(sweep_dir).get("state") == "interrupted":
-                return "sweep", sweep_dir, f"run {run_dir.name} is part of sweep {sweep_dir.name}: resuming the sweep"
-        parent_dir = Path(runs_dir) / str(links.get("reach_of"))
-        if links.get("reach_of") and (parent_dir / artifact.RUN_FILE).is_file():
-            if artifact.load(parent_dir).get("state") == "interrupted":
-                return "run", parent_dir, (f"run {run_dir.name} is a lever run of {parent_dir.name}: resuming its "
-                                           "lever search")
+        found = latest.member_of(run_dir, record)
+        if found is not None:
+            return found
     return "run", run_dir, None
 
 

@@ -16,6 +16,7 @@ from autotune.cli.tables import echo_table, on_terminal
 from autotune.cli.verify import render as render_verification
 from autotune.run import deployed
 from autotune.store import artifact
+from autotune.store import latest
 from autotune.store import emit
 from autotune.store import kept
 from autotune.store import redact
@@ -34,7 +35,8 @@ from autotune.store.verified import NotEmittable
                    "(KubeRay), kserve (InferenceService), k8s (Deployment and Service), skypilot "
                    "(task); report (the sizing report, Markdown).")
 def show(run, runs_dir, json_, emit_kind):
-    """Print one run's summary (RUN: a run folder, a run id, or `latest`; default latest).
+    """Print one run's summary (RUN: a run folder, a run id, or `latest`, the default:
+    the newest run that booted vLLM, a lever run standing for its search).
 
     \b
     The summary is the card `autotune tune` prints at the end: the verified ceiling
@@ -52,13 +54,15 @@ def show(run, runs_dir, json_, emit_kind):
     """
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
+    if run == latest.LATEST:
+        try:
+            found, notes = latest.shown(runs_dir)  # a lever run stands for its search; newer verifications named
+        except artifact.ArtifactError as exc:
+            raise click.ClickException(str(exc))
+        for note in notes:
+            click.echo(note, err=True)
+        run = str(found)
     folder, run_record = load_one(run, runs_dir)
-    search = (run_record.get("links") or {}).get("reach_of")
-    if run == "latest" and search and (folder.parent / search / artifact.RUN_FILE).is_file():
-        # The newest run is a lever run of a --reach search: the search is what was run.
-        click.echo(f"(latest is lever run {folder.name} of {search}'s lever search: showing the search; "
-                   f"`autotune show {folder.name}` shows the lever run)", err=True)
-        folder, run_record = load_one(str(folder.parent / search), runs_dir)
     # What is printed and rendered into the paste-ready files: a record written before autotune
     # scrubbed secrets is masked when read (redact.py); a kept server's entry says whether it
     # still runs (kept.py).

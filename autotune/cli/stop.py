@@ -9,6 +9,7 @@ import click
 from autotune.cli.exitcodes import ExitCode
 from autotune.cli.options import echo_err, runs_dir_option
 from autotune.store import artifact
+from autotune.store import latest
 
 
 @click.command("stop")
@@ -34,7 +35,7 @@ def stop(run, runs_dir, json_):
     from autotune.store import kept
 
     try:
-        run_dir = artifact.resolve_run(run, runs_dir)
+        run_dir = latest.resolve(run, runs_dir)
         done = kept.stop(run_dir, on_step=lambda step: echo_err(
             f"  {step['signal']} to pids {', '.join(map(str, step['pids']))}"))
     except (artifact.ArtifactError, kept.NotKept) as exc:

@@ -12,6 +12,7 @@ from autotune.cli.options import (LengthType, MemoryType, ProgressPrinter, boot_
                                   serve_argv)
 from autotune.cli.card import echo_card
 from autotune.store import artifact
+from autotune.store import latest
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
@@ -62,7 +63,8 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
       -- python -m vllm.entrypoints.openai.api_server --model MODEL
     autotune sets --max-model-len itself (replacing yours) and picks a free local port
     unless the command names one with --port. Without SERVE_COMMAND, the command of the
-    newest run in --runs-dir is reused (handy for cron).
+    newest tune in --runs-dir is reused (handy for cron; not a lever run's, a sweep
+    value's or a verification's).
 
     \b
     Exit codes: 0 verified ceiling found; 1 bad input; 2 usage error;
@@ -76,7 +78,7 @@ def tune(target, gpu, force, allow_risky_gmu, keep_serving, stall_timeout, max_b
     argv = serve_argv(serve_command)
     reused_from = None
     if not argv:
-        found = tune_mod.newest_command(runs_dir)
+        found = latest.command(runs_dir)
         if found is None:
             raise click.ClickException(
                 f"no serve command given and no earlier run in {runs_dir} to reuse one from.\n"

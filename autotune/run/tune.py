@@ -220,15 +220,3 @@ def clean_leftovers(runs_dir: Path, emit: Emit) -> None:
     for item in cleanup.clean(runs_dir, on_step=lambda step: emit("stop_step", **step)):
         emit("cleaned", run_dir=str(item.run_dir), pid=item.pid, action=item.action, detail=item.detail)
 
-
-def newest_command(runs_dir: Path) -> tuple[list[str], str] | None:
-    """The serve command of the newest run that has one, and that run's id."""
-    for run_dir in artifact.list_runs(runs_dir):
-        try:
-            rec = artifact.load(run_dir)
-        except artifact.ArtifactError:
-            continue
-        argv = rec.command.get("argv") if rec.get("command") else None
-        if argv:
-            return list(argv), rec.run_id
-    return None

@@ -189,12 +189,7 @@ def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]
 
 
 def resolve_run(ref: str, runs_dir: Path) -> Path:
-    """A run folder from a path, a run id, or `latest`."""
-    if ref == "latest":
-        runs = list_runs(runs_dir)
-        if not runs:
-            raise ArtifactError(f"no runs under {runs_dir}")
-        return runs[0]
+    """A run folder from a path or a run id (`latest` is store/latest.py's: what it names depends on the command)."""
     path = Path(ref)
     if (path / RUN_FILE).exists():
         return path
