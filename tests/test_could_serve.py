@@ -54,3 +54,26 @@ def test_no_pool_figures():
     assert could_serve(None, 8192, "0.32.0").certainty == UNKNOWN
     room = could_serve(_cache(block_size=16), 8192, "0.32.0")
     assert (room.max_model_len, room.why) == (None, "no num_gpu_blocks and block_size in vllm:cache_config_info")
+
+
+def test_a_sliding_window_server_accepting_more_than_its_pool_serves_only_the_pool():
+    # the replaying vLLM's sliding-2xh100-gemma4-31b (vLLM 0.19.1, vllm#39734): 262,144 accepted on 4,790 blocks of
+    # 16 tokens; a request longer than the 76,640-token pool waits in the queue forever (run/queue_watch.py)
+    room = could_serve(_cache(num_gpu_blocks=4790, block_size=16, gpu_memory_utilization=0.9), 262144, "0.19.1")
+    assert (room.pool_tokens, room.max_model_len, room.certainty) == (76640, 76640, LIKELY)
+    assert "accepts 262,144, more than the pool holds" in room.why
+    assert "waits in vLLM's queue forever" in room.why and "--no-scheduler-reserve-full-isl" in room.why
+    assert "assumes every layer is full attention" not in room.why
+
+
+def test_over_the_pool_before_0_19_or_on_an_unknown_version_cannot_tell():
+    # before 0.19 the scheduler admits a prompt chunk by chunk: the request runs, and how much longer fits is unknown
+    for version in ("0.18.0", None):
+        room = could_serve(_cache(num_gpu_blocks=4790, block_size=16), 262144, version)
+        assert (room.pool_tokens, room.max_model_len, room.certainty) == (76640, None, UNKNOWN)
+        assert "accepts 262,144, more than the pool holds" in room.why
+
+
+def test_a_server_of_unknown_version_serving_its_whole_pool_held_no_block_back():
+    room = could_serve(_cache(num_gpu_blocks=100, block_size=16), 1600, None)
+    assert (room.max_model_len, room.certainty) == (1600, LIKELY) and "none held back (it accepts them all)" in room.why

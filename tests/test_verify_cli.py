@@ -84,6 +84,17 @@ def test_without_a_run_the_seeds_story_without_a_single_boot(fake_server):
             "(or verify it first with `autotune --target 61152 -- YOUR SERVE COMMAND`)") in text
 
 
+def test_a_sliding_window_server_is_told_its_requests_over_the_pool_wait_forever(fake_server):
+    # vLLM 0.19.1 serving Gemma 4 at 262,144 on a 76,640-token pool (vllm#39734): 262,144 is accepted, not served
+    gemma = fake_server("--profile", "sliding-2xh100-gemma4-31b", "--tensor-parallel-size", "2")
+    result = autotune("verify", gemma.url, "--probe", "none")
+    assert ("  could:    serves 262,144; its KV pool holds 76,640 tokens: a request longer than 76,640 tokens waits "
+            "in vLLM's queue forever: restart with --max-model-len 76640 (or add --no-scheduler-reserve-full-isl "
+            "and verify 262,144 with `autotune --target 262144 -- YOUR SERVE COMMAND`)") in result.stdout
+    assert "is all vLLM accepts" not in result.stdout
+    assert "  how sure: likely: 4,790 blocks of 16 tokens, none held back" in result.stdout
+
+
 def test_a_server_behind_a_key_is_verified_with_the_key_and_turned_away_without(tmp_path):
     with FrontDoorServer(api_key="sk-test-1", max_model_len=4096) as server:
         url = f"http://127.0.0.1:{server.port}"

@@ -18,6 +18,12 @@ How sure that is depends on what the version serves:
   attention, true of most dense models, not of sliding-window or hybrid ones.
 - unknown: a request takes another number of blocks (sliding window, linear attention, several
   KV groups): /metrics cannot say which length fits; the pool's token figure is still given.
+
+A server that accepts more than num_gpu_blocks x block_size is not all full attention (vLLM's boot
+check counts sliding-window layers at their window). From 0.19 its scheduler admits a request only
+when the pool holds the whole prompt: a longer one waits forever (run/queue_watch.py, vllm#39734),
+so the pool is what it serves (likely: /metrics does not say whether the server was started with
+--no-scheduler-reserve-full-isl). Before 0.19, or on an unknown version: unknown.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from autotune.analysis import kv_pool
+from autotune.run import queue_watch
 from autotune.run.metrics import CacheConfig
+from autotune.vllm import versions
 
 EXACT = "exact"
 LIKELY = "likely"
@@ -54,11 +62,16 @@ def could_serve(cache: CacheConfig | None, served_len: int | None, vllm_version:
     blocks, size = cache.num_gpu_blocks, cache.block_size
     pool = cache.kv_cache_size_tokens or blocks * size
     null = kv_pool.reserves_null_block(vllm_version)
+    if null and not vllm_version and served_len and served_len > (blocks - 1) * size:
+        null = False  # it accepts every block: a version that keeps no null block
     held = (f"one held back (vLLM {vllm_version} keeps a null block)" if null and vllm_version
             else "one held back (the version is unknown: assumed, as from vLLM 0.21)" if null
-            else f"none held back (vLLM {vllm_version} keeps no null block)")
+            else f"none held back (vLLM {vllm_version} keeps no null block)" if vllm_version
+            else "none held back (it accepts them all)")
     longest = (blocks - int(null)) * size
     layout = f"{blocks:,} blocks of {size} tokens, {held}"
+    if served_len and served_len > blocks * size:
+        return _over_the_pool(pool, longest, layout, served_len, vllm_version)
     concurrency = cache.kv_cache_max_concurrency
     if not concurrency or not served_len:
         return Room(pool, longest, LIKELY, f"{layout}; assumes every layer is full attention (this vLLM serves no "
@@ -72,3 +85,17 @@ def could_serve(cache: CacheConfig | None, served_len: int | None, vllm_version:
                                          "several KV groups, whose longest length /metrics cannot give")
     return Room(pool, longest, EXACT, f"{layout}; every layer full attention (one request of {served_len:,} tokens "
                                       f"takes {full_attention:,} blocks: kv_cache_max_concurrency {concurrency:.2f})")
+
+
+def _over_the_pool(pool: int, longest: int, layout: str, served_len: int, vllm_version: str | None) -> Room:
+    """A server that accepts more than its pool holds with every layer full attention: vLLM's boot check
+    counted sliding-window layers at their window. Where the scheduler admits a request only when the
+    pool holds its whole prompt (run/queue_watch.py), a longer one waits forever: the pool is the limit."""
+    over = f"{layout}; it accepts {served_len:,}, more than the pool holds with every layer full attention"
+    if queue_watch.waits_over_pool(pool, served_len, [], vllm_version):
+        return Room(pool, longest, LIKELY, f"{over}: sliding-window or hybrid layers, and vLLM {vllm_version} admits "
+                                           "a request only when the pool holds its whole prompt, so a longer one "
+                                           "waits in vLLM's queue forever (vllm#39734), unless the server was "
+                                           f"started with {versions.NO_FULL_ISL_FLAG}")
+    return Room(pool, None, UNKNOWN, f"{over}: sliding-window or hybrid layers, whose longest length /metrics cannot "
+                                     "give")

@@ -15,6 +15,7 @@ from autotune.cli.options import runs_dir_option, sayer
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
 from autotune.store.record import Result, RunRecord
+from autotune.vllm.versions import NO_FULL_ISL_FLAG
 
 INTERRUPTED = "the endpoints checked before were recorded, the one being checked was not"
 
@@ -39,7 +40,11 @@ def could_line(deployment: dict) -> str | None:
     head = f"serves {served:,}; its KV pool holds {pool:,} tokens"
     if longest is None:
         return f"{head}: which length fits, /metrics cannot say ({room.get('why')}); measure it with autotune --target"
-    if served >= longest:
+    if served > longest:  # only where a request longer than the pool is never admitted (could_serve.py)
+        return (f"{head}: a request longer than {longest:,} tokens waits in vLLM's queue forever: restart with "
+                f"--max-model-len {longest} (or add {NO_FULL_ISL_FLAG} and verify {served:,} with "
+                f"`autotune --target {served} -- YOUR SERVE COMMAND`)")
+    if served == longest:
         return f"{head}: {served:,} is all vLLM accepts from it"
     return (f"{head}: restart with --max-model-len {longest} (or verify it first with "
             f"`autotune --target {longest} -- YOUR SERVE COMMAND`)")

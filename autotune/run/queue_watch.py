@@ -36,14 +36,21 @@ WHY = ("vLLM admits a request only when its KV pool can hold the whole prompt (-
        "is smaller than the max-model-len it accepted (sliding-window and hybrid models; vllm#39734)")
 
 
+def waits_over_pool(pool: int | None, length: int, argv: list[str], version: str | None) -> bool:
+    """Does a request of `length` tokens wait forever on this vLLM, whose pool holds `pool` tokens in
+    whole blocks of every layer (its log's "KV cache size" 0.11-0.20, or /metrics' num_gpu_blocks x
+    block_size there)? False when that cannot be told (pure)."""
+    found = versions.profile(version)
+    if not isinstance(pool, int) or pool >= length or found is None or found.version >= (0, 21, 0):
+        return False
+    return bool(versions.admits_whole_prompts_only(argv, version))
+
+
 def pool_below_length(facts: dict, length: int, argv: list[str], version: str | None) -> str | None:
     """Why a request of `length` tokens would wait forever, from the boot log alone; None when the
     log does not say so (pure)."""
     pool = facts.get("kv_cache_tokens")
-    found = versions.profile(version)
-    if not isinstance(pool, int) or pool >= length or found is None or found.version >= (0, 21, 0):
-        return None
-    if not versions.admits_whole_prompts_only(argv, version):
+    if not waits_over_pool(pool, length, argv, version):
         return None
     return (f"its KV pool holds {pool:,} tokens (\"KV cache size\"), fewer than max-model-len {length:,}: a request "
             f"longer than the pool would wait in vLLM's queue forever. {WHY}")
