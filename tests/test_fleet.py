@@ -202,6 +202,27 @@ def test_ctrl_c_stops_every_leaf_and_a_second_run_does_only_the_rest(tmp_path):
     assert len(collect.list_fleets(runs)) == 1  # the same fleet, continued
 
 
+def test_fleet_resume_continues_the_fleet_named_not_the_newest_of_its_plan(tmp_path):
+    runs = tmp_path / "runs"
+    path = grid_plan(tmp_path, "fleet-named", profiles=("seed-3090-qwen3.6-27b",), gmus=(0.95,))
+    plan, text = plan_mod.load(path), path.read_text()
+    named, _ = collect.find_or_new(plan, text, runs, "local", fresh=True)
+    newer, _ = collect.find_or_new(plan, text, runs, "local", fresh=True)  # the newest unfinished fleet of the plan
+    for state in (named, newer):
+        state.data["state"] = "interrupted"
+        state.save()
+    assert collect.list_fleets(runs)[0] == newer.folder
+    argv = [sys.executable, "-m", "autotune", "fleet", "resume", named.fleet_id, "--runs-dir", str(runs), "--slots", "1"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert f"continuing fleet {named.fleet_id} (1 of 1 leaves left)" in done.stderr
+    assert [e["state"] for e in collect.load(named.folder).data["leaves"]] == ["finished"]
+    assert [e["state"] for e in collect.load(newer.folder).data["leaves"]] == ["waiting"]  # not touched
+    finished = CliRunner().invoke(cli, ["fleet", "resume", named.fleet_id, "--runs-dir", str(runs), "--slots", "1"])
+    assert finished.exit_code == 1 and f"fleet {named.fleet_id} has no leaf left to run" in finished.output
+    assert fakes("fleet-named") == []
+
+
 def test_a_killed_leaf_is_retried_and_its_server_reaped(tmp_path):
     runs = tmp_path / "runs"
     plan = grid_plan(tmp_path, "fleet-kill", scale=0.05, profiles=("seed-3090-qwen3.6-27b",), gmus=(0.95,))

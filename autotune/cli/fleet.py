@@ -18,7 +18,7 @@ import click
 
 from autotune.cli.eta import command_key
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import runs_dir_option
+from autotune.cli.options import echo_err, runs_dir_option
 from autotune.cli.tables import echo_table
 from autotune.cli.terminal import is_tty
 from autotune.fleet import collect
@@ -113,6 +113,9 @@ def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, 
             state, continued = collect.find_or_new(plan, text, runs_dir, on, fresh=fresh)
         except artifact.ArtifactError as exc:
             raise click.ClickException(str(exc))
+        if continued:
+            echo_err(f"continuing fleet {state.fleet_id}, the unfinished fleet of this plan "
+                     f"({collect.left_text(state)}; --fresh starts a new one)", quiet=quiet)
         _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
 
 
@@ -120,9 +123,9 @@ def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, 
 @click.argument("fleet_ref", default="latest")
 @backend_options
 def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_dir):
-    """Run the leaves FLEET did not finish (FLEET: a fleet folder, its id, or `latest`), from the
-    plan it recorded."""
-    folder = _fleet_folder(fleet_ref, runs_dir)
+    """Run the leaves FLEET did not finish, from the plan it recorded (FLEET: a fleet folder,
+    its id, or `latest`, the default: the newest fleet with leaves left)."""
+    folder = _fleet_folder(fleet_ref, runs_dir, unfinished=True)
     state = collect.load(folder)
     text = state.data["plan"]["text"]
     try:
@@ -132,7 +135,11 @@ def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_di
     if not state.todo():
         raise click.ClickException(f"fleet {folder.name} has no leaf left to run")
     with exits(INTERRUPTED_FLEET):
-        state, _ = collect.find_or_new(plan, text, runs_dir, on)
+        try:
+            state = collect.carry_on(state, on)
+        except artifact.ArtifactError as exc:
+            raise click.ClickException(str(exc))
+        echo_err(f"continuing fleet {state.fleet_id} ({collect.left_text(state)})", quiet=quiet)
         _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
 
 
@@ -146,16 +153,26 @@ def show_cmd(fleet_ref, runs_dir, json_):
     _echo_result(state, json_)
 
 
-def _fleet_folder(ref: str, runs_dir: Path) -> Path:
+def _fleet_folder(ref: str, runs_dir: Path, unfinished: bool = False) -> Path:
+    """The fleet FLEET names; `latest`: the newest fleet (with leaves left, when unfinished)."""
     fleets = collect.list_fleets(runs_dir)
     if ref == "latest":
-        if not fleets:
-            raise click.ClickException(f"no fleet under {runs_dir}")
-        return fleets[0]
+        left = [f for f in fleets if not unfinished or _has_leaves_left(f)]
+        if not left:
+            raise click.ClickException(f"no fleet{' with leaves left' if fleets and unfinished else ''} "
+                                       f"under {runs_dir}")
+        return left[0]
     for candidate in (Path(ref), Path(runs_dir) / ref):
         if (candidate / collect.FLEET_FILE).is_file():
             return candidate
     raise click.ClickException(f"no fleet {ref!r} (a fleet folder, its id under {runs_dir}, or latest)")
+
+
+def _has_leaves_left(folder: Path) -> bool:
+    try:
+        return bool(collect.load(folder).todo())
+    except artifact.ArtifactError:
+        return False
 
 
 def _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir) -> None:

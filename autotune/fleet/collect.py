@@ -3,6 +3,7 @@ folder moved into runs/ with a `fleet` section in its run.json (node, GPU, tries
 
     FleetState     fleet.json: the plan's text, each leaf's state, run and tries
     find_or_new    the fleet of this plan to continue (same plan text, not finished), or a new one
+    carry_on       continue a fleet (the one named by `fleet resume`)
     land           a try's run folder (a path, or the packed bytes a Ray worker sent) into runs/
     pack / unpack  a run folder as gzip'd tar bytes (small: logs and JSON)
     upload         a run folder to --results-uri (fsspec: file://, s3://, gs://)
@@ -70,16 +71,8 @@ def find_or_new(plan: Plan, plan_text: str, runs_dir: Path, backend: str, fresh:
     if not fresh:
         for folder in list_fleets(runs_dir):
             state = load(folder)
-            if state.data.get("plan", {}).get("digest") != plan.digest or not state.todo():
-                continue
-            owner = state.data.get("owner") or {}
-            if state.data.get("state") == RUNNING and cleanup.owner_alive(owner.get("pid"), owner.get("create_time")):
-                raise artifact.ArtifactError(f"fleet {folder.name} of this plan is running (autotune pid "
-                                             f"{owner.get('pid')}); wait for it, or stop it with Ctrl-C")
-            for entry in state.data["leaves"]:
-                if entry["state"] == RUNNING:  # its driver was killed: the leaf did not finish
-                    entry["state"] = INTERRUPTED
-            return _begin(state, backend), True
+            if state.data.get("plan", {}).get("digest") == plan.digest and state.todo():
+                return carry_on(state, backend), True
     folder = artifact.create_run_dir(runs_dir, f"fleet-{plan.name}")  # <UTC time>-fleet-<plan name>, made unique
     state = FleetState(folder, {
         "fleet_id": folder.name, "plan": {"name": plan.name, "path": plan.path, "digest": plan.digest,
@@ -88,6 +81,24 @@ def find_or_new(plan: Plan, plan_text: str, runs_dir: Path, backend: str, fresh:
         "leaves": [{"id": leaf.id, "key": leaf.key, "label": leaf.label(), "state": WAITING, "run_id": None,
                     "tries": []} for leaf in plan.leaves]})
     return _begin(state, backend), False
+
+
+def carry_on(state: FleetState, backend: str) -> FleetState:
+    """This fleet, continued: refused while its driver still runs; a leaf a killed driver left
+    running did not finish."""
+    owner = state.data.get("owner") or {}
+    if state.data.get("state") == RUNNING and cleanup.owner_alive(owner.get("pid"), owner.get("create_time")):
+        raise artifact.ArtifactError(f"fleet {state.fleet_id} is running (autotune pid {owner.get('pid')}); "
+                                     "wait for it, or stop it with Ctrl-C")
+    for entry in state.data["leaves"]:
+        if entry["state"] == RUNNING:  # its driver was killed: the leaf did not finish
+            entry["state"] = INTERRUPTED
+    return _begin(state, backend)
+
+
+def left_text(state: FleetState) -> str:
+    """"2 of 4 leaves left", for the line that names the fleet continued."""
+    return f"{len(state.todo())} of {len(state.data['leaves'])} leaves left"
 
 
 def _begin(state: FleetState, backend: str) -> FleetState:
