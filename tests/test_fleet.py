@@ -223,6 +223,24 @@ def test_fleet_resume_continues_the_fleet_named_not_the_newest_of_its_plan(tmp_p
     assert fakes("fleet-named") == []
 
 
+def test_a_leaf_whose_command_names_no_model_shows_the_model_vllm_served(tmp_path):
+    runs = tmp_path / "runs"
+    plan = write_plan(tmp_path, f"""
+command: {FAKE} --profile seed-3090-qwen3.6-27b --time-scale 0.01 --served-model-name fleet-unnamed
+target: 64K
+strategy: refusal
+probe: none
+leaves:
+  - {{--gpu-memory-utilization: 0.95}}
+""")
+    done = run_fleet(plan, runs, "--slots", "1")
+    assert done.returncode == 0, done.stderr
+    entry = collect.load(collect.list_fleets(runs)[0]).data["leaves"][0]
+    assert entry["label"] == "Qwen3.6-27B-AWQ gpu-memory-utilization=0.95"  # not "? gpu-memory-utilization=0.95"
+    assert entry["run_id"].endswith("-qwen3.6-27b-awq") and "Qwen3.6-27B-AWQ" in done.stdout
+    assert fakes("fleet-unnamed") == []
+
+
 def test_a_killed_leaf_is_retried_and_its_server_reaped(tmp_path):
     runs = tmp_path / "runs"
     plan = grid_plan(tmp_path, "fleet-kill", scale=0.05, profiles=("seed-3090-qwen3.6-27b",), gmus=(0.95,))

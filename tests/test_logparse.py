@@ -368,6 +368,25 @@ def test_disable_log_logo_banner():
     assert r["vllm_version"] == "0.17.0"
 
 
+def test_the_model_vllm_serves_is_read_where_it_says_it():
+    # non-default args (0.9+): the model the command named
+    r = parse_file(FIXTURES / "cpu-0.32.0-ready-max-model-len-auto.log")
+    assert r.facts["model"].value == "./tiny2" and "'model': './tiny2'" in r.facts["model"].text
+    # a command without --model: only the engine's config names vLLM's default (the replaying vLLM's profile)
+    r = parse_lines([
+        "(APIServer pid=1) INFO 12-01 18:02:55 [utils.py:238] non-default args: {'tensor_parallel_size': 2, 'port': 1}",
+        "(EngineCore_DP0 pid=2) INFO 12-01 18:02:55 [core.py:93] Initializing a V1 LLM engine (v0.19.1) with config: "
+        "model='google/gemma-4-31B-it', speculative_config=None, tokenizer='google/gemma-4-31B-it', max_seq_len=262144",
+    ])
+    assert (r.facts["model"].value, r.facts["model"].line_no) == ("google/gemma-4-31B-it", 2)
+    # V0's Namespace: `vllm serve M` puts M in model_tag
+    r = _parse("INFO 09-20 10:00:01 api_server.py:496] args: Namespace(model_tag='meta-llama/Llama-3.1-8B-Instruct', "
+               "model='meta-llama/Llama-3.1-8B-Instruct', port=8000)")
+    assert r["model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert _parse("INFO 12-01 15:27:36 [launcher.py:1] vLLM server version 0.32.0, serving model ./tiny2")["model"] == \
+        "./tiny2"
+
+
 def test_version_word_outside_the_banner_is_ignored():
     r = _parse(
         "(APIServer pid=1) INFO 03-05 10:00:01 [utils.py:282]   █▄█▀ █     █     █     █  model   meta-llama/Llama-3.1-8B-Instruct",

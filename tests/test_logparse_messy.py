@@ -31,9 +31,9 @@ def _lines(path: Path) -> list[str]:
 
 def _facts(result: dict) -> dict:
     """What a log says about its boot: outcome, failure, every figure and word (not the echoed
-    arguments and the stated exception text, which quote user input)."""
+    arguments, the model they name and the stated exception text, which quote user input)."""
     return {k: v for k, v in result.items()
-            if k not in ("non_default_args", "args_namespace", "exception") and not isinstance(v, (dict, list))}
+            if k not in ("non_default_args", "args_namespace", "model", "exception") and not isinstance(v, (dict, list))}
 
 
 def _facts_of(lines: list[str]) -> dict:

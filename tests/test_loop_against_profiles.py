@@ -69,6 +69,16 @@ def test_the_seed_is_refused_at_65536_and_verified_at_61152_in_two_boots(machine
     assert record["vllm_version_detected"] == "0.20.2"
 
 
+def test_a_command_without_a_model_takes_the_one_vllm_says_it_serves(machine, _runs_dir):
+    # vLLM serves its default (here the profile's model) when the command names none: the record and
+    # the run folder carry the name from its config line, not null and "unknown-model".
+    machine(SEED)
+    record = tune("--target", "65536", "--probe", "none", "--", *fake(SEED, *SEED_LEVERS))
+    assert record["model"] == "Qwen/Qwen3.6-27B-AWQ"
+    assert record["run_id"].endswith("-qwen3.6-27b-awq") and (_runs_dir / record["run_id"] / "run.json").is_file()
+    assert [p.name for p in _runs_dir.iterdir()] == [record["run_id"]]
+
+
 @pytest.mark.parametrize("profile,boots,ceiling", [
     ("v1-0.21.0", 1, 44480), ("v1-0.33.0", 1, 44480), (SEED, 1, 61152),
     ("v1-0.17.0-auto-probe", 2, 45616),  # 0.14-0.19: auto only read, then one explicit boot

@@ -97,9 +97,10 @@ class Leaf:
                 sorted(self.env.items()), self.vllm.venv, self.max_boots]
         return hashlib.sha1(json.dumps(data, default=str).encode()).hexdigest()[:12]
 
-    def label(self) -> str:
-        """Short words for tables: the model and what the grid set."""
-        model = (self.model or servecmd.model_of(self.argv) or "?").rstrip("/").split("/")[-1]
+    def label(self, served: str | None = None) -> str:
+        """Short words for tables: the model (served: the one vLLM said, for a command naming none)
+        and what the grid set."""
+        model = (self.model or servecmd.model_of(self.argv) or served or "?").rstrip("/").split("/")[-1]
         parts = [model, *(f"{k.lstrip('-')}={v}" for k, v in self.settings.items())]
         if self.vllm.version:
             parts.append(f"vLLM {self.vllm.version}")

@@ -121,6 +121,7 @@ class Driver:
         entry.update(run_id=run_id, node=outcome.node, gpu=outcome.gpu, duration_s=outcome.duration_s,
                      ended_at=outcome.ended_at, error=outcome.error,
                      state=INTERRUPTED if outcome.interrupted else FINISHED, **_result_of(self.runs_dir, run_id))
+        entry["label"] = job.leaf.label(entry.get("model"))
         self.state.save()
         self.emit("leaf_interrupted" if outcome.interrupted else "leaf_finished", leaf=job.leaf, entry=entry)
 
@@ -179,9 +180,9 @@ def _infra_text(exc: Exception) -> str:
 def _result_of(runs_dir: Path, run_id: str | None) -> dict:
     """What the table shows of a landed run: verdict, ceiling, boots."""
     if run_id is None:
-        return {"verdict": "error", "ceiling": None, "boots": 0}
+        return {"verdict": "error", "ceiling": None, "boots": 0, "model": None}
     record = artifact.load(runs_dir / run_id)
     result = record.result
     return {"verdict": result.get("verdict") if result else None,
             "ceiling": result.get("ceiling") if result and result.get("verified") else None,
-            "boots": len(record.boots_done()), "target": record.get("target")}
+            "boots": len(record.boots_done()), "target": record.get("target"), "model": record.get("model")}

@@ -53,6 +53,7 @@ class Loop:
             with GATE.deferred(drop=True):  # a second Ctrl-C must not abandon the stop half-way
                 self._interrupted(exc)
             raise
+        self._named_for_model()
         results.assemble(self.record, step, self.target, self.argv, self.user_port, self.run_dir, self.kept,
                          self.port)
         self.record.state = "finished"
@@ -72,6 +73,7 @@ class Loop:
         attempt.basis = step.basis
         record.attempts.append(attempt)
         record.vllm_version = record.vllm_version or attempt.fact("vllm_version")
+        record.model = record.model or attempt.fact("model")  # vLLM's default when the command names none
         checks.check_flags(attempt, attempt_argv, emit)
         boot_check.attach(attempt, attempt_argv, emit)  # vLLM's KV figures against the model's files
         maximum = checks.model_maximum(attempt)
@@ -85,6 +87,15 @@ class Loop:
         emit("attempt_ended", index=index, attempt=attempt.to_dict())
         if server is not None:
             self.kept = server
+
+    def _named_for_model(self) -> None:
+        """The run folder and id of a command that names no model take the model vLLM said it serves."""
+        named = artifact.named_for_model(self.run_dir, self.record.model)
+        if named != self.run_dir:
+            self.run_dir = self.boots.run_dir = named
+            self.record.run_id = named.name
+            self.emit("run_renamed", run_dir=str(named),
+                      message=f"run folder {named}: vLLM serves {self.record.model} (the command names no model)")
 
     def _apply(self, fix) -> None:
         """A mechanical fix (recovery.py): the next boot relaunches with it."""

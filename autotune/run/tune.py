@@ -113,8 +113,9 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
         emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
              f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "
              f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
-    Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit).run()
-    return _after_loop(record, run_dir, opts, env, emit)
+    loop = Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
+    loop.run()
+    return _after_loop(record, loop.run_dir, opts, env, emit)
 
 
 def _margin(opts: TuneOptions, env: dict[str, str], emit: Emit) -> margin.Margin | None:
@@ -185,8 +186,9 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     artifact.save_run(run_dir, record)
     done = sum(1 for a in record.attempts if a.outcome != strategy.INTERRUPTED)
     emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=done, port=port)
-    Loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit).run()
-    return _after_loop(record, run_dir, opts, env, emit)
+    loop = Loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit)
+    loop.run()
+    return _after_loop(record, loop.run_dir, opts, env, emit)
 
 
 def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:

@@ -48,7 +48,22 @@ def new_run_id(model: str | None, now: datetime | None = None) -> str:
 
 def create_run_dir(runs_dir: Path, model: str | None) -> Path:
     runs_dir.mkdir(parents=True, exist_ok=True)
-    base = new_run_id(model)
+    return _claim_dir(runs_dir, new_run_id(model))
+
+
+def named_for_model(run_dir: Path, model: str | None) -> Path:
+    """A run folder named before anyone knew its model (<time>-unknown-model: the command named
+    none) under the model's name once vLLM said it, its time kept; any other folder as it is."""
+    stamp, _, name = run_dir.name.partition("-")
+    if not model or not name.startswith(model_slug(None)):
+        return run_dir
+    target = _claim_dir(run_dir.parent, f"{stamp}-{model_slug(model)}")
+    os.replace(run_dir, target)  # over the empty folder that claimed the name
+    return target
+
+
+def _claim_dir(runs_dir: Path, base: str) -> Path:
+    """A new empty folder named base (base-1, base-2, ... when taken)."""
     for n in range(1000):
         name = base if n == 0 else f"{base}-{n}"
         path = runs_dir / name

@@ -25,7 +25,7 @@ SCHEMA_KEYS: tuple[str, ...] = (
 TEXT_MAX = 400  # Fact.text length
 # Facts the API server prints before the engine starts: a banner or arguments line after only
 # these is the same boot (several API servers, a banner printed twice).
-API_SERVER_KEYS = frozenset({"vllm_version", "non_default_args", "args_namespace", "max_model_len_resolved",
+API_SERVER_KEYS = frozenset({"vllm_version", "non_default_args", "args_namespace", "model", "max_model_len_resolved",
                               "warning_kinds", "attention_fallback_reason"})
 
 

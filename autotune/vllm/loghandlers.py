@@ -59,20 +59,32 @@ class LineHandlers:
             if value is not None:
                 self._set("non_default_args", value, (at, len(line)))
                 self._add_models(model_names(value))
+                self._served_model(line, at, value)
         elif msg.startswith(P.NAMESPACE_ARGS) and "args_namespace" not in self._boot.facts:
             at = begins + len(P.NAMESPACE_ARGS)
             value = parse_namespace_repr(line[at:])
             if value is not None:
                 self._set("args_namespace", value, (at, len(line)))
                 self._add_models(model_names(value))
+                self._served_model(line, at, value)
         found = P.ENGINE_VERSION_RE.match(line, begins)
         if found is not None and "with config" in line:
             self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+            model = P.ENGINE_MODEL_RE.search(line, found.end())  # vLLM's default when the command named none
+            if model is not None:
+                self._set("model", model.group(1), model.span(1))
             # Only the config's own max_seq_len: quoted values (the model's name) may hold anything.
             seq = P.MAX_SEQ_LEN_RE.search(QUOTED_RE.sub(lambda m: MASK * len(m.group(0)), line))
             if seq is not None:
                 self._set_num("max_seq_len_engine", seq, 1)
             self._add_models(m.group(1) for m in P.CONFIG_MODEL_RE.finditer(line, 0, 20000))
+
+    def _served_model(self, line: str, at: int, args: dict) -> None:
+        """The model an arguments line names (`vllm serve M` puts M in model_tag), where it stands."""
+        model = args.get("model_tag") or args.get("model")
+        if isinstance(model, str) and model:
+            where = line.find(model, at)
+            self._set("model", model, (where, where + len(model)) if where >= 0 else (at, len(line)))
 
     def _add_models(self, names: Iterable[str]) -> None:
         new = tuple(n for n in names if len(n) >= 4 and n not in self._boot.models)
@@ -87,6 +99,8 @@ class LineHandlers:
         served = P.SERVING_MODEL_RE.search(line, start)
         if served is not None:
             self._add_models([served.group(1)])
+            if MASK not in served.group(1):  # a name read before is masked on the lines after it
+                self._set("model", served.group(1), served.span(1))
 
     def _on_engine_start(self, line: str, start: int) -> None:
         # "Initializing an LLM engine (v0.5.4) with config" with the config on the next lines.

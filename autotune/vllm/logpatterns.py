@@ -161,6 +161,8 @@ AMBIGUOUS_RE = _re(r"error: ambiguous option: ([^\s=]{1,200}) could match")
 # banner's "vLLM server version X, serving model M" (0.15+ without the logo).
 CONFIG_MODEL_RE = _re(r"\b(?:model|tokenizer|served_model_name)='([^']{4,500})'")
 SERVING_MODEL_RE = _re(r"serving model (\S{4,500})")
+# The engine's config line: the model it loads (vLLM's default when the command names none).
+ENGINE_MODEL_RE = _re(r"with config: model='([^']{1,500})'")
 # 0.9+ V1 frontend, after the KV cache is allocated: "Engine 000: vllm cache_config_info with
 # initialization after num_gpu_blocks is: 15745".
 ENGINE_GPU_BLOCKS_RE = _re(r"(?:Engine \d+: )?vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)")
