@@ -34,9 +34,10 @@ def _lines(name: str) -> list[str]:
 
 def _boot_facts(result: dict) -> dict:
     """What a boot log says about the boot: the outcome, the failure and every figure/word,
-    without the echoed arguments and the stated exception text (which quote user input)."""
+    without the echoed arguments, the model they name and the stated exception text (which quote user input)."""
     return {k: v for k, v in result.items()
-            if k not in ("non_default_args", "args_namespace", "exception") and not isinstance(v, (dict, list))}
+            if k not in ("non_default_args", "args_namespace", "model", "exception")
+            and not isinstance(v, (dict, list))}
 
 
 def _facts_of(lines: list[str]) -> dict:

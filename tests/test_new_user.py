@@ -50,7 +50,7 @@ def test_predict_takes_the_serve_command_after_dashes_and_says_which_gmu_it_used
            "--gpu-memory-utilization; --gmu predicts another)" in result.output
     assert "; gmu 0.92" in result.output.splitlines()[1]
     assert "None" not in result.output  # a run with no model named: "another model (None)"
-    assert "another model (none named in its command)" in result.output
+    assert "another model (Qwen/Qwen3.6-27B-AWQ)" in result.output  # the one vLLM served: the command names none
     both = CliRunner().invoke(cli, ["predict", "--command", "vllm serve x", "--", "vllm", "serve", "x"])
     assert both.exit_code == 2 and "one of them" in both.output
 

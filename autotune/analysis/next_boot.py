@@ -26,11 +26,21 @@ def _family(key: dict) -> dict:
     return {k: v for k, v in key.items() if k != COMPILE_CACHE_KEY}
 
 
+def _same_family(group_key: dict, key: dict) -> bool:
+    """Equal but for the compile cache. A key without a model (a command that names none, before vLLM
+    says the one it serves) is its command's: the same flags on the same vLLM serve the same default."""
+    theirs, mine = _family(group_key), _family(key)
+    if mine.get("model") is None:
+        theirs.pop("model", None)
+        mine.pop("model", None)
+    return theirs == mine
+
+
 def like_group(groups: list[Group], key: dict | None) -> Group | None:
     """The group whose runs predict a boot with this key (None: the groups must all be one
     family, as a sweep's own points are), preferring a warm compile cache."""
     if key is not None:
-        groups = [g for g in groups if _family(g.key) == _family(key)]
+        groups = [g for g in groups if _same_family(g.key, key)]
     elif len({tuple(sorted(_family(g.key).items(), key=lambda kv: kv[0])) for g in groups}) > 1:
         return None  # a sweep's values that differ in more than the cache (vLLM changed under it)
     if not groups:
