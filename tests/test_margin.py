@@ -68,8 +68,10 @@ def test_a_margin_the_device_cannot_keep():
 # ---- a whole tune: the seed machine keeps half a GiB instead of "0.98" ----------------------------------------
 
 def _tune(monkeypatch, *args):
-    inventory = profiles.by_name(SEED).nvml_inventory()
-    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    # This machine has no NVIDIA GPU and 12 GiB on its NUMA node: the replaying vLLM answers for the
+    # machine it replays (--print-gpus), and the margin is of that machine's GPU, as the rest of the tune.
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: ([], "no NVIDIA driver"))
+    monkeypatch.setattr("autotune.analysis.device_memory.node_memory_bytes", lambda: 12 * GIB)
     return CliRunner().invoke(cli, ["tune", *args], catch_exceptions=False)
 
 
@@ -83,7 +85,8 @@ def test_the_seed_keeps_half_a_gib_free_and_every_file_says_so(monkeypatch, tmp_
     run_dir = next(tmp_path.iterdir())
     record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
     assert record.margin["gmu"] == 0.9791 and record.margin["replaced_gmu"] == "0.98"
-    assert record.margin["device_source"] == "NVML total memory of GPU 0"
+    assert record.margin["device"] == "gpu" and record.margin["device_total_gib"] == 24.0
+    assert record.margin["device_source"] == "NVML total memory of GPU 0 (the replaying vLLM's, --print-gpus)"
     assert record.options["max_gmu"] == 0.95 and record.options["margin_bytes"] == GIB // 2
     # what booted: the command with the margin's gmu (so every paste-ready file has it)
     booted = record.attempts[-1]

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 
 GIB = 1 << 30
 GMU = "--gpu-memory-utilization"
@@ -74,15 +74,17 @@ class Margin:
                 "replaced_gmu": self.replaced_gmu, "summary": self.describe()}
 
 
-def gpu_device(inventory: Sequence[Mapping], indices: Sequence[int]) -> Device | None:
-    """The smallest of the GPUs vLLM gets (gmu applies to each), or None without GPUs."""
+def gpu_device(inventory: Sequence[Mapping], indices: Sequence[int], whose: str = "") -> Device | None:
+    """The smallest of the GPUs vLLM gets (gmu applies to each), or None without GPUs. whose: where
+    the inventory comes from, when not this machine's NVML."""
     gpus = [g for g in inventory if not indices or g.get("index") in indices]
     if not gpus:
         return None
     smallest = min(gpus, key=lambda g: g["memory_total_gib"])
     which = ", ".join(str(g["index"]) for g in gpus)
     return Device("gpu", int(smallest["memory_total_gib"] * GIB),
-                  f"NVML total memory of GPU {which}" + (" (the smallest)" if len(gpus) > 1 else ""))
+                  f"NVML total memory of GPU {which}" + (" (the smallest)" if len(gpus) > 1 else "")
+                  + (f" ({whose})" if whose else ""))
 
 
 def plan(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], device: Device | None) -> Margin:
@@ -109,16 +111,21 @@ def apply(argv: Sequence[str], margin: Margin) -> list[str]:
 
 
 def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> Margin:
-    """plan() on this machine: the GPUs vLLM will get (NVML), else the CPU backend's NUMA node; the
-    command read with its --config file's options (a gmu or KV size there counts)."""
+    """plan() for the machine the command runs on: the GPUs vLLM will get (NVML here, or the
+    replaying vLLM's own, which stands for another machine: host.machine.gpu_facts_for, as the rest
+    of the tune), else the CPU backend's NUMA node; the command read with its --config file's
+    options (a gmu or KV size there counts)."""
     from autotune.analysis import device_memory
     from autotune.host import gpus
-    from autotune.host.machine import gpu_facts
+    from autotune.host.machine import gpu_facts_for
 
-    inventory, _ = gpu_facts()
+    inventory, why = gpu_facts_for(argv, env)
     device = None
     if inventory:
-        device = gpu_device(inventory, gpus.plan_gpus(gpu_selector, env, inventory).indices)
+        whose = f"the replaying vLLM's, {versions.FAKE_GPUS_FLAG}" if versions.replays(argv) else ""
+        device = gpu_device(inventory, gpus.plan_gpus(gpu_selector, env, inventory).indices, whose)
+    elif versions.replays(argv):
+        raise MarginError(f"--margin needs the device's memory: {why}")
     else:
         node = device_memory.node_memory_bytes()
         if node is not None:
