@@ -130,8 +130,15 @@ def test_serve_settings_read_the_memory_flags():
     assert not s.prefix_caching and s.max_num_batched_tokens == 512
     with pytest.raises(ValueError, match="names no model"):
         estimate.serve_settings(["vllm", "serve", "--port", "8000"])
-    with pytest.raises(ValueError, match="not a size"):
-        estimate.parse_bytes("lots")
+    with pytest.raises(ValueError, match="--kv-cache-memory-bytes 'lots' is not a size"):
+        estimate.serve_settings(["vllm", "serve", "/m", "--kv-cache-memory-bytes", "lots"])
+
+
+def test_serve_settings_read_sizes_as_vllm_does():
+    # vLLM's human_readable_int: lowercase is decimal (128m = 128,000,000 bytes), uppercase binary.
+    s = estimate.serve_settings(["vllm", "serve", "/m", "--kv-cache-memory-bytes", "128m",
+                                 "--max-num-batched-tokens", "8k", "--max-model-len", "32k"])
+    assert (s.kv_cache_memory_bytes, s.max_num_batched_tokens, s.max_model_len) == (128_000_000, 8000, 32000)
 
 
 def test_cli_calibrates_on_the_matching_run_and_skips_others(gqa, tmp_path):

@@ -272,6 +272,18 @@ def test_argparse_spellings_are_read_as_vllm_reads_them():
     assert {"max_num_seqs": 4, "gpu_memory_utilization": 0.95}.items() <= req.args_shown.items()
 
 
+def test_sizes_are_read_as_vllm_reads_them():
+    """vLLM's human_readable_int (autotune.vllm.servecmd): lowercase decimal, uppercase binary and whole."""
+    req = fake_vllm.read_request(["--profile", "v1-0.33.0", "--kv-cache-memory-bytes", "2g",
+                                  "--max-num-batched-tokens", "2k", "--max-model-len", "16K"], {})
+    assert (req.settings.kv_cache_memory_bytes, req.settings.max_num_batched_tokens, req.max_model_len) == \
+        (2 * 10**9, 2000, 16384)
+    assert req.args_shown["kv_cache_memory_bytes"] == 2 * 10**9  # printed as vLLM stored it
+    with pytest.raises(fake_vllm.UsageError, match="argument --kv-cache-memory-bytes: invalid human_readable_int "
+                                                   "value: '1.5G'"):
+        fake_vllm.read_request(["--profile", "v1-0.33.0", "--kv-cache-memory-bytes", "1.5G"], {})
+
+
 @pytest.mark.parametrize("version_profile,argv,accepted", [
     ("v0-0.6.4", ["--kv-cache-memory-bytes", "4G"], False),  # 0.10.2+
     ("v1-0.13.0", ["--kv-cache-memory-bytes", "4G"], True),

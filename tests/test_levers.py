@@ -36,6 +36,16 @@ def test_levers_already_at_their_floor_are_not_measured():
     assert plan.measure == []
 
 
+def test_a_batch_size_written_as_vllm_takes_it_is_read():
+    # vLLM reads --max-num-batched-tokens 8k as 8,000 (human_readable_int): a lever to measure, not a crash
+    plan = levers.plan(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "8k"], RTX3090,
+                       Limits(max_gmu=0.99))
+    assert plan.measure == ["max_num_batched_tokens"]
+    plan = levers.plan(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "0.5k"], RTX3090,
+                       Limits(max_gmu=0.99))
+    assert plan.measure == []
+
+
 def test_a_fixed_kv_pool_has_no_gmu_lever():
     argv = ARGV + ["--kv-cache-memory-bytes", "4G"]
     assert levers.effective_gmu(argv, {}, 0.92) is None

@@ -449,6 +449,13 @@ def test_flags_from_a_config_file_are_checked_and_a_disagreement_named(tmp_path)
     # as vLLM reads them: auto is -1, 64K is 65,536
     assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "auto"], {"max_model_len": -1}) == []
     assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-model-len", "64K"], {"max_model_len": 65536}) == []
+    # and sizes: 8k batched tokens are 8,000; 128m bytes 128,000,000 (128M would be 128 MiB)
+    assert preflight.disagreeing_flags(["vllm", "serve", "m", "--max-num-batched-tokens", "8k",
+                                        "--kv-cache-memory-bytes", "128m"],
+                                       {"max_num_batched_tokens": 8000, "kv_cache_memory_bytes": 128_000_000}) == []
+    assert preflight.disagreeing_flags(["vllm", "serve", "m", "--kv-cache-memory-bytes", "128M"],
+                                       {"kv_cache_memory_bytes": 128_000_000}) == \
+        [{"flag": "--kv-cache-memory-bytes", "asked": 128 << 20, "used": 128_000_000}]
 
 
 def test_a_disagreement_is_kept_in_the_attempt_as_well_as_warned(tmp_path, monkeypatch):

@@ -41,7 +41,7 @@ def test_parse_length(text, value):
     assert servecmd.parse_length(text) == value
 
 
-@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "64G", ""])
+@pytest.mark.parametrize("text", ["0", "-5", "abc", "1.5", "64G", "", "1.5K"])
 def test_parse_length_rejects(text):
     with pytest.raises(ValueError):
         servecmd.parse_length(text)
@@ -139,3 +139,48 @@ def test_a_config_file_may_use_the_device_name(tmp_path):
 def test_a_launchers_program_and_its_m_are_not_options(argv):
     options = servecmd.long_options(argv)
     assert options == {"profile": "p", "max-num-seqs": 8}
+
+
+# vLLM's human_readable_int (its type for --max-model-len, --kv-cache-memory-bytes, --max-num-batched-tokens):
+# lowercase k m g t are decimal, uppercase binary and whole numbers only, anything else as Python's int().
+SIZES = ["128m", "128M", "2g", "2G", "25.6k", "64K", " 64k ", "1.5K", "1.5G", "1t", "1T", "134217728", "32_768",
+         "+5", "1e3", "0x10", "128MiB", "2GB", "lots", ""]
+READ_AS_VLLM = r"""
+import json, sys, warnings
+warnings.simplefilter("ignore")
+from vllm.utils.argparse_utils import human_readable_int
+out = []
+for text in json.load(sys.stdin):
+    try:
+        out.append(human_readable_int(text))
+    except Exception:
+        out.append(None)
+print(json.dumps(out))
+"""
+
+
+def _ours(text):
+    try:
+        return servecmd.human_readable_int(text)
+    except ValueError:
+        return None
+
+
+def test_human_readable_int_reads_a_size_as_the_installed_vllm_does():
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", READ_AS_VLLM], input=json.dumps(SIZES), capture_output=True,
+                          text=True, timeout=120)
+    vllm_reads = json.loads(done.stdout.strip().splitlines()[-1])
+    assert vllm_reads[:2] == [128_000_000, 128 << 20]  # 128m is decimal, 128M binary
+    assert [_ours(text) for text in SIZES] == vllm_reads
+
+
+def test_human_readable_int_says_why_a_size_is_refused():
+    with pytest.raises(ValueError, match="1.5K: decimals are not allowed with binary suffixes like K; did you mean "
+                                         "1.5k"):
+        servecmd.human_readable_int("1.5K")
+    with pytest.raises(ValueError, match="'128MiB' is not a whole number"):
+        servecmd.human_readable_int("128MiB")

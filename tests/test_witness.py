@@ -46,6 +46,14 @@ def test_each_figure_both_carry_is_held_against_the_other(facts, argv, figure, t
     assert (found["figure"], found["text"]) == (figure, text)
 
 
+def test_the_command_s_size_is_read_as_vllm_reads_it():
+    # 128m is 128,000,000 bytes to vLLM, not the 128 MiB its /metrics shows for 128M
+    asked = witness.asked([*REAL_ARGV[:-2], "--kv-cache-memory-bytes", "128m"], "0.32.0")
+    assert asked["kv_cache_memory_bytes"] == 128_000_000
+    (found,) = witness.disagreements(real_config(), {}, asked)
+    assert found["text"] == "--kv-cache-memory-bytes: 128,000,000 in the command, 134,217,728 in /metrics"
+
+
 def test_the_logs_two_decimals_are_not_a_disagreement_and_an_unknown_side_is_not_compared():
     config = metrics.parse('vllm:cache_config_info{block_size="16",kv_cache_max_concurrency="1.5333",'
                            'num_gpu_blocks="100"} 1.0\n').cache_config

@@ -304,27 +304,23 @@ def serve_settings(argv: list[str]) -> ServeSettings:
                     raise ValueError(f"{name} {text!r} is not a number")
         return None
 
-    size = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
+    def size(flag):  # vLLM's human_readable_int: 128M is 128 MiB, 128m is 128,000,000
+        text = servecmd.flag_value(argv, flag)
+        try:
+            return servecmd.human_readable_int(text) if text is not None else None
+        except ValueError:
+            raise ValueError(f"{flag} {text!r} is not a size (128M, 2G, 134217728; as vLLM reads it, 128m is "
+                             "128,000,000)") from None
+
     length = servecmd.flag_value(argv, "--max-model-len")
     return ServeSettings(
         model=model, gmu=number("--gpu-memory-utilization", float),
-        kv_cache_memory_bytes=parse_bytes(size) if size is not None else None,
+        kv_cache_memory_bytes=size("--kv-cache-memory-bytes"),
         kv_cache_dtype=servecmd.flag_value(argv, "--kv-cache-dtype"), dtype=servecmd.flag_value(argv, "--dtype"),
         tp=number("--tensor-parallel-size", int, "-tp") or 1, pp=number("--pipeline-parallel-size", int, "-pp") or 1,
         max_model_len=servecmd.parse_length(length) if length not in (None, "auto", "-1") else None,
-        block_size=number("--block-size", int), max_num_batched_tokens=number("--max-num-batched-tokens", int),
+        block_size=number("--block-size", int), max_num_batched_tokens=size("--max-num-batched-tokens"),
         prefix_caching=not servecmd.has_flag(argv, "--no-enable-prefix-caching"))
-
-
-def parse_bytes(text: str) -> int:
-    """vLLM's --kv-cache-memory-bytes: a number with an optional K/M/G/T suffix (binary: 128M = 128 MiB)."""
-    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-    raw = text.strip().upper().removesuffix("B").removesuffix("I")
-    suffix = raw[-1] if raw and raw[-1] in units else ""
-    try:
-        return int(float(raw[:len(raw) - len(suffix)]) * units[suffix])
-    except ValueError:
-        raise ValueError(f"--kv-cache-memory-bytes {text!r} is not a size (128M, 2G, 134217728)")
 
 
 def calibration_runs(records: list[dict], model: str, device: Device, vllm_version: str | None,

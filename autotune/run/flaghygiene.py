@@ -139,18 +139,16 @@ def disagreeing_flags(argv: Sequence[str], non_default_args: Mapping | None,
 
 
 def _as_vllm_reads(dest: str, value: object) -> object:
-    """A flag's value as vLLM stores it: `--max-model-len auto` is -1, 64K is 65536 (vLLM's
-    human_readable_int); None when it cannot be read that way."""
-    if dest == "max_model_len" and isinstance(value, str):
-        if value.strip().lower() in ("auto", "-1"):
-            return -1
-        try:
-            return servecmd.parse_length(value)
-        except ValueError:
-            return None
-    if dest == "kv_cache_memory_bytes" and isinstance(value, str):
-        return None  # 20G and 20g differ by unit family; the printed bytes are what counts
-    return value
+    """A flag's value as vLLM stores it: `--max-model-len auto` is -1, 64K is 65536 and 128m is
+    128,000,000 (vLLM's human_readable_int); None when it cannot be read that way."""
+    if dest.replace("_", "-") not in servecmd.HUMAN_READABLE_OPTIONS or not isinstance(value, str):
+        return value
+    if dest == "max_model_len" and value.strip().lower() in ("auto", "-1"):
+        return -1
+    try:
+        return servecmd.human_readable_int(value)
+    except ValueError:
+        return None
 
 
 def describe_disagreements(found: Sequence[Mapping]) -> str | None:

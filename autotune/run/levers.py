@@ -104,9 +104,18 @@ def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
         if seqs is None or int(float(seqs)) > 1:
             out.measure.append("max_num_seqs")
         batched = servecmd.flag_value(argv, MAX_BATCHED)
-        if batched is None or int(float(batched)) > MIN_BATCHED:
+        if batched is None or _above_floor(batched):
             out.measure.append("max_num_batched_tokens")
     return out
+
+
+def _above_floor(batched: str) -> bool:
+    """Is --max-num-batched-tokens (as vLLM reads it: 8k is 8,000) above the lever's floor? A value vLLM
+    cannot read counts as above: the lever's boot writes one it can."""
+    try:
+        return servecmd.human_readable_int(batched) > MIN_BATCHED
+    except ValueError:
+        return True
 
 
 def apply(argv: list[str], lever: str, value=None) -> list[str]:

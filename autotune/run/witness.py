@@ -11,7 +11,6 @@ misread, or something between the command and vLLM (a wrapper, a --config file) 
 
 from __future__ import annotations
 
-from autotune.analysis.estimate import parse_bytes
 from autotune.run import metrics
 from autotune.run import verify
 from autotune.vllm import servecmd, versions
@@ -46,7 +45,7 @@ def asked(argv: list[str], version: str | None) -> dict:
         gmu = None
     size = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
     try:
-        kv_bytes = parse_bytes(size) if size is not None else None
+        kv_bytes = servecmd.human_readable_int(size) if size is not None else None
     except ValueError:
         kv_bytes = None
     return {"gmu": gmu, "gmu_source": "the command" if text is not None else f"vLLM {version}'s default",

@@ -141,7 +141,13 @@ def _number(options: dict, name: str, kind, default):
     try:
         return kind(value)
     except (TypeError, ValueError):
-        raise UsageError(f"argument --{name}: invalid {kind.__name__} value: {value!r}") from None
+        raise UsageError(f"argument --{name}: invalid {kind.__name__.strip('_')} value: {value!r}") from None
+
+
+def _human_readable_int(text) -> int:
+    """vLLM's type of --kv-cache-memory-bytes, --max-num-batched-tokens and --max-model-len (128m is
+    128,000,000, 128M is 128 MiB): the one reader, servecmd's."""
+    return servecmd.human_readable_int(str(text))
 
 
 def _not_in_version(argv: Sequence[str], options: dict, version: str) -> list[str]:
@@ -173,18 +179,17 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         raise UsageError(f"unrecognized arguments: {' '.join(late)}")
     max_len = _max_model_len(options.get("max-model-len"), profile)
     default_gmu = versions.default_gmu(profile.version)
-    kv_bytes = options.get("kv-cache-memory-bytes")
     settings = Settings(
         gmu=_number(options, "gpu-memory-utilization", float, default_gmu),
         max_num_seqs=_number(options, "max-num-seqs", int, 256),
-        max_num_batched_tokens=_number(options, "max-num-batched-tokens", int, None),
+        max_num_batched_tokens=_number(options, "max-num-batched-tokens", _human_readable_int, None),
         kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
-        kv_cache_memory_bytes=_kv_bytes(kv_bytes) if kv_bytes is not None else None,
+        kv_cache_memory_bytes=_number(options, "kv-cache-memory-bytes", _human_readable_int, None),
         tp=_number(options, "tensor-parallel-size", int, 1),
         reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)))
     # As vLLM prints them: by argparse's dest (`--no-X` sets X to False).
     shown = {(k[3:] if k.startswith("no-") and k[3:] in serve_options.LONG else k).replace("-", "_"):
-             (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(v))
+             (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(k, v))
              for k, v in options.items() if k not in ("print-version", "print-gpus") and "." not in k}
     if max_len == "auto":
         shown["max_model_len"] = -1
@@ -201,19 +206,15 @@ def _max_model_len(raw, profile: Profile) -> int | str | None:
         if not versions.profile(profile.version).max_model_len_auto:
             raise UsageError(f"argument --max-model-len: invalid human_readable_int value: {raw!r}")
         return "auto"
-    try:
-        return servecmd.parse_length(raw)
-    except ValueError as exc:
-        raise UsageError(f"argument --max-model-len: {exc}") from None
+    value = _number({"max-model-len": raw}, "max-model-len", _human_readable_int, None)
+    if value <= 0:
+        raise UsageError(f"argument --max-model-len: {raw!r} is not a positive length")
+    return value
 
 
-def _kv_bytes(text) -> int:
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "k": 10**3, "m": 10**6, "g": 10**9}
-    text = str(text)
-    return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-
-
-def _shown(value):
+def _shown(name: str, value):
+    if name in servecmd.HUMAN_READABLE_OPTIONS and isinstance(value, str) and value.lower() not in ("auto", "-1"):
+        return _human_readable_int(value)
     if isinstance(value, str):
         try:
             number = float(value)

@@ -119,33 +119,55 @@ def model_slug(model: str | None) -> str:
     return slug[:48] or "model"
 
 
-_SUFFIX = {"k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
-
-
-def parse_length(text: str) -> int:
-    """A context length as vLLM's human_readable_int reads it: 65536, 64k (=64000), 64K (=65536).
-
-    Raises ValueError with a readable message when it is not a positive integer.
-    """
-    raw = str(text).strip().replace("_", "")
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", raw)
-    if not match:
-        raise ValueError(f"{text!r} is not a length: use a positive integer such as 65536 or 64K")
-    number, suffix = match.groups()
-    value = float(number) * _SUFFIX.get(suffix, 1)
-    if value != int(value) or int(value) <= 0:
-        raise ValueError(f"{text!r} is not a positive whole number of tokens")
-    return int(value)
+# The options vLLM types with human_readable_int (vllm/engine/arg_utils.py, 0.32.0; the first three
+# since 0.10.2): it stores, and prints among its non-default args, the number that reads.
+HUMAN_READABLE_OPTIONS = ("max-model-len", "kv-cache-memory-bytes", "max-num-batched-tokens",
+                          "max-num-scheduled-tokens", "max-num-queued-tokens", "safetensors-prefetch-block-size")
+# vLLM's human_readable_int suffixes: lowercase decimal, uppercase binary.
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+_LENGTH_SUFFIXES = "kKmM"
 
 
 def human_readable_int(text: str) -> int:
-    """A number with one of vLLM's human_readable_int suffixes (k m g t decimal, K M G T binary), as
-    vLLM reads it for sizes and counts: 2G (=2 x 2^30), 128M, 64k. ValueError otherwise."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", str(text).strip())
-    if not match:
-        raise ValueError(f"{text!r} is not a number with a k/K, m/M, g/G or t/T suffix")
-    number, suffix = match.groups()
-    return int(float(number) * {**_SUFFIX, "g": 1000**3, "G": 1024**3, "t": 1000**4, "T": 1024**4}[suffix])
+    """A number as vLLM reads --max-model-len, --kv-cache-memory-bytes and --max-num-batched-tokens
+    (human_readable_int, vllm/utils/argparse_utils.py; the same rule since 0.10.2, t/T from 0.13):
+    lowercase k m g t are decimal (128m = 128,000,000; 25.6k = 25,600), uppercase K M G T binary and
+    for whole numbers only (128M = 128 MiB; 1.5K is refused), anything else as Python's int() reads
+    it (134217728, 32_768). The one reader of those values in autotune. ValueError otherwise."""
+    raw = str(text).strip()
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", raw)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if "." in number:
+            raise ValueError(f"{raw}: decimals are not allowed with binary suffixes like {suffix}; did you mean "
+                             f"{number}{suffix.lower()}?")
+        return int(number) * _BINARY[suffix]
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a whole number, with or without one of vLLM's suffixes (k m g t "
+                         "decimal, K M G T binary: 128M is 128 MiB, 128m is 128,000,000)") from None
+
+
+def parse_length(text: str) -> int:
+    """A context length, read as vLLM's human_readable_int reads it (65536, 64k = 64,000, 64K =
+    65,536), with a k/K or m/M suffix at most (no context is 64G long: a slip).
+
+    Raises ValueError with a readable message when it is not a positive integer.
+    """
+    raw = str(text).strip()
+    if not re.fullmatch(rf"[\d_]+(?:\.\d+)?[{_LENGTH_SUFFIXES}]?", raw):
+        raise ValueError(f"{text!r} is not a length: use a positive integer such as 65536 or 64K")
+    try:
+        value = human_readable_int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{text!r} is not a length: {exc}") from None
+    if value <= 0:
+        raise ValueError(f"{text!r} is not a positive whole number of tokens")
+    return value
 
 
 def one_line(argv: Sequence[str], env: dict[str, str] | None = None) -> str:

@@ -242,7 +242,10 @@ def typed(value: object) -> object:
     if re.fullmatch(r"-?\d+\.\d+", text) and repr(float(text)) == text:
         return float(text)
     if re.fullmatch(r"\d+(\.\d+)?[kKmMgGtT]", text):
-        return servecmd.human_readable_int(text)
+        try:
+            return servecmd.human_readable_int(text)
+        except ValueError:
+            return text  # 1.5K: vLLM refuses it too; passed on as written
     if text[:1] in "{[":
         try:
             return json.loads(text)
