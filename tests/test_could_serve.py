@@ -33,13 +33,20 @@ def test_the_seed_machines_vllm_keeps_no_null_block_and_serves_no_concurrency():
     # vLLM 0.20.2: 3,822 blocks of 16 = 61,152 tokens, the seed's own estimate; no kv_cache_max_concurrency yet
     room = could_serve(_cache(num_gpu_blocks=3822, block_size=16, gpu_memory_utilization=0.98), 16384, "0.20.2")
     assert (room.pool_tokens, room.max_model_len, room.certainty) == (61152, 61152, LIKELY)
-    assert "none held back (vLLM 0.20.2 keeps no null block)" in room.why
+    assert "none held back (vLLM 0.20.2 checks a length against every block; from 0.29 it keeps the null block " \
+           "out)" in room.why
     assert "assumes every layer is full attention" in room.why
+
+
+def test_the_block_is_held_back_from_029():
+    pool = _cache(num_gpu_blocks=100, block_size=16)
+    assert could_serve(pool, 1024, "0.28.0").max_model_len == 100 * 16
+    assert could_serve(pool, 1024, "0.29.0").max_model_len == 99 * 16
 
 
 def test_an_unknown_version_is_assumed_to_hold_a_block_back():
     room = could_serve(_cache(num_gpu_blocks=100, block_size=16), 1024, None)
-    assert room.max_model_len == 99 * 16 and "the version is unknown: assumed" in room.why
+    assert room.max_model_len == 99 * 16 and "the version is unknown: assumed, as from vLLM 0.29" in room.why
 
 
 def test_a_hybrid_pool_says_it_cannot_tell():

@@ -139,6 +139,26 @@ def test_auto_is_served_from_020_and_only_read_on_014_to_019():
     assert fitted[0][0] == 131072  # 0.14-0.19: the API server keeps the derived length (vLLM PR #39102)
 
 
+@pytest.mark.parametrize("name,held_back", [("v1-0.21.0", False), ("v1-0.33.0", True)])
+def test_the_null_block_is_held_back_by_the_check_and_the_fit_from_029(name, held_back):
+    """As real vLLM 0.32 on this machine's CPU: a 128 MiB pool of 128 blocks reports 16,384 tokens and
+    `auto` fits 16,256 (README), one block less, and the boot check refuses 16,384 with that estimate.
+    vLLM 0.29+ plans lengths against the pool less the null block its BlockPool keeps; before, against
+    every block (versions.check_holds_back_null_block). Here: 64 blocks of 16 tokens of 128 KiB."""
+    pool = ["--profile", name, "--kv-cache-memory-bytes", "128M"]
+    usable = 1024 - 16 * held_back
+    (served, tokens), facts, _ = boot(*pool, "--max-model-len", "auto")
+    assert (served, tokens, facts["autofit_max_model_len"]) == (usable, 1024, usable)
+    outcome, facts, _ = boot(*pool, "--max-model-len", "1024")
+    if held_back:
+        assert outcome == 1 and facts["estimated_max_model_len"] == usable
+    else:
+        assert outcome == (1024, 1024)
+    assert boot(*pool, "--max-model-len", str(usable))[0] == (usable, 1024)
+    found = truth(pool)
+    assert (found.ceiling, found.kv_cache_tokens) == (usable, 1024)
+
+
 def test_auto_before_014_is_a_usage_error():
     with pytest.raises(fake_vllm.UsageError, match="invalid human_readable_int value: 'auto'"):
         fake_vllm.read_request(["--profile", "v1-0.13.0", "--max-model-len", "auto"], {})

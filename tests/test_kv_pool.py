@@ -9,6 +9,7 @@ import pytest
 
 from autotune.analysis import kv_pool
 from autotune.analysis import model_files as mf
+from autotune.vllm import versions
 
 MIB128 = 128 * 2**20
 GIB = 2**30
@@ -114,12 +115,16 @@ def test_seed_machine_qwen36_27b_state_need_and_estimate():
     shape = mf.kv_shape(QWEN36_27B)
     assert round(shape.state_bytes_per_sequence / 2**20) == 147
     assert shape.full_bytes_per_token == 16 * 2 * 4 * 256 * 2
-    settings = kv_pool.Settings(16, 65536, state_blocks=1, null_block=kv_pool.reserves_null_block("0.20.2"))
+    settings = kv_pool.Settings(16, 65536, state_blocks=1, null_block=versions.check_holds_back_null_block("0.20.2"))
     needed = kv_pool.available_for_length(shape, settings, 65536)
     assert f"{needed / GIB:.2f}" == "4.16"
     assert kv_pool.max_model_len(shape, settings, int(3.9 * GIB), 262144) == 61152
 
 
 def test_null_block_by_version():
-    assert kv_pool.reserves_null_block("0.32.0") and kv_pool.reserves_null_block(None)
-    assert not kv_pool.reserves_null_block("0.20.2") and not kv_pool.reserves_null_block("0.11.1")
+    """Read in vLLM's sdists (vllm/v1/core/kv_cache_utils.py get_kv_cache_configs and
+    check_enough_kv_cache_memory): 0.28.0 checks a length, and fits `auto`, against every block; 0.29.0
+    against the pool less the null block BlockPool keeps, both with the same memory. Unknown: as the newest."""
+    assert versions.check_holds_back_null_block("0.32.0") and versions.check_holds_back_null_block(None)
+    assert versions.check_holds_back_null_block("0.29.0") and not versions.check_holds_back_null_block("0.28.0")
+    assert not versions.check_holds_back_null_block("0.21.0") and not versions.check_holds_back_null_block("0.11.1")

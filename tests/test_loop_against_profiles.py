@@ -80,7 +80,7 @@ def test_a_command_without_a_model_takes_the_one_vllm_says_it_serves(machine, _r
 
 
 @pytest.mark.parametrize("profile,boots,ceiling", [
-    ("v1-0.21.0", 1, 44480), ("v1-0.33.0", 1, 44480), (SEED, 1, 61152),
+    ("v1-0.21.0", 1, 44480), ("v1-0.33.0", 1, 44464), (SEED, 1, 61152),  # 0.29+: the null block held back
     ("v1-0.17.0-auto-probe", 2, 45616),  # 0.14-0.19: auto only read, then one explicit boot
     ("v1-0.13.0", 2, 45616), ("v0-0.6.4", 2, 23648),  # no auto-fit: the refusal path (003: 1478 blocks)
 ])

@@ -15,6 +15,7 @@ import math
 
 from autotune.analysis import estimate, kv_pool
 from autotune.analysis import model_files as mf
+from autotune.vllm import versions
 
 GIB = 2**30
 
@@ -42,7 +43,7 @@ def check(argv: list[str], facts: dict, local_dir=None) -> dict | None:
         serve.block_size or kv_pool.block_size_for(shape, device), int(length),
         serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         2 if serve.prefix_caching and not (device == "cpu" and "mla" in shape.attention_kinds) else 1,
-        kv_pool.reserves_null_block(facts.get("vllm_version")))
+        versions.check_holds_back_null_block(facts.get("vllm_version")))
     if serve.kv_cache_memory_bytes is not None:
         low = high = serve.kv_cache_memory_bytes
         available_source = "--kv-cache-memory-bytes"

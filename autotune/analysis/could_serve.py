@@ -2,11 +2,11 @@
 
 vLLM's `vllm:cache_config_info` (run/metrics.py) gives the pool: num_gpu_blocks blocks of
 block_size tokens. A length is accepted while one request of it fits in the pool less the null
-block vLLM holds back from ~0.21 on (analysis/kv_pool.py, reserves_null_block): for a model whose
+block vLLM's check holds back from 0.29 on (versions.check_holds_back_null_block): for a model whose
 layers are all full attention a request of L tokens takes ceil(L / block_size) blocks, so the
-longest length vLLM accepts is (num_gpu_blocks - 1) x block_size. That is exactly what vLLM 0.32's
-CPU backend does with a 128 MiB pool of the tiny model: 128 blocks of 128, 16,384 tokens, and
-`--max-model-len auto` fits 16,256.
+longest length vLLM accepts is (num_gpu_blocks - 1) x block_size (num_gpu_blocks x block_size up to
+0.28). That is exactly what vLLM 0.32's CPU backend does with a 128 MiB pool of the tiny model: 128
+blocks of 128, 16,384 tokens, and `--max-model-len auto` fits 16,256.
 
 How sure that is depends on what the version serves:
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from autotune.analysis import kv_pool
 from autotune.run import queue_watch
 from autotune.run.metrics import CacheConfig
 from autotune.vllm import versions
@@ -61,12 +60,13 @@ def could_serve(cache: CacheConfig | None, served_len: int | None, vllm_version:
                     "no num_gpu_blocks and block_size in vllm:cache_config_info")
     blocks, size = cache.num_gpu_blocks, cache.block_size
     pool = cache.kv_cache_size_tokens or blocks * size
-    null = kv_pool.reserves_null_block(vllm_version)
+    null = versions.check_holds_back_null_block(vllm_version)
     if null and not vllm_version and served_len and served_len > (blocks - 1) * size:
         null = False  # it accepts every block: a version that keeps no null block
     held = (f"one held back (vLLM {vllm_version} keeps a null block)" if null and vllm_version
-            else "one held back (the version is unknown: assumed, as from vLLM 0.21)" if null
-            else f"none held back (vLLM {vllm_version} keeps no null block)" if vllm_version
+            else "one held back (the version is unknown: assumed, as from vLLM 0.29)" if null
+            else f"none held back (vLLM {vllm_version} checks a length against every block; from 0.29 it keeps "
+                 "the null block out)" if vllm_version
             else "none held back (it accepts them all)")
     longest = (blocks - int(null)) * size
     layout = f"{blocks:,} blocks of {size} tokens, {held}"

@@ -16,8 +16,9 @@ vllm/platforms/cpu.py); the same scheme since the hybrid allocator (~0.10):
   sliding window min(window - 1 + in-flight tokens, L) tokens, cdiv'd, + 1; a linear-attention
   group 2 blocks ("align" mamba cache mode, the default with prefix caching; 1 without). vLLM prints "KV cache size: int(num_blocks / blocks per request x L) tokens", so
   for sliding-window and hybrid models that figure is concurrency x length, not the pool.
-- A length is accepted while its blocks fit in available - one block (the null block; from ~0.21,
-  see reserves_null_block); the refusal's "estimated maximum model length" is the largest such length.
+- A length is accepted while its blocks fit in available - one block (the null block; from 0.29, both
+  in the check and in auto-fit: versions.check_holds_back_null_block); the refusal's "estimated
+  maximum model length" is the largest such length.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ class Settings:
     # Blocks a linear-attention group holds per request: 2 in vLLM's "align" mamba cache mode (its
     # default for hybrid models when prefix caching is on, as it is by default), 1 without prefix caching.
     state_blocks: int = 2
-    # vLLM 0.32 keeps one block back (the null block) when it checks a length against the pool; the
-    # seed machine's vLLM 0.20.2 figures and public logs of ~0.11 do not: see reserves_null_block().
+    # vLLM 0.29+ keeps one block back (the null block) when it checks a length against the pool; the
+    # seed machine's vLLM 0.20.2 figures and public logs of ~0.11 do not: versions.check_holds_back_null_block.
     null_block: bool = True
 
 
@@ -76,16 +77,6 @@ class Pool:
 
     def to_json(self) -> dict:
         return asdict(self)
-
-
-def reserves_null_block(vllm_version: str | None) -> bool:
-    """Whether a vLLM version checks lengths against the pool less one block. Seen in 0.32.0; not in
-    0.20.2 (the seed machine: 65,536 tokens need 4.16 GiB, estimate 61,152 from 3.9 GiB) nor in the
-    ~0.11 CPU log (4.00 GiB: estimate 37,376 = all 292 blocks). Assumed from 0.21 on; unknown: yes."""
-    from autotune.analysis.run_row import version_tuple
-
-    parsed = version_tuple(vllm_version)
-    return parsed is None or parsed >= (0, 21)
 
 
 def block_size_for(shape: KVShape, device: str) -> int:

@@ -14,6 +14,7 @@ import os
 
 from autotune.analysis import estimate, kv_pool
 from autotune.analysis import model_files as mf
+from autotune.vllm import versions
 
 GIB = 2**30
 HIGHEST_GMU = 0.99  # the highest gmu tune allows without --allow-risky-gmu (preflight's rule)
@@ -49,7 +50,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
         serve.block_size or kv_pool.block_size_for(shape, device.kind), target,
         serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1,
-        kv_pool.reserves_null_block(version))
+        versions.check_holds_back_null_block(version))
     calibration = estimate.calibrate(chosen, shape, settings)
     if calibration is None:
         return None

@@ -17,6 +17,7 @@ import click
 from autotune.analysis import device_memory, estimate, kv_pool
 from autotune.analysis import model_files as mf
 from autotune.cli.formats import json_rounded
+from autotune.vllm import versions
 
 GIB = 2**30
 
@@ -39,7 +40,6 @@ def serve_argv(model: str | None, command: str | None, dashed: list[str] | None 
 
 def default_gmu(argv: list[str]) -> tuple[float, str]:
     """(gmu, why) for a command that gives none: the default of the vLLM it runs (versions.py)."""
-    from autotune.vllm import versions
 
     version = versions.detect_version(argv, dict(os.environ))
     gmu = versions.default_gmu(version)
@@ -84,7 +84,7 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
         state_blocks=2 if serve.prefix_caching and not (device.kind == "cpu" and "mla" in shape.attention_kinds) else 1)
     chosen, skipped = estimate.calibration_set(records, serve.model, device, run_row.settings_of(argv, dict(os.environ)))
     version = next((r.vllm_version for r in reversed(chosen) if r.vllm_version), None)
-    settings.null_block = kv_pool.reserves_null_block(version)
+    settings.null_block = versions.check_holds_back_null_block(version)
     calibration = estimate.calibrate(chosen, shape, settings) or estimate.prior(device, weights)
     use_gmu, why = (gmu, None) if gmu is not None else (serve.gmu, None)
     if use_gmu is None and serve.kv_cache_memory_bytes is None:

@@ -4,7 +4,9 @@ a real log with its figures as ``{placeholders}``.
 Sources (../shared/vllm/): log-formats.md section 11 (A-K, the lines of each version range,
 verified against the sdists named there), the real logs named per family, and for 0.32/0.33
 the CPU-backend boots in cpu-0.32.0/. Placeholders: {A} {C} {W} the API server's, the engine
-core's and a worker's process prefix; {ts} the time; the rest are figures (fake_vllm.figures).
+core's and a worker's process prefix; {ts} the time; the rest are figures (fake_vllm.figures):
+{avail} the KV memory the profiling leaves, {room} what the boot check and auto-fit plan against
+(from 0.29 less the null block: profiles.check_bytes).
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ FAMILIES["v1_084"] = dict(
     cg=[], available=[], cg_enabled=[],
     refusal=["ERROR {ts} [core.py:500] EngineCore failed to start.",
              "ERROR {ts} [core.py:500] ValueError: To serve at least one request with the models's max seq len "
-             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({room} "
              "GiB). Based on the available memory,  " + _TRY],
     no_memory=["ERROR {ts} [core.py:500] ValueError: No available memory for the cache blocks. Try increasing "
                "`gpu_memory_utilization` when initializing the engine."],
@@ -154,7 +156,7 @@ FAMILIES["v1_011"] = dict(
     available=["{W}INFO {ts} [gpu_worker.py:376] Available KV cache memory: {avail} GiB"],
     refusal=["{C}ERROR {ts} [core.py:866] EngineCore failed to start.",
              "{C}ERROR {ts} [core.py:866] ValueError: To serve at least one request with the models's max seq len "
-             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({room} "
              "GiB). {estimate_msg}" + _TRY + " " + _DOCS],
     estimate_msg="Based on the available memory, the estimated maximum model length is {est}. ",
     no_memory=["{C}ERROR {ts} [core.py:866] ValueError: No available memory for the cache blocks. Try increasing "
@@ -182,10 +184,10 @@ FAMILIES["v1_014"] = dict(
     available=["{W}INFO {ts} [gpu_worker.py:425] Available KV cache memory: {avail} GiB"],
     refusal=["{C}ERROR {ts} [core.py:946] EngineCore failed to start.",
              "{C}ERROR {ts} [core.py:946] ValueError: To serve at least one request with the models's max seq len "
-             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({room} "
              "GiB). {estimate_msg}" + _TRY + " " + _DOCS],
     autofit_reduced=["{C}INFO {ts} [kv_cache_utils.py:1456] Auto-fit max_model_len: reduced from {fit_from} to {fit} "
-                     "to fit in available GPU memory ({avail} GiB available for KV cache)"],
+                     "to fit in available GPU memory ({room} GiB available for KV cache)"],
     autofit_full=["{C}INFO {ts} [kv_cache_utils.py:1447] Auto-fit max_model_len: full model context length "
                   "{fit_from} fits in available GPU memory"],
     kv=["{C}INFO {ts} [kv_cache_utils.py:1314] GPU KV cache size: {tokens_c} tokens",
@@ -212,7 +214,7 @@ FAMILIES["v1_020"] = dict(
                 "increase --gpu-memory-utilization to {gmu_up}. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."],
     refusal=["{C}ERROR {ts} [core.py:1140] EngineCore failed to start.",
              "{C}ValueError: To serve at least one request with the models's max seq len ({L}), ({need} GiB KV cache "
-             "is needed, which is larger than the available KV cache memory ({avail} GiB). {estimate_msg}"
+             "is needed, which is larger than the available KV cache memory ({room} GiB). {estimate_msg}"
              + _TRY + " " + _DOCS],
     no_memory=["{C}ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                "when initializing the engine. " + _DOCS],
@@ -238,16 +240,16 @@ FAMILIES["v1_033"] = dict(
             "speculative_config=None, tokenizer='{model}', skip_tokenizer_init=False, max_seq_len={L}"],
     refusal=["{C}ERROR {ts} [core.py:1510] EngineCore failed to start.",
              "{C}ERROR {ts} [core.py:1510] ValueError: To serve at least one request with the model's max seq len "
-             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({avail} "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({room} "
              "GiB). {estimate_msg}Try increasing `gpu_memory_utilization` (which also controls CPU memory on the "
              "CPU backend) or decreasing `max_model_len` when initializing the engine. " + _DOCS],
     no_memory=["{C}ERROR {ts} [core.py:1510] ValueError: No available memory for the cache blocks. Try increasing "
                "`gpu_memory_utilization` when initializing the engine (this flag also controls CPU memory "
                "reservation on the CPU backend, despite its name). " + _DOCS],
     autofit_reduced=["{C}INFO {ts} [kv_cache_planning.py:1405] Auto-fit max_model_len: reduced from {fit_from} to "
-                     "{fit} to fit in available KV cache memory ({avail} GiB GPU)"],
+                     "{fit} to fit in available KV cache memory ({room} GiB GPU)"],
     autofit_full=["{C}INFO {ts} [kv_cache_planning.py:1398] Auto-fit max_model_len: full model context length "
-                  "{fit_from} fits in available KV cache memory ({avail} GiB GPU)"],
+                  "{fit_from} fits in available KV cache memory ({room} GiB GPU)"],
     kv=["{C}INFO {ts} [kv_cache_utils.py:1148] GPU KV cache size: {tokens_c} tokens, Maximum concurrency for "
         "{L_c} tokens per request: {conc}x"],
     listening=["{A}INFO {ts} [entry.py:140] Starting vLLM server on http://0.0.0.0:{port}"],

@@ -127,26 +127,28 @@ class Boot:
         available = profiles.available_kv_bytes(p, s)
         if s.kv_cache_memory_bytes is None:
             available -= int(req.busy_gib * profiles.GIB)
+        room = profiles.check_bytes(p, s, available)  # what lengths are checked against (0.29+: less a block)
         eq = s.gmu - p.cudagraph_gib / p.gpu_memory_gib
-        self.figures.update(avail=_gib(self.family, max(available, 0)), gmu4=f"{s.gmu:.4f}", gmu2=f"{s.gmu:.2f}",
-                            gmu_eq=f"{eq:.4f}", gmu_up=f"{s.gmu + (s.gmu - eq):.4f}")
+        self.figures.update(avail=_gib(self.family, max(available, 0)), room=_gib(self.family, max(room, 0)),
+                            gmu4=f"{s.gmu:.4f}", gmu2=f"{s.gmu:.2f}", gmu_eq=f"{eq:.4f}",
+                            gmu_up=f"{s.gmu + (s.gmu - eq):.4f}")
         self.per_rank("cg")
         if self.p.family == "v0":
             self._v0_figures(available, length)
         self.per_rank("available")
         self.per_rank("cg_enabled")
-        if available <= 0:
+        if room <= 0:  # vLLM's check, on what it checks against
             return self.fail("no_memory")
         if req.max_model_len == "auto":
-            fitted = profiles.estimate(p, s, available, length)  # the model's maximum, or a draft's below it
+            fitted = profiles.estimate(p, s, room, length)  # the model's maximum, or a draft's below it
             if fitted <= 0:
                 return self.fail("no_memory")
             self.figures.update(fit=fitted, fit_from=length)
             self.say("autofit_full" if fitted >= length else "autofit_reduced")
             length = fitted
         need = profiles.needed_bytes(p, s, length)
-        if need > available:
-            est = profiles.estimate(p, s, available, length)
+        if need > room:
+            est = profiles.estimate(p, s, room, length)
             self.figures.update(need=_gib(self.family, need), est=est,
                                 estimate_msg=self.family["estimate_msg"].format(est=est) if est > 0 else "")
             self.say("refusal")

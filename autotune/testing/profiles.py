@@ -135,6 +135,16 @@ def estimate(p: Profile, s: Settings, available: int, cap: int) -> int:
     return low * p.block_size
 
 
+def check_bytes(p: Profile, s: Settings, available: int) -> int:
+    """What vLLM checks a length against, and fits `auto` to: the KV memory, less the null block its
+    BlockPool keeps from 0.29 on (versions.check_holds_back_null_block). One block is a block of every
+    layer here, as for the full-attention models of the 0.29+ profiles (a hybrid model's is its
+    unified page: analysis/kv_pool.py)."""
+    if not versions.check_holds_back_null_block(p.version):
+        return available
+    return available - math.ceil(p.block_size * bytes_per_token(p, s))
+
+
 def kv_cache_tokens(p: Profile, s: Settings, available: int) -> int:
     """"GPU KV cache size: N tokens" as vLLM 0.11-0.20 prints it: the pool in whole blocks of every
     layer (state pages set aside), num_blocks // groups x block size; for a sliding-window model
@@ -156,7 +166,7 @@ def admits(p: Profile, s: Settings, pool_tokens: int, prompt_tokens: int) -> boo
 def served_max(p: Profile, s: Settings, available: int) -> int:
     """The longest --max-model-len whose full-length requests this server runs: what its boot check
     lets through, and, where the scheduler admits only a whole prompt, no more than the pool."""
-    boots = estimate(p, s, available, p.derived_max_len)
+    boots = estimate(p, s, check_bytes(p, s, available), p.derived_max_len)
     return min(boots, kv_cache_tokens(p, s, available)) if s.reserve_full_isl and p.sliding_window else boots
 
 

@@ -91,7 +91,8 @@ def _cannot_boot(req: fake_args.Request) -> Truth | None:
          f"{s.max_num_seqs}", s.max_num_batched_tokens is not None and s.max_num_batched_tokens < s.max_num_seqs),
         ("fp8_unsupported_arch", f"an fp8 KV cache needs compute capability 8.9, the GPU has {p.compute_capability}",
          s.kv_cache_dtype.startswith("fp8") and not p.fp8_kv_supported),
-        ("negative_available_kv", "no memory is left for the KV cache", _available(req) <= 0),
+        ("negative_available_kv", "no memory is left for the KV cache",
+         profiles.check_bytes(p, s, _available(req)) <= 0),
     ) if when]
     if not found:
         return None

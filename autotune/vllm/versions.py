@@ -9,9 +9,18 @@ which names the commit and the sdists it was verified in):
 - auto-fit (docs/how-it-works.md): none before 0.14; 0.14-0.19 `auto_probe` (`--max-model-len
   auto` fits, but the fitted length is not passed to the API server, so requests above it
   hang, vLLM PR #39102: autotune only reads the number and relaunches); `auto` from 0.20;
-- flags: `--kv-cache-memory-bytes` since 0.10.2, `--max-model-len auto` since 0.14,
+- flags (FLAGS_SINCE, the one table of which version has which flag): `--no-enable-chunked-prefill`
+  since 0.8.5 (before, `--enable-chunked-prefill False`), `--kv-cache-memory-bytes` since 0.10.2,
+  `--max-model-len auto` since 0.14, `--[no-]scheduler-reserve-full-isl` since 0.19,
   `--device-memory-utilization` (an alias of --gpu-memory-utilization, servecmd.ALIASES) since 0.31
-  (vllm/engine/arg_utils.py: absent in the 0.30.0 sdist, there in 0.31.0 and 0.33.0);
+  (vllm/engine/arg_utils.py: absent in the 0.30.0 sdist, there in 0.31.0 and 0.33.0); a version
+  without one refuses it as argparse does (exit 2, the catalog's unknown_flag);
+- the null block: V1's BlockPool always keeps one block of the pool back (its null block), and from
+  0.29 the boot check and `--max-model-len auto` plan lengths against the pool less that block (the
+  same memory for both, so they agree: 128 MiB on vLLM 0.32's CPU backend is 128 blocks of 128,
+  16,384 tokens, and `auto` fits 16,256); up to 0.28 both count every block (vllm/v1/core/
+  kv_cache_utils.py get_kv_cache_configs and check_enough_kv_cache_memory, in the 0.28.0 and 0.29.0
+  sdists; vLLM PRs #47272 and #48724);
 - a speculative-decoding draft model shorter than max_model_len lowers it (with a warning) from
   0.33 (vllm/config/vllm.py _limit_max_model_len_to_draft in the 0.33.0 wheel; absent in 0.32.0);
 - GPU UUIDs in CUDA_VISIBLE_DEVICES: `int()` fails on them up to 0.21 (UUIDs work by 0.33;
@@ -91,6 +100,32 @@ def parse_version(text: str | None) -> Version | None:
     return int(major), int(minor), int(patch or 0)
 
 
+# Flags that came with a release, where autotune's behaviour depends on them: the first version
+# whose vllm/engine/arg_utils.py has each (absent from the release before: 0.8.4, 0.10.1, 0.18.1,
+# 0.30.0). An older vLLM's argparse refuses them (exit 2); the replaying vLLM too (testing/
+# fake_args.py). Each with what to do instead. None of the flags autotune reads or writes has left
+# vLLM yet (0.33).
+FLAGS_SINCE: dict[str, tuple[Version, str]] = {
+    "--no-enable-chunked-prefill": ((0, 8, 5), "write --enable-chunked-prefill False"),
+    "--kv-cache-memory-bytes": ((0, 10, 2), "size the KV cache with --gpu-memory-utilization"),
+    "--scheduler-reserve-full-isl": ((0, 19, 0), "drop it: before 0.19 a request is admitted when its first "
+                                                 "chunk fits"),
+    "--no-scheduler-reserve-full-isl": ((0, 19, 0), "drop it: before 0.19 a request is admitted when its first "
+                                                    "chunk fits"),
+    "--device-memory-utilization": ((0, 31, 0), "write --gpu-memory-utilization"),
+}
+MAX_MODEL_LEN_AUTO_SINCE: Version = (0, 14, 0)  # `--max-model-len auto` (or -1); before, not a number
+NULL_BLOCK_CHECKED_SINCE: Version = (0, 29, 0)  # the check and auto-fit leave out the null block
+
+
+def _since(flag: str) -> Version:
+    return FLAGS_SINCE[flag][0]
+
+
+def _dotted(version: Version) -> str:
+    return ".".join(map(str, version[:2] if version[2] == 0 else version))
+
+
 @dataclass(frozen=True)
 class VersionProfile:
     """What one vLLM version does, as far as autotune cares."""
@@ -109,6 +144,14 @@ class VersionProfile:
     # A draft model (--speculative-config) shorter than max_model_len lowers it, with a warning: the V2
     # model runner (the default on GPUs from 0.33) cannot skip speculation for longer sequences.
     draft_lowers_max_model_len: bool = False
+    # The boot check and auto-fit plan lengths against the pool less the null block (0.29+).
+    check_holds_back_null_block: bool = False
+
+    def has_flag(self, flag: str) -> bool:
+        """Does this version's argparse know the flag (`--x-y` or `--x_y`, FLAGS_SINCE)? Flags not in
+        the table: yes (as far as autotune knows)."""
+        name = "--" + flag.lstrip("-").split("=", 1)[0].replace("_", "-")
+        return name not in FLAGS_SINCE or self.version >= _since(name)
 
 
 def profile(version: str | Version | None) -> VersionProfile | None:
@@ -120,11 +163,28 @@ def profile(version: str | Version | None) -> VersionProfile | None:
     auto = "auto" if parsed >= (0, 20, 0) else "auto_probe" if parsed >= (0, 14, 0) else None
     graphs = "default" if parsed >= (0, 20, 0) else "opt-in" if parsed >= (0, 18, 0) else "absent"
     return VersionProfile(version=parsed, default_gmu=gmu, auto_fit=auto,
-                          kv_cache_memory_bytes=parsed >= (0, 10, 2), max_model_len_auto=parsed >= (0, 14, 0),
+                          kv_cache_memory_bytes=parsed >= _since("--kv-cache-memory-bytes"),
+                          max_model_len_auto=parsed >= MAX_MODEL_LEN_AUTO_SINCE,
                           gpu_uuids_work=parsed >= (0, 22, 0), attention_backend_env=parsed < (0, 15, 0),
                           cudagraph_profiling=graphs, cpu_gmu_sizes_kv=parsed >= (0, 20, 0),
-                          device_memory_alias=parsed >= (0, 31, 0), reserves_full_isl=parsed >= (0, 19, 0),
-                          draft_lowers_max_model_len=parsed >= (0, 33, 0))
+                          device_memory_alias=parsed >= _since("--device-memory-utilization"),
+                          reserves_full_isl=parsed >= _since("--scheduler-reserve-full-isl"),
+                          draft_lowers_max_model_len=parsed >= (0, 33, 0),
+                          check_holds_back_null_block=parsed >= NULL_BLOCK_CHECKED_SINCE)
+
+
+def check_holds_back_null_block(version: str | Version | None) -> bool:
+    """Does this vLLM check a length (and fit `auto`) against its KV pool less one block, the null
+    block (0.29+)? Unknown: yes, as the newest do (a length that fits then fits the older too)."""
+    found = profile(version)
+    return found is None or found.check_holds_back_null_block
+
+
+def flags_unknown_to(argv: Sequence[str], version: str | Version | None) -> list[str]:
+    """The flags of a serve command (as written) that this vLLM version's argparse does not know
+    (FLAGS_SINCE); [] when the version is unknown."""
+    found = profile(version)
+    return [a for a in argv if a.startswith("--") and not found.has_flag(a)] if found else []
 
 
 def default_gmu(version: str | Version | None) -> float | None:
@@ -182,14 +242,12 @@ def warnings_for(argv: Sequence[str], env: Mapping[str, str], version: str | Non
         out.append(f"CUDA_VISIBLE_DEVICES={visible} names GPUs by UUID: vLLM {version} (up to 0.21) fails with "
                    "`invalid literal for int()`; use indices (--gpu translates UUIDs)")
     if any(a == "auto" for a in argv) and not found.max_model_len_auto and "--max-model-len" in argv:
-        out.append(f"--max-model-len auto needs vLLM 0.14 or newer; vLLM {version} refuses it")
-    if any(a.split("=", 1)[0] in ("--kv-cache-memory-bytes", "--kv_cache_memory_bytes") for a in argv) \
-            and not found.kv_cache_memory_bytes:
-        out.append(f"--kv-cache-memory-bytes needs vLLM 0.10.2 or newer; vLLM {version} does not know it")
-    alias = "--device-memory-utilization"
-    if any(a.split("=", 1)[0] in (alias, "--device_memory_utilization") for a in argv) and not found.device_memory_alias:
-        out.append(f"{alias} needs vLLM 0.31 or newer (an alias of --gpu-memory-utilization there); vLLM {version} "
-                   "does not know it: write --gpu-memory-utilization")
+        out.append(f"--max-model-len auto needs vLLM {_dotted(MAX_MODEL_LEN_AUTO_SINCE)} or newer; vLLM {version} "
+                   "refuses it")
+    for written in flags_unknown_to(argv, version):
+        flag = "--" + written.lstrip("-").split("=", 1)[0].replace("_", "-")
+        since, instead = FLAGS_SINCE[flag]
+        out.append(f"{flag} needs vLLM {_dotted(since)} or newer; vLLM {version} does not know it: {instead}")
     return out
 
 
