@@ -309,6 +309,11 @@ def test_sizes_are_read_as_vllm_reads_them():
     ("v1-0.13.0", ["--kv-cache-memory-bytes", "4G"], True),
     ("v1-0.21.0", ["--device-memory-utilization", "0.9"], False),  # an alias from 0.31
     ("v1-0.33.0", ["--device-memory-utilization", "0.9"], True),
+    ("v1-0.17.0-auto-probe", ["--no-scheduler-reserve-full-isl"], False),  # 0.19+
+    ("sliding-2xh100-gemma4-31b", ["--no-scheduler-reserve-full-isl"], True),
+    ("v1-0.17.0-auto-probe", ["--scheduler-reserve-full-isl"], False),
+    ("v0-0.6.4", ["--no-enable-chunked-prefill"], False),  # 0.8.5+ (before: --enable-chunked-prefill False)
+    ("v1-0.9.0-no-estimate", ["--no-enable-chunked-prefill"], True),
 ])
 def test_a_flag_the_version_does_not_have_yet_is_unrecognized(version_profile, argv, accepted):
     if accepted:
@@ -317,6 +322,20 @@ def test_a_flag_the_version_does_not_have_yet_is_unrecognized(version_profile, a
     else:
         with pytest.raises(fake_vllm.UsageError, match=f"unrecognized arguments: {argv[0]}"):
             fake_vllm.read_request(["--profile", version_profile, *argv], {})
+
+
+def test_a_flag_the_version_does_not_have_is_unrecognized_however_it_is_written(capsys):
+    """vLLM's FlexibleArgumentParser reads `_` as `-` before argparse, which then takes a unique prefix:
+    the version's flags decide, however the flag is written (versions.FLAGS_SINCE)."""
+    for written in (["--no_scheduler_reserve_full_isl"], ["--no-scheduler-reserve"], ["--kv-cache-memory-bytes=4G"]):
+        profile = "v0-0.6.4" if written[0].startswith("--kv") else "v1-0.17.0-auto-probe"
+        code, out = run_main(capsys, "--profile", profile, *written)
+        shown = written[0].replace("_", "-") if written[0].startswith("--no_") else written[0]
+        assert code == 2 and out.rstrip().endswith(f"fake_vllm: error: unrecognized arguments: {shown}"), out
+    # what autotune asks it (its version, its GPUs) it answers whatever the rest of the command line
+    code, out = run_main(capsys, "--profile", "v1-0.17.0-auto-probe", "--no-scheduler-reserve-full-isl",
+                         "--print-version")
+    assert (code, out) == (0, "0.17.0\n")
 
 
 def test_the_port_is_bound_before_the_engine_and_a_taken_one_fails_as_vllm_does():
@@ -352,6 +371,10 @@ def test_the_truth_is_what_the_replay_boots(name, gmu, seqs, batched, off, draft
     argv += ["--no-enable-chunked-prefill"] if off else []
     argv += ["--speculative-config", json.dumps({"model": "d", "max_model_len": draft})] if draft else []
     found = truth(argv)
+    if found.limit == "usage":  # a flag this version does not have: argparse ends it, at any length
+        with pytest.raises(fake_vllm.UsageError):
+            boot(*argv)
+        return
     if not found.boots:
         for length in (1024, profiles.by_name(name).derived_max_len):
             assert not isinstance(boot(*argv, "--max-model-len", str(length))[0], tuple), found

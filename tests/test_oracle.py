@@ -96,7 +96,10 @@ def cases(draw) -> Case:
         gmu=draw(st.none() | st.sampled_from([0.3, 0.5, 0.7, 0.85, 0.9, 0.92, 0.95, 0.98])),
         seqs=draw(st.none() | st.sampled_from([1, 4, 16, 64, 256, 512])),
         batched=draw(st.none() | st.sampled_from([256, 512, 2048, 8192, 32768])),
-        chunked_off=draw(st.booleans()), fp8=draw(st.integers(0, 4)) == 0,
+        # --no-enable-chunked-prefill where the version has it (0.8.5+; before, argparse refuses it:
+        # tests/test_unknown_failures.py)
+        chunked_off=draw(st.booleans()) and versions.profile(p.version).has_flag("--no-enable-chunked-prefill"),
+        fp8=draw(st.integers(0, 4)) == 0,
         tp=draw(st.integers(1, p.gpu_count)),
         draft=draw(st.none() | st.sampled_from([8192, 32768])) if versions.profile(p.version).draft_lowers_max_model_len
         else None,

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
@@ -81,3 +82,27 @@ def test_the_real_argparse_refusals_parse_to_the_flag_and_value():
     fix = catalog.diagnosis({**choice.result(), "vllm_version": "0.32.0"})["fix"]
     assert fix.startswith("vLLM 0.32.0 does not take fp9 for --kv-cache-dtype: use one of the choices")
     assert "`vllm serve --help`" in fix
+
+
+@pytest.mark.parametrize("profile,flag,version", [
+    ("seed-3090-qwen3.6-27b", "--max-modle-len", "0.20.2"),  # misspelt
+    ("v1-0.17.0-auto-probe", "--no-scheduler-reserve-full-isl", "0.17.0"),  # 0.19+ (versions.FLAGS_SINCE)
+    ("v1-0.21.0", "--device-memory-utilization", "0.21.0"),  # 0.31+
+])
+def test_a_tune_on_the_replay_with_a_flag_its_version_does_not_know_names_it(tmp_path, monkeypatch, profile, flag,
+                                                                             version):
+    # The replaying vLLM refuses the flag as vLLM's argparse does (exit 2, its usage line), and says its
+    # version whatever the flags (package metadata does): the card names the flag and that version.
+    value = ["0.9"] if flag == "--device-memory-utilization" else ["4096"] if flag == "--max-modle-len" else []
+    result = CliRunner().invoke(cli, ["tune", "--target", "32K", "--probe", "none", "--runs-dir", str(tmp_path),
+                                      "--", sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", profile,
+                                      "--time-scale", "0", flag, *value])
+    assert result.exit_code == 3, result.output
+    card = result.stdout.splitlines()
+    assert card[0].startswith("No verified ceiling: error (unknown_flag). "), result.output
+    assert f"  fix:      vLLM {version} does not know {flag}: check its spelling, or drop it if it belongs to " \
+           "another vLLM version; `vllm serve --help` lists the flags this version takes" in card, result.output
+    (run_dir,) = tmp_path.iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert len(record["attempts"]) == 1 and record["attempts"][0]["exit_status"] == 2
+    assert (record["result"]["error_kind"], record["vllm_version_detected"]) == ("unknown_flag", version)

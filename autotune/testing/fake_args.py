@@ -58,19 +58,20 @@ def _is_value(token: str) -> bool:
     return not token.startswith("-") or re.fullmatch(r"-\d+(\.\d+)?(e-?\d+)?", token) is not None
 
 
-def _long_name(written: str) -> str | None:
-    """The option a `--written` means (argparse: `_` is `-`, a unique prefix is the option); None: unknown."""
+def _long_name(written: str, alias: bool = True) -> str | None:
+    """The option a `--written` means (argparse: `_` is `-`, a unique prefix is the option; with alias,
+    another name of an option is that option); None: unknown."""
     name = written.replace("_", "-")
     base = name.split(".", 1)[0]
     known = serve_options.LONG | set(FAKE_OPTIONS)
-    if base in known:
-        return serve_options.ALIASES.get(name, name)
-    if "." in name:
+    if base not in known and "." not in name:
+        matches = sorted(k for k in known if k.startswith(name))
+        if len(matches) > 1:
+            raise UsageError(f"ambiguous option: --{written} could match {', '.join('--' + m for m in matches)}")
+        name = matches[0] if matches else None
+    elif base not in known:
         return None
-    matches = sorted(k for k in known if k.startswith(name))
-    if len(matches) > 1:
-        raise UsageError(f"ambiguous option: --{written} could match {', '.join('--' + m for m in matches)}")
-    return serve_options.ALIASES.get(matches[0], matches[0]) if matches else None
+    return serve_options.ALIASES.get(name, name) if alias and name else name
 
 
 def _arity(name: str) -> int | str:
@@ -150,13 +151,18 @@ def _human_readable_int(text) -> int:
     return servecmd.human_readable_int(str(text))
 
 
-def _not_in_version(argv: Sequence[str], options: dict, version: str) -> list[str]:
-    """The options vLLM `version` does not have yet, as written (argparse: unrecognized)."""
+def _not_in_version(argv: Sequence[str], version: str) -> list[str]:
+    """The options vLLM `version` does not have (versions.FLAGS_SINCE), as its argparse shows them:
+    `_` read as `-` (FlexibleArgumentParser), a unique prefix as the option it stands for."""
     vk = versions.profile(version)
-    late = [] if vk.kv_cache_memory_bytes or "kv-cache-memory-bytes" not in options else ["--kv-cache-memory-bytes"]
-    if not vk.device_memory_alias:
-        late += [a.split("=", 1)[0] for a in argv
-                 if a.startswith("--device") and a.split("=", 1)[0][2:].replace("_", "-") == "device-memory-utilization"]
+    late = []
+    for token in argv:
+        if not token.startswith("--") or len(token) < 3:
+            continue
+        written, eq, value = token[2:].partition("=")
+        name = _long_name(written, alias=False)
+        if name is not None and not vk.has_flag("--" + name):
+            late.append("--" + written.replace("_", "-") + eq + value)
     return late
 
 
@@ -174,7 +180,7 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         profile = profiles.by_name(name)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    late = _not_in_version(argv, options, profile.version)
+    late = _not_in_version(argv, profile.version)
     if late:
         raise UsageError(f"unrecognized arguments: {' '.join(late)}")
     max_len = _max_model_len(options.get("max-model-len"), profile)

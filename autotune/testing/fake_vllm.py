@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 from autotune.testing import fake_lines, fake_metrics, profiles
 from autotune.testing.fake_args import USAGE, Request, UsageError, read_request
-from autotune.testing.profiles import GIB
+from autotune.testing.profiles import GIB, PROFILES
 from autotune.vllm import servecmd, versions
 
 def _gib(family: dict, value_bytes: float) -> str:
@@ -359,17 +359,19 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     if servecmd.flag_value(argv, "--profile") == "list":
         print(list_profiles())
         return 0
+    asked = [f for f in (versions.FAKE_VERSION_FLAG, versions.FAKE_GPUS_FLAG) if servecmd.has_flag(argv, f)]
+    try:
+        profile = read_request(argv, env).profile if asked else None
+    except UsageError:  # package metadata and NVML answer whatever the serve flags are: the profile is enough
+        profile = PROFILES.get(servecmd.flag_value(argv, "--profile") or "")
+    if asked and profile is not None:
+        print(profile.version if asked[0] == versions.FAKE_VERSION_FLAG else json.dumps(profile.nvml_inventory()))
+        return 0
     try:
         req = read_request(argv, env)
     except UsageError as exc:
         print(f"{USAGE}\nfake_vllm: error: {exc}", file=sys.stderr)
         return 2
-    if servecmd.has_flag(argv, versions.FAKE_VERSION_FLAG):
-        print(req.profile.version)
-        return 0
-    if servecmd.has_flag(argv, versions.FAKE_GPUS_FLAG):
-        print(json.dumps(req.profile.nvml_inventory()))
-        return 0
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
