@@ -98,3 +98,20 @@ def test_the_device_memory_name_exists_from_031(version, alias):
     assert bool(warned) is not alias
     if warned:
         assert f"vLLM {version} does not know it: write --gpu-memory-utilization" in warned[0]
+
+
+@pytest.mark.parametrize("flag,before,since", [
+    ("--no-enable-chunked-prefill", "0.8.4", "0.8.5"), ("--kv-cache-memory-bytes", "0.10.1", "0.10.2"),
+    ("--scheduler-reserve-full-isl", "0.18.1", "0.19.0"), ("--no-scheduler-reserve-full-isl", "0.18.1", "0.19.0"),
+    ("--device-memory-utilization", "0.30.0", "0.31.0"),
+])
+def test_which_version_has_which_flag(flag, before, since):
+    """Each read in the two releases' vllm/engine/arg_utils.py: absent in the first, there in the second."""
+    assert not vllminfo.profile(before).has_flag(flag) and vllminfo.profile(since).has_flag(flag)
+    assert not vllminfo.profile(before).has_flag(flag.replace("-", "_").replace("__", "--", 1) + "=1")
+    assert vllminfo.flags_unknown_to(["vllm", "serve", "m", flag], before) == [flag]
+    assert vllminfo.flags_unknown_to(["vllm", "serve", "m", flag], since) == []
+    assert vllminfo.flags_unknown_to(["vllm", "serve", "m", flag], None) == []  # unknown version: nothing said
+    (warned,) = vllminfo.warnings_for(["vllm", "serve", "m", flag], {}, before)
+    assert warned.startswith(f"{flag} needs vLLM {since.removesuffix('.0')} or newer; vLLM {before} does not know it: ")
+    assert vllminfo.profile("0.33.0").has_flag("--max-num-seqs")  # a flag outside the table: every version

@@ -8,9 +8,10 @@ a --config FILE.yaml is read under the options (they override it). Options are t
 `--max-num-seqs`, `--flag=value`, a unique prefix of a long option (`--max-num-seq 8`), a short
 alias (`-tp 2`), a JSON option's dotted key (`--compilation-config.level 3`). Anything else ends
 the program as argparse ends it, with a usage line and exit status 2: an option vLLM does not know
-or the replayed version does not have yet (`--kv-cache-memory-bytes` before 0.10.2,
-`--device-memory-utilization` before 0.31, `--max-model-len auto` before 0.14), a second
-positional, an option without its value. Its own options: FAKE_OPTIONS.
+or the replayed version does not have yet (vllm/versions.py FLAGS_SINCE: `--scheduler-reserve-full-isl`
+before 0.19, `--device-memory-utilization` before 0.31, ...; `--max-model-len auto` before 0.14), a
+value vLLM's type refuses (`--kv-cache-memory-bytes 1.5G`), a second positional, an option without its
+value. Its own options: FAKE_OPTIONS.
 """
 
 from __future__ import annotations
