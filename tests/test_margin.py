@@ -82,6 +82,10 @@ def test_the_seed_keeps_half_a_gib_free_and_every_file_says_so(monkeypatch, tmp_
     assert ("--margin 0.5 GiB: --gpu-memory-utilization 0.9791 keeps 0.5 GiB of the GPU's 24 GiB unused "
             "(replacing the command's 0.98)") in result.stderr
     assert "  margin:   --margin 0.5 GiB: --gpu-memory-utilization 0.9791" in result.stdout
+    # short of the target: the remedy is a smaller margin, not a gmu the margin would not allow
+    remedy = next(line for line in result.stdout.splitlines() if line.strip().startswith("remedy:"))
+    assert "a smaller --margin (now 0.5 GiB, which set --gpu-memory-utilization 0.9791)" in remedy, remedy
+    assert "raise --gpu-memory-utilization" not in remedy, remedy
     run_dir = next(tmp_path.iterdir())
     record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
     assert record.margin["gmu"] == 0.9791 and record.margin["replaced_gmu"] == "0.98"

@@ -151,6 +151,9 @@ def _levers(record: RunRecord) -> str:
     elif space:
         levers.append(f"raise VLLM_CPU_KVCACHE_SPACE (now {space} GiB; it fixes the KV pool and "
                       "--gpu-memory-utilization is then ignored)")
+    elif (kept := record.get("margin")) and kept.get("asked_gib"):  # --margin set the gmu: it is the lever
+        levers.append(f"keep less of the device free: a smaller --margin (now {kept['asked_gib']:g} GiB, which set "
+                      f"--gpu-memory-utilization {kept.get('gmu')})")
     elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
         where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
         levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
