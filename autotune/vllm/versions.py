@@ -122,6 +122,11 @@ def _since(flag: str) -> Version:
     return FLAGS_SINCE[flag][0]
 
 
+def _flag_name(written: str) -> str:
+    """A flag as written (`--x_y`, `--x-y=v`) by its name in FLAGS_SINCE (`--x-y`)."""
+    return "--" + written.lstrip("-").split("=", 1)[0].replace("_", "-")
+
+
 def _dotted(version: Version) -> str:
     return ".".join(map(str, version[:2] if version[2] == 0 else version))
 
@@ -150,7 +155,7 @@ class VersionProfile:
     def has_flag(self, flag: str) -> bool:
         """Does this version's argparse know the flag (`--x-y` or `--x_y`, FLAGS_SINCE)? Flags not in
         the table: yes (as far as autotune knows)."""
-        name = "--" + flag.lstrip("-").split("=", 1)[0].replace("_", "-")
+        name = _flag_name(flag)
         return name not in FLAGS_SINCE or self.version >= _since(name)
 
 
@@ -245,7 +250,7 @@ def warnings_for(argv: Sequence[str], env: Mapping[str, str], version: str | Non
         out.append(f"--max-model-len auto needs vLLM {_dotted(MAX_MODEL_LEN_AUTO_SINCE)} or newer; vLLM {version} "
                    "refuses it")
     for written in flags_unknown_to(argv, version):
-        flag = "--" + written.lstrip("-").split("=", 1)[0].replace("_", "-")
+        flag = _flag_name(written)
         since, instead = FLAGS_SINCE[flag]
         out.append(f"{flag} needs vLLM {_dotted(since)} or newer; vLLM {version} does not know it: {instead}")
     return out
