@@ -24,15 +24,14 @@ KV = ["--kv-cache-memory-bytes", "128M"]
 # Moments of a refusal-path run, read from its own files so they hold however fast the
 # machine is: (what, attempt log to watch or None, text that must be in it, extra delay, signal).
 # None with "run.json" waits for the first finished attempt (between refusal and relaunch).
+# A moment of the first boot is not tried again on the relaunch (each trial costs a boot or two of
+# `make test`'s time): the relaunch's own moments are after its KV cache is sized.
 TRIALS = [
     ("python and vLLM imports", None, None, 1.5, signal.SIGINT),
     ("API server up, engine not yet", 1, "non-default args", 0.0, signal.SIGTERM),
-    ("engine core starting", 1, "Initializing a V1 LLM engine", 0.3, signal.SIGINT),
     ("weight load", 1, "Starting to load model", 0.2, signal.SIGTERM),
     ("KV cache sizing", 1, "for KV cache on node", 0.0, signal.SIGINT),
     ("between the refusal and the relaunch", "run.json", None, 0.0, signal.SIGTERM),
-    ("relaunch: API server up", 2, "non-default args", 0.0, signal.SIGINT),
-    ("relaunch: weight load", 2, "Starting to load model", 0.2, signal.SIGTERM),
     ("relaunch: KV cache sized", 2, "KV cache size", 0.0, signal.SIGINT),
     ("relaunch: waiting for /health", 2, "Starting vLLM server", 0.0, signal.SIGTERM),
     ("the probe's near-ceiling request", 2, "POST /tokenize", 1.0, signal.SIGINT),
@@ -143,7 +142,7 @@ def test_interrupts_at_any_moment_leave_no_process_and_a_whole_artifact(kill_tri
         assert "server.json" not in names, where
     # the trials really hit boots in progress (not only before or after them)
     interrupted_boots = [t for t in kill_trials if any(a["outcome"] == "interrupted" for a in t["record"]["attempts"])]
-    assert len(interrupted_boots) >= 8
+    assert len(interrupted_boots) >= len(TRIALS) - 2
     assert sum(len(t["record"]["attempts"]) >= 2 for t in kill_trials) >= 3  # the relaunch was hit too
 
 

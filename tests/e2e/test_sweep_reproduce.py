@@ -48,7 +48,8 @@ def sweep(tiny_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def auto_sweep(tiny_model, tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("runs-auto-sweep")
-    proc = run_autotune("sweep", "--gmu", ",".join(map(str, GMU)), "--target", str(TARGET), "--json", "--",
+    # Two values show "one boot each" as well as three would (the refusal sweep above takes all three).
+    proc = run_autotune("sweep", "--gmu", ",".join(map(str, GMU[1:])), "--target", str(TARGET), "--json", "--",
                         *vllm_serve_argv(tiny_model), runs_dir=runs_dir, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(proc.stdout), runs_dir, proc.stderr
@@ -115,7 +116,7 @@ def test_an_auto_sweep_fits_each_value_in_one_boot(auto_sweep):
     data, runs_dir, stderr = auto_sweep
     record = data["sweep"]
     print("\n--- auto sweep ---\n" + "\n".join(line for line in stderr.splitlines() if "sweep" in line))
-    assert record["strategy"] == "auto" and [p["boots"] for p in record["points"]] == [1, 1, 1]
+    assert record["strategy"] == "auto" and [p["boots"] for p in record["points"]] == [1, 1]
     assert {p["verdict"] for p in record["points"]} == {"verified"}
     assert "fits each value's length itself" in stderr
 
