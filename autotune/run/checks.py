@@ -15,6 +15,8 @@ from autotune.vllm import servecmd
 # --target max when the model's files are not here to say its maximum: far more than any model has,
 # so that vLLM refuses it with the maximum (or auto-fit starts from it), which then becomes the target.
 TARGET_MAX_UNKNOWN = 1 << 24
+# Preflight findings that say the target will not be reached, not that the command cannot boot.
+NOT_REFUSALS = ("target_above_model_max", "target_beyond_prediction")
 
 
 def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
@@ -43,12 +45,20 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
     beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
                                                              opts.allow_risky_gmu, inventory)
-    problems += [rules.Problem(**beyond)] if beyond else []  # a calibrated prediction: cannot fit at any gmu
+    # What only says the target will not be reached refuses nothing: the tune is there to find the
+    # ceiling. A calibrated prediction that the target cannot fit at any gmu is a note (history
+    # chooses where to start, never what is tried), and a target above a local model's maximum boots
+    # as it does where the files are not here: vLLM names the maximum and the tune verifies it.
+    notes = [p for p in problems if p.kind in NOT_REFUSALS] + ([rules.Problem(**beyond)] if beyond else [])
+    problems = [p for p in problems if p.kind not in NOT_REFUSALS]
     if problems and not opts.force:
         raise PreflightFailed(problems)
     for problem in problems:
         emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
-    return plan, {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    for note in notes:
+        emit("warning", text=f"{note.kind} (a note, booting anyway): {note.saw}")
+    found = {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    return plan, {**found, "notes": [n.as_dict() for n in notes]} if notes else found
 
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
