@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 import sys
 import tempfile
@@ -40,7 +41,7 @@ from autotune.cli import cli
 from autotune.cli.exitcodes import ExitCode
 from autotune.run import strategy
 from autotune.store import artifact
-from autotune.testing import fake_args, fake_vllm, profiles
+from autotune.testing import fake_args, fake_vllm, model_files, profiles
 from autotune.testing.inprocess import ThreadServer, replaying_in_process
 from autotune.testing.truth import BATCHED_TOKENS, DRAFT_MODEL, KV_CACHE, MODEL_MAXIMUM, Truth, truth
 from autotune.vllm import servecmd, versions
@@ -64,9 +65,12 @@ class Case:
     target: str
     uuids: bool
     busy_port: bool
+    files: bool = True  # the model's files are on this machine (testing/model_files.py), where it has any
 
     def argv(self, port: int | None = None) -> list[str]:
         argv = [*FAKE, "--profile", self.profile, "--time-scale", "0"]
+        if self.files:  # named, and its files are where a first boot's download leaves them
+            argv += ["--model", profiles.by_name(self.profile).model]
         for flag, value in (("--gpu-memory-utilization", self.gmu), ("--max-num-seqs", self.seqs),
                             ("--max-num-batched-tokens", self.batched), ("--port", port)):
             if value is not None:
@@ -82,9 +86,31 @@ class Case:
 
     def env(self) -> dict[str, str | None]:
         p = profiles.by_name(self.profile)
+        cache = {"HF_HUB_CACHE": str(hub_cache(self.files)), "HF_HOME": None}
         if self.uuids:  # NVML's UUIDs of the GPUs the run uses (autotune translates them for old vLLMs)
-            return {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in p.nvml_inventory()[:self.tp])}
-        return {"CUDA_VISIBLE_DEVICES": None}
+            return {"CUDA_VISIBLE_DEVICES": ",".join(g["uuid"] for g in p.nvml_inventory()[:self.tp]), **cache}
+        return {"CUDA_VISIBLE_DEVICES": None, **cache}
+
+
+_HUB_CACHES: dict[bool, Path] = {}
+
+
+def hub_cache(with_files: bool) -> Path:
+    """A Hugging Face hub cache holding every model the replay has files of, or none (made once)."""
+    if with_files not in _HUB_CACHES:
+        folder = Path(tempfile.mkdtemp(prefix=f"autotune-oracle-hub-{'files' if with_files else 'empty'}-"))
+        for name in sorted({p.model for p in profiles.PROFILES.values()} if with_files else ()):
+            model_files.write(name, folder)
+        _HUB_CACHES[with_files] = folder
+    return _HUB_CACHES[with_files]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_hub_caches():
+    yield
+    for folder in _HUB_CACHES.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    _HUB_CACHES.clear()
 
 
 @st.composite
@@ -104,7 +130,7 @@ def cases(draw) -> Case:
         draft=draw(st.none() | st.sampled_from([8192, 32768])) if versions.profile(p.version).draft_lowers_max_model_len
         else None,
         target=draw(st.sampled_from(TARGETS)), uuids=draw(st.integers(0, 4)) == 0,
-        busy_port=draw(st.integers(0, 4)) == 0)
+        busy_port=draw(st.integers(0, 4)) == 0, files=draw(st.integers(0, 3)) > 0)
 
 
 # ---- what the truth expects ----------------------------------------------------------------------
@@ -533,9 +559,9 @@ def run_step(step: Step, runs: Path) -> tuple[int, str, list[dict]]:
                           case.strategy, "--gmu", ",".join(f"{g:g}" for g in step.gmus), "--target", target_text,
                           "--", *argv], case.env())
     elif step.kind == "predict":
-        result = _invoke(["predict", "--runs-dir", str(runs), "--gmu", f"{step.gmus[0]:g}", "--json"])
+        result = _invoke(["predict", "--runs-dir", str(runs), "--gmu", f"{step.gmus[0]:g}", "--json"], case.env())
     else:  # reproduce the newest run that booted
-        result = _invoke(["reproduce", "--runs-dir", str(runs), "--quiet", "--probe", "none", "latest"])
+        result = _invoke(["reproduce", "--runs-dir", str(runs), "--quiet", "--probe", "none", "latest"], case.env())
     after = artifact.list_runs(runs) if runs.exists() else []
     records = []
     for run_dir in sorted(set(after) - before):

@@ -129,7 +129,7 @@ def derived_max_model_len(config: Mapping | None, tokenizer_config: Mapping | No
 _REPO_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")
 
 
-def _hub_cache(env: Mapping[str, str]) -> Path:
+def hub_cache(env: Mapping[str, str]) -> Path:
     if env.get("HF_HUB_CACHE"):
         return Path(env["HF_HUB_CACHE"]).expanduser()
     if env.get("HF_HOME"):
@@ -145,7 +145,7 @@ def local_model_dir(model: str, env: Mapping[str, str] | None, revision: str | N
         return path
     if not _REPO_ID_RE.fullmatch(model) or path.exists():
         return None
-    repo = _hub_cache(env) / f"models--{model.replace('/', '--')}"
+    repo = hub_cache(env) / f"models--{model.replace('/', '--')}"
     ref = revision or "main"
     try:
         snapshot = (repo / "refs" / ref).read_text().strip() if (repo / "refs" / ref).is_file() else ref

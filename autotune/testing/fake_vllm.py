@@ -17,7 +17,9 @@ It is NOT vLLM: the real CPU-backend boots (tests/e2e) stay the proof that autot
 Its own options: --profile NAME (or `list`), --time-scale F (real seconds x F; default 0.01,
 so a 90 s boot takes about a second; 0 is instant), --print-version (what package metadata
 would say) and --print-gpus (the profile's GPUs as NVML would list them, JSON): it stands for
-another machine, so autotune asks it these (vllm/versions.py, host/machine.py).
+another machine, so autotune asks it these (vllm/versions.py, host/machine.py); --write-model-files
+(the profile's model's config.json and header-only safetensors into the hub cache HF_HUB_CACHE or
+HF_HOME names, as a first boot's download leaves them: testing/model_files.py).
 """
 
 from __future__ import annotations
@@ -348,6 +350,29 @@ def list_profiles() -> str:
     return "\n".join(lines)
 
 
+def write_model_files(argv: list[str], env: dict) -> int:
+    """--write-model-files: the profile's model's files into the hub cache, as a first boot's download
+    leaves them (testing/model_files.py), so that autotune reads them as on a real machine."""
+    from autotune.run.modelconfig import hub_cache
+    from autotune.testing import model_files
+
+    profile = PROFILES.get(servecmd.flag_value(argv, "--profile") or "")
+    if profile is None:
+        print(f"{USAGE}\nfake_vllm: error: --write-model-files needs --profile NAME", file=sys.stderr)
+        return 2
+    try:
+        folder = model_files.write(profile.model, hub_cache(env))
+    except (model_files.HubCacheInUse, OSError) as exc:
+        print(f"fake_vllm: error: {exc}", file=sys.stderr)
+        return 1
+    if folder is None:
+        print(f"fake_vllm: the replay carries no files of {profile.model} (its figures are fitted to real logs)",
+              file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
@@ -359,6 +384,8 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     if servecmd.flag_value(argv, "--profile") == "list":
         print(list_profiles())
         return 0
+    if servecmd.has_flag(argv, "--write-model-files"):
+        return write_model_files(argv, env)
     asked = [f for f in (versions.FAKE_VERSION_FLAG, versions.FAKE_GPUS_FLAG) if servecmd.has_flag(argv, f)]
     try:
         profile = read_request(argv, env).profile if asked else None
