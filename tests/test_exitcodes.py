@@ -13,7 +13,7 @@ from autotune.analysis import compare as cmp
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode, exit_code_of, exits
 from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
-from autotune.run.signals import Interrupted
+from autotune.host.signals import Interrupted
 from autotune.store.artifact import ArtifactError
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"

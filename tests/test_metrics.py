@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import client, launch, metrics
+from autotune.run import client, metrics
+from autotune.host import processes
 from autotune.testing import fake_metrics
 from tests.helpers.fake_server import fake_server  # noqa: F401 - the fixture
 
@@ -96,7 +97,7 @@ def test_the_fake_queue_counts_running_up_to_max_num_seqs():
 
 def test_nothing_listening_is_metrics_unavailable():
     with pytest.raises(metrics.MetricsUnavailable, match="GET /metrics: ConnectionRefusedError"):
-        metrics.read(client.plain(launch.free_port()), timeout=2)
+        metrics.read(client.plain(processes.free_port()), timeout=2)
 
 
 def test_a_server_without_vllms_metrics_says_so():

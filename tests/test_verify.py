@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import verify
 
 HELPER = Path(__file__).parent / "helpers" / "resetting_server.py"
@@ -19,7 +19,7 @@ def resetting_server():
     procs = []
 
     def start(resets: int, status: int | None = None, max_model_len: int = 4096) -> int:
-        port = launch.free_port()
+        port = processes.free_port()
         argv = [sys.executable, str(HELPER), "--port", str(port), "--max-model-len", str(max_model_len),
                 "--resets", str(resets)] + (["--status", str(status)] if status else [])
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -39,7 +39,7 @@ def resetting_server():
 
 def test_nothing_listening_is_not_up_yet_and_not_retried():
     retries = []
-    assert verify.with_retries(lambda: verify.health(launch.free_port()), "/health", retries.append) is False
+    assert verify.with_retries(lambda: verify.health(processes.free_port()), "/health", retries.append) is False
     assert retries == []
 
 

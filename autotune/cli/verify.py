@@ -137,7 +137,7 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     endpoints: the code of the first that did not verify.
     """
     from autotune.run import client, deployed
-    from autotune.run.signals import interruptible
+    from autotune.host.signals import interruptible
 
     targets = endpoints_of(urls, endpoints_file)
     if not targets:

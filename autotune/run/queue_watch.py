@@ -26,7 +26,7 @@ from typing import Callable
 from autotune.run import client
 from autotune.run import metrics
 from autotune.run import verify
-from autotune.run.signals import GATE
+from autotune.host.signals import GATE
 from autotune.vllm import versions
 
 STUCK_AFTER_S = 15.0  # running 0 and waiting >= 1 this long: the scheduler will not admit it

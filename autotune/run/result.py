@@ -12,7 +12,7 @@ from pathlib import Path
 from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
 from autotune.run import verify
-from autotune.run.launch import ServerProcess
+from autotune.host.processes import ServerProcess
 from autotune.store import kept as kept_servers
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord

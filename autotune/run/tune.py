@@ -20,12 +20,12 @@ from pathlib import Path
 from autotune.host.machine import machine_facts
 from autotune.run import aim
 from autotune.run import checks
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
 from autotune.run.options import Emit, TuneOptions, from_record
-from autotune.run.signals import interruptible
+from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
 from autotune.store import cleanup
@@ -214,7 +214,7 @@ def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
     port = servecmd.port_of(argv)
     if port is not None:
         return argv, port, False
-    port = launch.free_port()
+    port = processes.free_port()
     return servecmd.with_flag(argv, servecmd.PORT, port), port, True
 
 

@@ -27,7 +27,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from autotune.run import client, launch, verify
+from autotune.run import client, verify
+from autotune.host import processes
 from autotune.store import redact
 from autotune.testing.selfsigned import make_self_signed
 from tests.conftest import vllm_serve_argv
@@ -71,7 +72,7 @@ def assert_written_nowhere(secret: str, runs_dir: Path, *outputs: str) -> None:
         assert secret not in text
 
 
-def wait_until_serving(door: client.FrontDoor, server: launch.ServerProcess, log: Path, limit_s: float = 300):
+def wait_until_serving(door: client.FrontDoor, server: processes.ServerProcess, log: Path, limit_s: float = 300):
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(door):
         list(server.lines(timeout=0.5))
@@ -83,7 +84,7 @@ def story(tiny_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("front-door")
     runs_dir = folder / "runs"
     keyfile, certfile = make_self_signed(folder / "tls")
-    port = launch.free_port()
+    port = processes.free_port()
     keyed_tls = vllm_serve_argv(tiny_model, *KV, "--api-key", KEY, "--ssl-keyfile", str(keyfile),
                                 "--ssl-certfile", str(certfile), "--port", str(port))
     s = SimpleNamespace(runs_dir=runs_dir, keyfile=keyfile, certfile=certfile, port=port, model=tiny_model,
@@ -156,8 +157,8 @@ def test_a_kept_server_survives_clean_and_a_following_tune_and_says_where_it_ser
     assert f"serving:  {url}" in story.show_first.stdout and f"autotune stop {story.first_id}" in story.show_first.stdout
 
 
-def _boot_written(line: str, env: dict, log: Path) -> launch.ServerProcess:
-    return launch.ServerProcess(["bash", "-c", line], env={**os.environ, **env}, log_path=log)
+def _boot_written(line: str, env: dict, log: Path) -> processes.ServerProcess:
+    return processes.ServerProcess(["bash", "-c", line], env={**os.environ, **env}, log_path=log)
 
 
 def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(story):
@@ -175,7 +176,7 @@ def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(s
              ("command.sh (VLLM_API_KEY)", second_command.splitlines()[-1], {"VLLM_API_KEY": ENV_KEY},
               story.runs_dir / story.second_id)]
     for name, line, env, cwd in cases:
-        port = launch.free_port()
+        port = processes.free_port()
         log = story.folder / f"rerun-{port}.log"
         server = _boot_written(f"cd {shlex.quote(str(cwd))} && {line} --port {port}", env, log)
         try:

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from autotune.run import launch, probe, verify
+from autotune.run import probe, verify
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 
 CEILING = 16256
@@ -19,11 +20,11 @@ CEILING = 16256
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    port = launch.free_port()
+    port = processes.free_port()
     argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-model-len", str(CEILING),
                            "--port", str(port))
     log = tmp_path_factory.mktemp("probe") / "server.log"
-    proc = launch.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
+    proc = processes.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
     try:
         deadline = time.monotonic() + 300
         while not verify.health_ok(port):

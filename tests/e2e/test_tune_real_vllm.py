@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import verify
 from tests.conftest import vllm_serve_argv
 
@@ -105,9 +105,9 @@ def test_command_sh_is_one_line_and_boots(refused_then_verified):
     assert len(lines) == 1
     assert "HF_TOKEN=$HF_TOKEN" in lines[0] and "hf_secretvalue123" not in lines[0]
     assert f"--max-model-len {record['result']['ceiling']}" in lines[0]
-    port = launch.free_port()
+    port = processes.free_port()
     log = run_dir.parent / "rerun.log"
-    server = launch.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
+    server = processes.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(port):
