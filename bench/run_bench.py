@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.host import processes  # noqa: E402
-from autotune.run import verify
+from autotune.server import health
 from autotune.vllm.logparse import BootLogParser  # noqa: E402
 
 TARGETS = {"b_over_a": 1.15, "c_over_a": 2.0, "kill_delay_s": 1.0, "cpu_share": 0.02}
@@ -92,12 +92,12 @@ def run_bare(model: Path, python: str, work: Path, rep: int) -> dict:
                 parser.feed(line)
             if server.poll() is not None:
                 break
-            if verify.health_ok(port):
+            if health.health_ok(port):
                 healthy_at = time.monotonic()
                 break
         served = None
         if healthy_at is not None:
-            models = verify.served_models(port)
+            models = health.served_models(port)
             served = models[0].max_model_len if models else None
     finally:
         report = server.stop()
@@ -189,7 +189,7 @@ def naive_boot(model: Path, python: str, length: int, log_path: Path) -> tuple[b
         while time.monotonic() - t0 < BOOT_TIMEOUT_S:
             if proc.poll() is not None:
                 break
-            if verify.health_ok(port):
+            if health.health_ok(port):
                 ok = True
                 break
             time.sleep(POLL_S)

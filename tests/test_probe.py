@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autotune.host import processes
-from autotune.run import probe, probe_memory, prompt
-from autotune.run.probe_memory import growth_summary
-from autotune.run.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
+from autotune.server import probe, probe_memory, prompt
+from autotune.server.probe_memory import growth_summary
+from autotune.server.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
                                  within_margin)
 
 CEILING = 16256

@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.cli.summary import render_summary
-from autotune.run import metrics, probe, queue_watch, strategy, verify
+from autotune.run import strategy
+from autotune.server import metrics, probe, queue_watch, health
 from autotune.host import processes
 from autotune.testing import profiles
 from tests.test_fake_vllm import boot
@@ -113,7 +114,7 @@ def server_at_262144():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not verify.health_ok(port) and time.monotonic() < deadline:
+        while not health.health_ok(port) and time.monotonic() < deadline:
             time.sleep(0.1)
         yield port, proc.pid
     finally:

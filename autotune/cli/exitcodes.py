@@ -15,7 +15,7 @@ import click
 from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
 from autotune.host.signals import Interrupted
-from autotune.run.client import FrontDoorError
+from autotune.server.client import FrontDoorError
 from autotune.run.margin import MarginError
 from autotune.store.artifact import ArtifactError
 from autotune.store.record import RunRecord

@@ -20,10 +20,10 @@ from autotune.host import memwait
 from autotune.host import processes
 from autotune.run import marker
 from autotune.run import strategy
-from autotune.run import client
-from autotune.run import verify
-from autotune.run import queue_watch
-from autotune.run import witness
+from autotune.server import client
+from autotune.server import health
+from autotune.server import queue_watch
+from autotune.server import witness
 from autotune.run.options import Emit, TuneOptions
 from autotune.host.signals import GATE
 from autotune.store import artifact
@@ -211,15 +211,15 @@ class Boot:
         if self.listening_at is None:
             # Our server has not said it listens: whatever holds the port now (another process, a
             # socket that never accepts) is not a broken answer of ours, only "not up yet".
-            healthy = verify.health_ok(self.door)
+            healthy = health.health_ok(self.door)
         else:
             try:
-                healthy = verify.with_retries(lambda: verify.health(self.door), "/health", self._on_retry)
-            except verify.Transient as exc:
+                healthy = health.with_retries(lambda: health.health(self.door), "/health", self._on_retry)
+            except health.Transient as exc:
                 self.time_to_outcome = self._elapsed()
-                self._not_verified(f"{exc}, still after {verify.HTTP_RETRIES} retries")
+                self._not_verified(f"{exc}, still after {health.HTTP_RETRIES} retries")
                 return
-            except verify.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
+            except health.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
                 self.time_to_outcome = self._elapsed()
                 self._stop(processes.STAGES_GRACEFUL)
                 self.verification = {"healthy": False, "verified": False, "reason": str(exc),
@@ -255,7 +255,7 @@ class Boot:
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
-        ok, reason, evidence = verify.check_serving(self.door, expected, self._on_retry)
+        ok, reason, evidence = health.check_serving(self.door, expected, self._on_retry)
         self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
                              "door": self.door.describe()}
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
@@ -285,7 +285,7 @@ class Boot:
 
     def _probe(self, expected: int) -> None:
         # Booting is not yet proof: fill the context with a real request (probe.py).
-        from autotune.run import probe as probe_mod
+        from autotune.server import probe as probe_mod
 
         length = min(expected, self.opts.target) if self.opts.target else expected
         # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
@@ -317,13 +317,13 @@ class Boot:
         self.outcome = strategy.NOT_VERIFIED
 
     def _on_retry(self, retry: dict) -> None:
-        # A transient HTTP failure while the server starts (verify.with_retries): kept in run.json.
+        # A transient HTTP failure while the server starts (health.with_retries): kept in run.json.
         retry["boot_s"] = round(self._elapsed(), 2)
         if self.attempt.http_retries is None or not isinstance(self.attempt.http_retries, list):
             self.attempt.http_retries = []
         self.attempt.http_retries.append(retry)
         self.emit("warning", text=f"boot {self.index}: {retry['error']}; asking again in {retry['wait_s']:g} s "
-                                  f"(retry {retry['try']} of {verify.HTTP_RETRIES})")
+                                  f"(retry {retry['try']} of {health.HTTP_RETRIES})")
 
     # ---- after the stop -------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from autotune.run import strategy
 from autotune.store import artifact
 from autotune.store import cleanup
 from autotune.store.record import Command, RunRecord
-from autotune.run import client
+from autotune.server import client
 from autotune.store import redact
 from autotune.store.redact import redact_env
 from autotune.vllm import servecmd
@@ -204,7 +204,7 @@ def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
 
 def _check_front_door(argv: list[str], env: dict[str, str], port: int) -> None:
     """Before anything boots: a --host of another machine is refused (FrontDoorError); a key in the
-    command's --config file is noted as a secret (run/client.py, store/redact.py)."""
+    command's --config file is noted as a secret (server/client.py, store/redact.py)."""
     door = client.front_door_of(argv, env, port)
     redact.remember_secret(door.api_key, client.API_KEY_ENV)
 

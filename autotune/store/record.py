@@ -200,10 +200,10 @@ class Attempt(Part):
     log: str | None = ABSENT
     started_at: str = ABSENT
     pid: int | None = ABSENT
-    http_retries: list = ABSENT  # each broken answer asked again (verify.with_retries)
+    http_retries: list = ABSENT  # each broken answer asked again (server/health.py: with_retries)
     stop: dict = ABSENT  # how the process tree was stopped
     probe: dict = ABSENT  # the near-ceiling requests (probe.py)
-    metrics: dict = ABSENT  # the second witness: /metrics' KV pool beside the log's figures (run/witness.py)
+    metrics: dict = ABSENT  # the second witness: /metrics' KV pool beside the log's figures (server/witness.py)
     memory_release: dict = ABSENT
     outcome: str | None = ABSENT  # strategy.VERIFIED, REFUSED, ...
     exit_status: int | None = ABSENT

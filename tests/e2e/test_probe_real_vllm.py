@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from autotune.run import probe, verify
+from autotune.server import probe, health
 from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 
@@ -27,7 +27,7 @@ def server(tiny_model, tmp_path_factory):
     proc = processes.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
     try:
         deadline = time.monotonic() + 300
-        while not verify.health_ok(port):
+        while not health.health_ok(port):
             list(proc.lines(timeout=0.5))
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the server did not become healthy in 300 s"
@@ -118,6 +118,6 @@ def test_a_server_that_hangs_mid_probe_times_out_with_a_reason(server):
     assert time.monotonic() - started < 30  # bounded by the timeouts, not by the server
     # the server comes back once continued
     deadline = time.monotonic() + 60
-    while not verify.health_ok(port) and time.monotonic() < deadline:
+    while not health.health_ok(port) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert verify.health_ok(port)
+    assert health.health_ok(port)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.host import processes
-from autotune.run import verify
+from autotune.server import health
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
@@ -110,10 +110,10 @@ def test_command_sh_is_one_line_and_boots(refused_then_verified):
     server = processes.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(port):
+        while time.monotonic() < deadline and server.poll() is None and not health.health_ok(port):
             list(server.lines(timeout=0.5))
-        assert verify.health_ok(port), log.read_text()[-2000:]
-        ok, reason, _ = verify.check_serving(port, record["result"]["ceiling"])
+        assert health.health_ok(port), log.read_text()[-2000:]
+        ok, reason, _ = health.check_serving(port, record["result"]["ceiling"])
         assert ok, reason
     finally:
         report = server.stop()

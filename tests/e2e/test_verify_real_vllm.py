@@ -22,7 +22,7 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.analysis import device_memory
-from autotune.run import client, verify
+from autotune.server import client, health
 from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 from tests.e2e.test_front_door_real_vllm import autotune, keep_output
@@ -39,9 +39,9 @@ def start_server(argv: list[str], log: Path) -> processes.ServerProcess:
     server = processes.ServerProcess(argv, env=dict(os.environ), log_path=log)
     door = client.plain(int(argv[argv.index("--port") + 1]))
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(door):
+    while time.monotonic() < deadline and server.poll() is None and not health.health_ok(door):
         list(server.lines(timeout=0.5))
-    assert verify.health_ok(door), log.read_text()[-3000:]
+    assert health.health_ok(door), log.read_text()[-3000:]
     return server
 
 
