@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.model import files as mf
 from autotune.cli.main import cli
 
 GIB = 2**30

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.model import files as mf
 from autotune.vllm import versions
 
 GIB = 2**30
@@ -96,7 +96,7 @@ def warning(shape: mf.KVShape, serve: estimate.ServeSettings, tokens: int, predi
 
 
 def _local(model: str):
-    from autotune.run.modelconfig import local_model_dir
+    from autotune.model.files import local_model_dir
 
     return local_model_dir(model, None, None)
 

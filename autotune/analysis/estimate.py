@@ -24,7 +24,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 
 from autotune.analysis import kv_pool
-from autotune.analysis.model_files import KVShape, Weights
+from autotune.model.files import KVShape, Weights
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).

@@ -24,7 +24,7 @@ import sys
 import pytest
 
 from autotune.analysis import device_memory, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.model import files as mf
 from autotune.testing.tiny_model import build_kind
 from tests.conftest import vllm_serve_argv
 
