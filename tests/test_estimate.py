@@ -10,7 +10,8 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from autotune.analysis import estimate, kv_pool
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.main import cli
 

@@ -7,7 +7,7 @@ each name is the log's file number there).
 """
 import pytest
 
-from autotune.analysis import kv_pool
+from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.vllm import versions
 

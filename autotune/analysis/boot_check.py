@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from autotune.analysis import estimate, kv_pool
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.vllm import versions
 

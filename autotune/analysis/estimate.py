@@ -23,7 +23,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from autotune.analysis import kv_pool
+from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
 
 GIB = 2**30

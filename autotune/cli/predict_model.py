@@ -1,7 +1,7 @@
 """`autotune predict --model DIR` / `--command '...'`: the prediction from the model's files, with no boot.
 
 Wiring and rendering only: the figures come from model/files.py (the files),
-analysis/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
+vllm/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
 The machine's memory is read by analysis/device_memory.py unless --device-memory names it.
 """
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from autotune.analysis import device_memory, estimate, kv_pool
+from autotune.analysis import device_memory, estimate
+from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
 from autotune.vllm import versions
