@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from autotune.errors import AutotuneError
+
 # Bytes per element of the dtype names used in safetensors headers, config.json and vLLM flags.
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I64": 8, "I32": 4,
@@ -43,7 +45,7 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 HEADER_LIMIT = 100 * 1024 * 1024  # safetensors itself refuses headers above 100 MB
 
 
-class ModelFilesError(ValueError):
+class ModelFilesError(AutotuneError, ValueError):
     """The model's files cannot answer (missing, unreadable, or a config this module does not know)."""
 
 

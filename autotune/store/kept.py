@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from autotune.errors import AutotuneError
 from autotune.host import processes
 from autotune.store import artifact
 from autotune.store.record import RunRecord
 from autotune.store.server_file import MARKER, Cleaned
 
 
-class NotKept(Exception):
+class NotKept(AutotuneError):
     """The run has no server kept serving (never kept, already stopped, or gone)."""
 
 
