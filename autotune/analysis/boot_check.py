@@ -1,6 +1,6 @@
 """Every boot checks the prediction: vLLM's KV figures against what the model's files say.
 
-After a boot has sized its KV cache, the files' figures (model_files: bytes per token per
+After a boot has sized its KV cache, the files' figures (model/files.py: bytes per token per
 layer; kv_pool: how vLLM turns the available bytes into blocks and a token count) are set
 against vLLM's: the "KV cache size" token count and available / tokens. A difference beyond
 rounding is a warning with its likely cause. For hybrid and sliding-window models vLLM's

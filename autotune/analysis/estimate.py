@@ -14,7 +14,7 @@ figure the files cannot give. Verified runs of the same model, vLLM version, dev
 settings measure it (overhead = memory x gmu - available KV, per run; their spread is the
 band). Without one, a prior: the weights plus a fixed allowance, with a wide band.
 
-Nothing here starts a process; model files are read through model_files.
+Nothing here starts a process; model files are read through model/files.py.
 """
 
 from __future__ import annotations
