@@ -257,7 +257,7 @@ class Result(Part):
     target: int = ABSENT
     target_reached: bool = ABSENT
     boots: int = ABSENT
-    limit: str = ABSENT  # a verified ceiling below the target: what set it (run/strategy.py LIMITS)
+    limit: str = ABSENT  # a verified ceiling below the target: what set it (store/outcomes.py LIMITS)
     available_kv_gib: float = ABSENT
     available_kv_gib_source: dict = ABSENT
     kv_cache_tokens: int = ABSENT
