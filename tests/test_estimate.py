@@ -10,8 +10,9 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.cli.main import cli
 
 GIB = 2**30

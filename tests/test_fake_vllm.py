@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.run import launch
+from autotune.host import processes
 from autotune.testing import fake_vllm, profiles
 from autotune.testing.truth import truth
 from autotune.testing.profiles import GIB, Settings
@@ -211,7 +211,7 @@ def test_autotune_sees_the_profiles_version():
 
 
 def test_the_server_answers_like_vllm_and_stops_on_sigint(tmp_path):
-    port = launch.free_port()
+    port = processes.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", "v1-0.21.0",
                              "--time-scale", "0", "--port", str(port), "--max-model-len", "4096"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

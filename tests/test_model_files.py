@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from autotune.analysis import model_files as mf
+from autotune.model import files as mf
 
 
 def write_safetensors(path, tensors: dict[str, tuple[str, list[int]]]):

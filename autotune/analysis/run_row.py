@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from autotune.host import gpus as gpus_mod
-from autotune.run import strategy
+from autotune.store import outcomes
 from autotune.store.record import RunRecord
 from autotune.vllm import servecmd, versions
 
@@ -257,7 +257,7 @@ def run_row(record: RunRecord) -> Row:
         verdict=result.get("verdict"),
         tokens_per_gib=tpg,
         tokens_per_gib_source=tpg_source,
-        ceiling_from_vllm=final_basis not in strategy.PREDICTED,
+        ceiling_from_vllm=final_basis not in outcomes.PREDICTED,
         links=dict(record.get("links") or {}),
         compile_cache=facts.get("compile_cache"),
         block_size=_block_size(attempts, argv),

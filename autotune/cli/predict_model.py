@@ -1,7 +1,7 @@
 """`autotune predict --model DIR` / `--command '...'`: the prediction from the model's files, with no boot.
 
-Wiring and rendering only: the figures come from analysis/model_files.py (the files),
-analysis/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
+Wiring and rendering only: the figures come from model/files.py (the files),
+vllm/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
 The machine's memory is read by analysis/device_memory.py unless --device-memory names it.
 """
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import click
 
-from autotune.analysis import device_memory, estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import device_memory, estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
 from autotune.vllm import versions
 
@@ -55,7 +56,7 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
     predicted for (--gmu, the command's, else its vLLM's default)."""
     from autotune.analysis import run_row
-    from autotune.run.modelconfig import local_model_dir
+    from autotune.model.files import local_model_dir
 
     try:
         serve = estimate.serve_settings(argv)

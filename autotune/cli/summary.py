@@ -10,7 +10,8 @@ from typing import Mapping
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
 from autotune.run import levers as lever_rules
-from autotune.run import queue_watch, strategy, witness
+from autotune.run import strategy
+from autotune.server import queue_watch, witness
 from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
@@ -69,7 +70,7 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
             "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
             "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
                       "they may still hold device memory"})
-    for a in attempts:  # the second witness (run/witness.py); a length whose requests wait forever (queue_watch.py)
+    for a in attempts:  # the second witness (server/witness.py); a length whose requests wait forever (queue_watch.py)
         for found in (witness.card_warning(a.get("metrics"), a.get("log")), queue_watch.card_warning(a)):
             if found:
                 warnings.append(found)
@@ -280,7 +281,7 @@ def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
 
 
 def probe_lines(probe: Mapping) -> list[str]:
-    """A probe record (run/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
+    """A probe record (server/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
     lines = []
     mode = f"{probe['mode']} " if probe.get("mode") else ""
     head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"

@@ -136,8 +136,9 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     run verified, or the probe failed; 9 it turned autotune away (API key, TLS). With several
     endpoints: the code of the first that did not verify.
     """
-    from autotune.run import client, deployed
-    from autotune.run.signals import interruptible
+    from autotune.run import deployed
+    from autotune.server import client
+    from autotune.host.signals import interruptible
 
     targets = endpoints_of(urls, endpoints_file)
     if not targets:

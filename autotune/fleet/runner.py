@@ -25,7 +25,7 @@ from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITI
 from autotune.fleet.leaf import Outcome
 from autotune.fleet.plan import Leaf, Plan
 from autotune.run.options import Emit
-from autotune.run.signals import GATE, Interrupted, interruptible
+from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
 
 MAX_TRIES = 3  # a leaf whose worker or node keeps dying is given up after this many tries

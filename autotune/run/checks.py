@@ -1,6 +1,6 @@
 """The checks around each boot: preflight and GPU pinning before the first, flag hygiene and
 the mechanical recovery after a failed one. The rules live in run/preflight.py (reading the
-model's files through run/modelconfig.py), run/flaghygiene.py, host/gpus.py and run/recovery.py;
+model's files through model/files.py and model/max_len.py), run/flaghygiene.py, host/gpus.py and run/recovery.py;
 this is the glue that records what they said."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     from autotune.host import gpus
     from autotune.host.machine import gpu_facts_for
     from autotune.analysis import reachable
-    from autotune.run import modelconfig
+    from autotune.model import files as model_files
+    from autotune.model import max_len
     from autotune.run import preflight as rules
 
     inventory, _ = gpu_facts_for(argv, env)  # the replaying vLLM's own, where it runs
@@ -34,10 +35,10 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         emit("warning", text=warning)
     pinned_env = {**env, **plan.env_changes}
     revision = servecmd.flag_value(argv, "--revision")
-    config = modelconfig.read_model_config(model, pinned_env, revision)
-    tokenizer = modelconfig.read_tokenizer_config(model, pinned_env, revision)
+    config = model_files.read_model_config(model, pinned_env, revision)
+    tokenizer = model_files.read_tokenizer_config(model, pinned_env, revision)
     if opts.target_max:
-        derived = modelconfig.derived_max_model_len(config, tokenizer)
+        derived = max_len.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the strategy continues there (the target becomes it: loop.py).
         opts.target = derived or TARGET_MAX_UNKNOWN

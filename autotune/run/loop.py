@@ -12,13 +12,13 @@ from pathlib import Path
 
 from autotune.analysis import boot_check
 from autotune.run import checks
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import marker
 from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run.boot import Boot, BootContext, stop_server
 from autotune.run.options import Emit, TuneOptions
-from autotune.run.signals import GATE, Interrupted
+from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.record import Attempt, RunRecord
 from autotune.vllm import servecmd
@@ -34,7 +34,7 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target
         self.user_port = None if port_chosen else port
-        self.kept: launch.ServerProcess | None = None
+        self.kept: processes.ServerProcess | None = None
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, env, plan, opts, emit, installed=record.get("vllm_version_detected"))
@@ -102,7 +102,7 @@ class Loop:
         if fix.new_argv:
             self.argv = servecmd.with_flag(fix.new_argv, servecmd.PORT, self.port)
         if fix.new_port:
-            self.port = launch.free_port()
+            self.port = processes.free_port()
             self.argv = servecmd.with_flag(self.argv, servecmd.PORT, self.port)
 
     def _interrupted(self, exc: Interrupted) -> None:
@@ -111,7 +111,7 @@ class Loop:
         server = self.current.get("server")
         if server is not None:
             self.emit("stopping", reason=f"autotune got {exc}")
-            stop = stop_server(server, launch.STAGES_GRACEFUL, self.emit)
+            stop = stop_server(server, processes.STAGES_GRACEFUL, self.emit)
             marker.remove(self.run_dir)
             record.attempts.append(Attempt.interrupted(len(record.attempts) + 1, server.log_path.name, server.argv,
                                                        server.pid, stop=stop))

@@ -16,7 +16,7 @@ from typing import Callable
 from autotune.run import levers
 from autotune.run import strategy
 from autotune.run.options import Emit, TuneOptions
-from autotune.run.signals import GATE, Interrupted
+from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import ABSENT, Reach, ReachStep, Result, RunRecord

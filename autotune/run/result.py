@@ -11,8 +11,8 @@ from pathlib import Path
 
 from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
-from autotune.run import verify
-from autotune.run.launch import ServerProcess
+from autotune.server import health
+from autotune.host.processes import ServerProcess
 from autotune.store import kept as kept_servers
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord
@@ -46,7 +46,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
     if kept is not None:
         handed = kept_servers.kept_marker(run_dir) or {}
         result.serving = {"pid": kept.pid, "port": port,
-                          "url": (handed.get("kept") or {}).get("url") or verify.base_url(port)}
+                          "url": (handed.get("kept") or {}).get("url") or health.base_url(port)}
     record.result = result
     return result
 

@@ -26,34 +26,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Attempt outcomes, as recorded in run.json.
-VERIFIED = "verified"  # healthy and /v1/models reports the asked length
-NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
-PROBE_FAILED = "probe_failed"  # healthy and serving the length, but a near-ceiling request failed
-QUEUED = "queued"  # healthy and reporting the length, but a request that long waits in vLLM's queue forever
-FRONT_DOOR = "front_door"  # healthy, but its front door turned autotune away (a key it wants, TLS): verify.py
-REFUSED = "refused"  # vLLM's KV-cache refusal
-AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
-ERROR = "error"  # another fatal failure (see error_kind)
-EXITED = "exited"  # the process ended with no known cause in its log
-HUNG = "hung"  # no output for --stall-timeout seconds
-INTERRUPTED = "interrupted"  # autotune itself was stopped
+# The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
+from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
+                                     KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
+                                     VERIFIED)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
 BACK_OFF = 0.10  # --back-off: after a failed probe, retry this fraction lower
-# The bases of a length that is not vLLM's own number: a prediction (start_at), a length aimed from a
-# boot's KV pool (room), one computed from a refusal's two-decimal GiB figures (computed; vLLM
-# 0.8.4-0.9.0.1 print no estimate). Once such a boot verifies, its own pool decides: below the
-# ceiling it shows, the next boot is there (a computed one within ROOM_TOLERANCE is accepted).
-PREDICTED = ("start_at", "room", "computed")
 
 AUTO = "auto"  # the value of --max-model-len for an auto-fit boot
-
-# What sets a verified ceiling below the target: the KV pool, or a limit that is not memory
-# (vllm/logcheck.py LIMIT_SOURCES: vLLM refused a length above it and named it).
-KV_CACHE = "kv_cache"
-LIMITS = (KV_CACHE, "model_maximum", "max_num_batched_tokens", "draft_model")
 
 
 @dataclass(frozen=True)

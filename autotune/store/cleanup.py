@@ -20,7 +20,7 @@ from autotune.store import kept
 from autotune.store import sweeps
 from autotune.store.record import Attempt, RunRecord
 from autotune.store.server_file import MARKER, Cleaned
-from autotune.run import launch
+from autotune.host import processes
 
 def owner_stamp() -> dict:
     """Who runs a run or sweep now: kept in its record while it runs (see mark_abandoned)."""
@@ -81,7 +81,7 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
         return Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it")
     if isinstance(marker.get("kept"), dict):  # a --keep-serving server is the user's: listed, never stopped
         return kept.leave_alone(run_dir, marker)
-    tree = launch.process_tree(pid, marker.get("create_time"))
+    tree = processes.process_tree(pid, marker.get("create_time"))
     if not tree:
         try:
             alive = psutil.pid_exists(pid)
@@ -89,7 +89,7 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
             alive = False
         cleaned = Cleaned(run_dir, pid, "pid_reused" if alive else "already_gone")
     else:
-        report = launch.stop_tree(pid, marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
+        report = processes.stop_tree(pid, marker.get("create_time"), processes.STAGES_GRACEFUL, on_step)
         detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
         cleaned = Cleaned(run_dir, pid, "stopped", detail)
     _mark_interrupted(run_dir, marker, cleaned)

@@ -2,7 +2,7 @@
 
 Modelled on a real vLLM 0.32 CPU server's /metrics (tests/fixtures/metrics/) and vLLM's source:
 the info gauge's labels are every CacheConfig field as str(value), so which labels there are
-follows the version (run/metrics.py names when each figure came); V1 engines add an `engine`
+follows the version (server/metrics.py names when each figure came); V1 engines add an `engine`
 label to every sample, V0 has `model_name` only on the queue gauges. Only the metrics autotune
 reads are served, with the HELP text of the version.
 """

@@ -353,7 +353,7 @@ def list_profiles() -> str:
 def write_model_files(argv: list[str], env: dict) -> int:
     """--write-model-files: the profile's model's files into the hub cache, as a first boot's download
     leaves them (testing/model_files.py), so that autotune reads them as on a real machine."""
-    from autotune.run.modelconfig import hub_cache
+    from autotune.model.files import hub_cache
     from autotune.testing import model_files
 
     profile = PROFILES.get(servecmd.flag_value(argv, "--profile") or "")

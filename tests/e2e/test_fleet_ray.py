@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from autotune.fleet import collect
-from autotune.run.launch import free_port
+from autotune.host.processes import free_port
 from autotune.store import artifact
 from tests.test_fleet import fakes, no_overlap, write_plan
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.run import launch
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
@@ -90,7 +90,7 @@ def assert_nothing_left(model_dir: Path, record: dict | None = None) -> None:
         time.sleep(0.2)
     assert processes_serving(model_dir) == []
     for pid in server_pids(record or {}):
-        assert launch.process_tree(pid) == []
+        assert processes.process_tree(pid) == []
 
 
 @pytest.fixture(scope="module")
@@ -178,13 +178,13 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     time.sleep(3)
     proc.kill()
     proc.communicate(timeout=30)
-    assert launch.process_tree(marker["pid"], marker["create_time"]), "the server should outlive a SIGKILLed autotune"
+    assert processes.process_tree(marker["pid"], marker["create_time"]), "the server should outlive a SIGKILLed autotune"
     env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
     out = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"pid {marker['pid']}: stopped" in out.stdout
-    assert launch.process_tree(marker["pid"]) == []
+    assert processes.process_tree(marker["pid"]) == []
     assert_nothing_left(model)
     record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
     assert record["state"] == "interrupted"
@@ -213,7 +213,7 @@ def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
         time.sleep(0.05)
     assert marker
     # A real hang: freeze the whole real server tree mid-boot.
-    tree = launch.process_tree(marker["pid"], marker["create_time"])
+    tree = processes.process_tree(marker["pid"], marker["create_time"])
     for p in tree:
         p.send_signal(signal.SIGSTOP)
     frozen_at = time.monotonic()

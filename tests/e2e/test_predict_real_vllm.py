@@ -23,8 +23,9 @@ import sys
 
 import pytest
 
-from autotune.analysis import device_memory, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import device_memory
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.testing.tiny_model import build_kind
 from tests.conftest import vllm_serve_argv
 

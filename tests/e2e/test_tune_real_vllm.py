@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import launch
-from autotune.run import verify
+from autotune.host import processes
+from autotune.server import health
 from tests.conftest import vllm_serve_argv
 
 pytestmark = pytest.mark.vllm
@@ -105,15 +105,15 @@ def test_command_sh_is_one_line_and_boots(refused_then_verified):
     assert len(lines) == 1
     assert "HF_TOKEN=$HF_TOKEN" in lines[0] and "hf_secretvalue123" not in lines[0]
     assert f"--max-model-len {record['result']['ceiling']}" in lines[0]
-    port = launch.free_port()
+    port = processes.free_port()
     log = run_dir.parent / "rerun.log"
-    server = launch.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
+    server = processes.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(port):
+        while time.monotonic() < deadline and server.poll() is None and not health.health_ok(port):
             list(server.lines(timeout=0.5))
-        assert verify.health_ok(port), log.read_text()[-2000:]
-        ok, reason, _ = verify.check_serving(port, record["result"]["ceiling"])
+        assert health.health_ok(port), log.read_text()[-2000:]
+        ok, reason, _ = health.check_serving(port, record["result"]["ceiling"])
         assert ok, reason
     finally:
         report = server.stop()

@@ -22,7 +22,8 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.analysis import device_memory
-from autotune.run import client, launch, verify
+from autotune.server import client, health
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 from tests.e2e.test_front_door_real_vllm import autotune, keep_output
 
@@ -34,13 +35,13 @@ SHORT = 8192
 BUDGET_GIB = 1.6  # what the margin leaves vLLM: ~0.8 GiB of non-KV use, the rest KV (some 100K tokens)
 
 
-def start_server(argv: list[str], log: Path) -> launch.ServerProcess:
-    server = launch.ServerProcess(argv, env=dict(os.environ), log_path=log)
+def start_server(argv: list[str], log: Path) -> processes.ServerProcess:
+    server = processes.ServerProcess(argv, env=dict(os.environ), log_path=log)
     door = client.plain(int(argv[argv.index("--port") + 1]))
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(door):
+    while time.monotonic() < deadline and server.poll() is None and not health.health_ok(door):
         list(server.lines(timeout=0.5))
-    assert verify.health_ok(door), log.read_text()[-3000:]
+    assert health.health_ok(door), log.read_text()[-3000:]
     return server
 
 
@@ -60,7 +61,7 @@ def story(tiny_model, tmp_path_factory):
     try:
         s.at_ceiling = autotune("verify", s.url, "--run", s.run_id, runs_dir=runs_dir)
         s.show = autotune("show", s.run_id, runs_dir=runs_dir)
-        port = launch.free_port()
+        port = processes.free_port()
         s.short_url = f"http://127.0.0.1:{port}"
         server = start_server(vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-model-len",
                                               str(SHORT), "--api-key", KEY, "--port", str(port)),

@@ -20,8 +20,8 @@ from typing import Callable, TypeVar
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from autotune.run import client as client_mod
-from autotune.run.client import FrontDoor, ServerClient
+from autotune.server import client as client_mod
+from autotune.server.client import FrontDoor, ServerClient
 
 LOOPBACK = client_mod.LOOPBACK
 

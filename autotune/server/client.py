@@ -32,6 +32,7 @@ from typing import Iterator, Mapping, Sequence
 
 import httpx
 
+from autotune.errors import AutotuneError
 from autotune.vllm import servecmd
 
 LOOPBACK = "127.0.0.1"
@@ -42,7 +43,7 @@ GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 _WILDCARDS = {"", "0.0.0.0", "::", "localhost", "ip6-localhost"}
 
 
-class FrontDoorError(ValueError):
+class FrontDoorError(AutotuneError, ValueError):
     """The serve command asks for a front door autotune cannot use (bad --host, unreadable cert)."""
 
 
