@@ -430,7 +430,7 @@ def test_a_boot_cut_short_by_an_interruption_is_used_but_not_held_against_the_pr
     ([(94_500, "verified", None)], 94_500, 94_500, 1, 1, "saved the boot at the target"),
     ([(95_000, "refused", 94_848), (94_848, "verified", None)], 95_000, 94_848, 2, 0, "was too high"),
     ([(90_000, "verified", None), (95_000, "refused", 94_848), (94_848, "verified", None)], 90_000, 94_848, 3, -1,
-     "more than 1% under the ceiling its KV pool shows"),
+     "sat under the ceiling its KV pool shows"),
     ([(4096, "verified", None)], None, 4096, 1, 0, "no prediction yet"),  # the target fits: 1 boot either way
 ])
 def test_sweep_point_outcome(outcomes, start_at, ceiling, boots, saved, note):

@@ -70,7 +70,7 @@ class Row:
     # The KV cache's block size (tokens per page): the second witness's /metrics, else --block-size;
     # vLLM's ceilings are whole blocks, so a predicted one is too.
     block_size: int | None = None
-    # What set the verified ceiling (run/strategy.py LIMITS): only a ceiling the KV cache set says
+    # What set the verified ceiling (store/outcomes.py LIMITS): only a ceiling the KV cache set says
     # where the pool ends; one at the model's maximum, batched tokens or a draft model does not.
     limit: str | None = None
     model_maximum: int | None = None  # the model's own maximum, where vLLM named it
@@ -87,7 +87,7 @@ class Row:
         """The ceiling is where the KV cache ran out (not the target, which fitted, nor a limit that is
         not memory: the model's maximum, batched tokens, a draft model)."""
         return (self.ceiling is not None and self.target is not None and self.ceiling < self.target
-                and self.limit in (None, strategy.KV_CACHE))
+                and self.limit in (None, outcomes.KV_CACHE))
 
     def key(self) -> dict:
         """What must be equal for two runs to be compared (gmu is allowed to differ).

@@ -1,8 +1,8 @@
 """The replaying vLLM's model files: config.json and safetensors headers (no weights), where a real
 machine keeps them after a first boot downloaded the model (the Hugging Face hub cache).
 
-autotune reads a model's own files wherever they are on this machine (run/modelconfig.py,
-analysis/model_files.py): the model's maximum before a boot, the KV bytes per token and weights for
+autotune reads a model's own files wherever they are on this machine (model/files.py,
+model/max_len.py): the model's maximum before a boot, the KV bytes per token and weights for
 `predict`, the calibration and preflight's prediction, and every boot's check of vLLM's KV figures
 against the files (analysis/boot_check.py). Without files on the replay none of that runs there; with
 them (``write``) it runs exactly as on a real machine after a first boot.
