@@ -17,7 +17,7 @@ import pytest
 from autotune.run import launch
 from tests.conftest import vllm_serve_argv
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]  # kill_trials: 8 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 

