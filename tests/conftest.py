@@ -1,3 +1,4 @@
+import json
 import shutil
 import sys
 import tempfile
@@ -31,6 +32,39 @@ def short_tmp():
     folder = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_server():
+    """fake_server(*profile_argv) -> a started FakeServer (helpers/fake_server.py); all are stopped after the test."""
+    from tests.helpers.fake_server import FakeServer
+
+    servers = []
+
+    def start(*argv: str) -> FakeServer:
+        servers.append(FakeServer(*argv))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def tuned(_runs_dir, monkeypatch):
+    """A verified tune of the replaying vLLM 0.33 at 16,384 (in-process), its server kept serving; stopped after."""
+    from autotune.testing import profiles
+    from tests.helpers.cli import invoke_autotune
+    from tests.helpers.replay import fake
+
+    inventory = profiles.by_name("v1-0.33.0").nvml_inventory()
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    result = invoke_autotune("tune", "--target", "16384", "--strategy", "refusal", "--keep-serving", "--json",
+                             "--quiet", "--", *fake("v1-0.33.0", scale="0"))
+    record = json.loads(result.stdout)
+    assert record["result"]["verdict"] == "verified" and record["result"]["ceiling"] == 16384
+    yield record
+    invoke_autotune("stop", record["run_id"])
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from autotune.cli import cli
 from autotune.cli.summary import render_summary
 from autotune.run import launch, metrics, probe, queue_watch, strategy, verify
 from autotune.testing import profiles
-from tests.test_fake_vllm import boot
+from tests.helpers.replay import boot
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]
