@@ -7,7 +7,6 @@ compare's node check. The leaves are real `autotune tune` programs booting the r
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

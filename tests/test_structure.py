@@ -169,3 +169,14 @@ def test_the_test_import_finder_finds_every_spelling():
               "from .test_gpus import gpu\nfrom tests.helpers.cli import run_autotune\nimport json\n")
     assert imported_test_modules(source, "tests.e2e") == {
         "tests.test_compare", "tests.e2e.test_reach", "tests.e2e.test_gpus"}
+
+
+def test_ruff_finds_nothing():
+    """pyproject.toml's [tool.ruff] rules over autotune/ and tests/ (ruff comes with the test extra)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "autotune", "tests"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert "No module named ruff" not in proc.stderr, "ruff is not installed: pip install -e '.[test]'"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
