@@ -148,13 +148,13 @@ def test_the_front_door_may_be_set_in_the_config_file(tmp_path):
     assert (door.api_key, door.key_source) == ("sk-cli", "--api-key")
 
 
-def test_a_unix_socket_front_door(tmp_path):
+def test_a_unix_socket_front_door(short_tmp):
     """--uds: vLLM listens on a unix socket instead of host:port (0.32 has it)."""
     import socketserver
 
     from tests.helpers.front_door_server import FrontDoorServer
 
-    path = str(tmp_path / "vllm.sock")
+    path = str(short_tmp / "vllm.sock")
     tcp = FrontDoorServer(api_key=KEY)  # its handler, served on the socket below
     tcp.httpd.server_close()
 

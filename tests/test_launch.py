@@ -111,19 +111,19 @@ def test_a_mapped_segment_is_seen_as_in_use(tmp_path):
     assert not processes._mapped_by_any_process("psm_mapped_here")
 
 
-def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_them(tmp_path):
+def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_them(short_tmp):
     import socket as socketlib
 
-    dirs = processes.leftover_dirs({"TMPDIR": str(tmp_path)})
-    assert tmp_path in dirs and processes.SHM_DIR in dirs
-    only_tmp = {tmp_path: dirs[tmp_path]}
-    (tmp_path / ("vllm_dist_" + "1" * 32)).write_text("old")
+    dirs = processes.leftover_dirs({"TMPDIR": str(short_tmp)})
+    assert short_tmp in dirs and processes.SHM_DIR in dirs
+    only_tmp = {short_tmp: dirs[short_tmp]}
+    (short_tmp / ("vllm_dist_" + "1" * 32)).write_text("old")
     before = processes.snapshot_leftovers(only_tmp)
-    store = tmp_path / ("vllm_dist_" + "a" * 32)
+    store = short_tmp / ("vllm_dist_" + "a" * 32)
     store.write_text("x")
-    dead_socket = tmp_path / "3f2b1c4d-1111-4abc-8def-0123456789ab"
-    live_socket = tmp_path / "9e8d7c6b-2222-4abc-8def-0123456789ab"
-    other = tmp_path / "not-vllm.txt"
+    dead_socket = short_tmp / "3f2b1c4d-1111-4abc-8def-0123456789ab"
+    live_socket = short_tmp / "9e8d7c6b-2222-4abc-8def-0123456789ab"
+    other = short_tmp / "not-vllm.txt"
     other.write_text("x")
     with socketlib.socket(socketlib.AF_UNIX) as dead:
         dead.bind(str(dead_socket))
@@ -131,7 +131,7 @@ def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_th
         live.bind(str(live_socket))
         removed = processes.remove_orphaned_leftovers(before, only_tmp)
         assert sorted(removed) == sorted([str(store), str(dead_socket)])
-        assert live_socket.exists() and other.exists() and (tmp_path / ("vllm_dist_" + "1" * 32)).exists()
+        assert live_socket.exists() and other.exists() and (short_tmp / ("vllm_dist_" + "1" * 32)).exists()
 
 
 def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
@@ -147,25 +147,25 @@ def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
     assert report.leftover_pids == [] and report.duration_s < 1.0
 
 
-def test_a_killed_tree_takes_only_its_own_files_with_it_never_a_neighbours(tmp_path):
+def test_a_killed_tree_takes_only_its_own_files_with_it_never_a_neighbours(short_tmp):
     # The child holds a ZeroMQ-like socket and torch's file store in TMPDIR, as vLLM does; a
     # neighbour's files appear beside them during the boot and must survive the kill, even unheld.
     import socket as socketlib
     import uuid
 
-    sock_path = tmp_path / str(uuid.uuid4())
-    store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    sock_path = short_tmp / str(uuid.uuid4())
+    store = short_tmp / ("vllm_dist_" + uuid.uuid4().hex)
     code = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
             "f = open(sys.argv[2], 'w'); print('up', flush=True); time.sleep(600)")
     server = processes.ServerProcess([sys.executable, "-c", code, str(sock_path), str(store)],
-                                  env={"TMPDIR": str(tmp_path)}, log_path=tmp_path / "h.log")
+                                  env={"TMPDIR": str(short_tmp)}, log_path=short_tmp / "h.log")
     _wait_lines(server, 1)
-    neighbour_store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    neighbour_store = short_tmp / ("vllm_dist_" + uuid.uuid4().hex)
     neighbour_store.write_text("x")  # a booting neighbour's store, between two operations: held by nobody
-    neighbour_socket = tmp_path / str(uuid.uuid4())
+    neighbour_socket = short_tmp / str(uuid.uuid4())
     with socketlib.socket(socketlib.AF_UNIX) as s:
         s.bind(str(neighbour_socket))  # bound, then closed: a leftover of someone else
-    held = processes.files_held_by([server.pid], processes.leftover_dirs({"TMPDIR": str(tmp_path)}))
+    held = processes.files_held_by([server.pid], processes.leftover_dirs({"TMPDIR": str(short_tmp)}))
     assert held == {str(sock_path), str(store)}
     report = server.stop(processes.STAGES_FAST)
     assert sorted(report.removed_shm) == sorted([str(sock_path), str(store)])

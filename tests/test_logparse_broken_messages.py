@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm.logparse import parse_lines
-from tests.test_logparse_messy import TEXT_LOGS, _facts, _lines
+from tests.helpers.real_logs import TEXT_LOGS, boot_facts, log_lines
 
 NEEDLES = ("To serve at least one request", "The model's max seq len (", "User-specified max_model_len (",
            "max_num_seqs (", "Free memory on device")
@@ -23,7 +23,8 @@ NEEDLES = ("To serve at least one request", "The model's max seq len (", "User-s
 # first piece reads as the failure's message cut there (a line cut short), and the next piece, which
 # shows it is none, does not take those figures back.
 NOT_TAKEN_BACK = {"215-dgx-spark-free-memory-on-startup-passed-not-an-error"}
-BROKEN_LOGS = [p for p in TEXT_LOGS if any(n in line for line in _lines(p) for n in NEEDLES) and p.stem not in NOT_TAKEN_BACK]
+BROKEN_LOGS = [p for p in TEXT_LOGS
+               if any(n in line for line in log_lines(p) for n in NEEDLES) and p.stem not in NOT_TAKEN_BACK]
 _CLAUSE = re.compile(r"(?<=[.,)]) (?=\S)")  # after a sentence's or a clause's end, at the space
 # vLLM's logger prefix, repeated by a viewer before each piece
 _PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
@@ -48,14 +49,14 @@ SPLITS = {"sentences": re.compile(r"(?<=[.)]) (?=[A-Z])"), "clauses": _CLAUSE}
 
 
 def _boots(lines: list[str]) -> list[dict]:
-    return [_facts(boot["result"]) for boot in parse_lines(lines).boots()]
+    return [boot_facts(boot["result"]) for boot in parse_lines(lines).boots()]
 
 
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("dress", DRESSES)
 @pytest.mark.parametrize("log", BROKEN_LOGS, ids=lambda p: p.stem)
 def test_a_message_broken_over_lines_reads_as_the_one_line(log: Path, dress: str, split: str):
-    lines = _lines(log)
+    lines = log_lines(log)
     broken = [piece for line in lines for piece in _broken(line, DRESSES[dress], SPLITS[split])]
     assert len(broken) > len(lines)
     assert _boots(broken) == _boots(lines)

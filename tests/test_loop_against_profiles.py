@@ -19,16 +19,9 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.testing import profiles
+from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
-SEED = "seed-3090-qwen3.6-27b"
 V021 = "v1-0.21.0"
-SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
-               "--enable-chunked-prefill"]
-FAST = "0.002"  # of the real seconds: a 90 s boot takes 0.2 s
-
-
-def fake(profile, *flags, scale=FAST):
-    return [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", profile, "--time-scale", scale, *flags]
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import pytest
 from autotune.server import client, metrics
 from autotune.host import processes
 from autotune.testing import fake_metrics
-from tests.helpers.fake_server import fake_server  # noqa: F401 - the fixture
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 

@@ -18,7 +18,7 @@ from autotune.run import strategy
 from autotune.server import metrics, probe, queue_watch, health
 from autotune.host import processes
 from autotune.testing import profiles
-from tests.test_fake_vllm import boot
+from tests.helpers.replay import boot
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]

@@ -2,7 +2,8 @@
 import pytest
 
 from autotune.analysis import estimate, reachable
-from tests.test_estimate import NODE, argv_for, gqa_folder, record
+from tests.helpers.calibration import NODE, argv_for, record
+from tests.helpers.model_folders import gqa_folder
 
 DEVICE = estimate.Device("cpu", NODE, "test")
 

@@ -174,3 +174,55 @@ def test_no_run_record_parameter_is_a_bare_dict():
                 if arg.arg == "record" and arg.annotation is not None and ast.unparse(arg.annotation) == "dict":
                     found.add(f"{rel(path)}:{f.name}")
     assert found - RECORD_DICT_PARAMS == set()
+
+
+TESTS = PACKAGE.parent / "tests"
+
+
+def imported_test_modules(source: str, package: str) -> set[str]:
+    """The test modules (`test_*`) an import in `source` names, at any level, relative ones resolved
+    against `package` (the importing file's dotted package, e.g. tests.e2e)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.rsplit(".", 1)[-1].startswith("test_"))
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Shared builders live in tests/helpers/ and fixtures in conftest.py: a test module imported by
+    another runs its import-time work twice and ties two files together under pytest-xdist."""
+    found = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        package = ".".join(path.relative_to(TESTS.parent).parts[:-1])
+        imported = imported_test_modules(path.read_text(), package)
+        if imported:
+            found[str(path.relative_to(TESTS.parent))] = sorted(imported)
+    assert found == {}
+
+
+def test_the_test_import_finder_finds_every_spelling():
+    source = ("from tests.test_compare import record\nimport tests.e2e.test_reach\nfrom tests.e2e import test_reach\n"
+              "from .test_gpus import gpu\nfrom tests.helpers.cli import run_autotune\nimport json\n")
+    assert imported_test_modules(source, "tests.e2e") == {
+        "tests.test_compare", "tests.e2e.test_reach", "tests.e2e.test_gpus"}
+
+
+def test_ruff_finds_nothing():
+    """pyproject.toml's [tool.ruff] rules over autotune/ and tests/ (ruff comes with the test extra)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "autotune", "tests"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert "No module named ruff" not in proc.stderr, "ruff is not installed: pip install -e '.[test]'"
+    assert proc.returncode == 0, proc.stdout + proc.stderr

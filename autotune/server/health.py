@@ -124,7 +124,7 @@ def tls_diagnosis(door: FrontDoor, path: str, exc: BaseException) -> FrontDoorRe
     if door.url:
         cause = f"GET {path}: the TLS handshake with {door.url} failed ({detail})"
         fix = ("give --ssl-ca-certs FILE, the CA that signed the server's certificate, when the system does not "
-               "trust it" if door.scheme == "https" else f"the server speaks https: use https:// in the URL")
+               "trust it" if door.scheme == "https" else "the server speaks https: use https:// in the URL")
         return FrontDoorRefused(cause, "tls", fix)
     if door.scheme == "https":
         cause = f"GET {path}: the TLS handshake with {door.where} failed ({detail})"

@@ -16,8 +16,9 @@ import pytest
 
 from autotune.host import processes
 from tests.conftest import vllm_serve_argv
+from tests.helpers.cli import start_autotune
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]  # kill_trials: 8 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 
@@ -55,12 +56,6 @@ def wait_for_moment(runs_dir: Path, log, text, timeout=240) -> None:
                 return
         time.sleep(0.05)
     pytest.fail(f"the moment ({log}, {text!r}) never came")
-
-
-def start_autotune(runs_dir: Path, *args) -> subprocess.Popen:
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def run_dirs(runs_dir: Path) -> list[Path]:
@@ -106,8 +101,8 @@ def kill_trials(model, tmp_path_factory):
     results = []
     for i, (what, log, text, delay, sig) in enumerate(TRIALS):
         runs_dir = tmp_path_factory.mktemp(f"trial{i}")
-        proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--",
-                              *vllm_serve_argv(model, *KV))
+        proc = start_autotune("--target", "65536", "--strategy", "refusal", "--",
+                              *vllm_serve_argv(model, *KV), runs_dir=runs_dir)
         wait_for_moment(runs_dir, log, text)
         time.sleep(delay)
         proc.send_signal(sig)
@@ -165,7 +160,8 @@ def test_resume_continues_without_repeating_finished_boots(kill_trials, model):
 
 def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     runs_dir = tmp_path / "runs"
-    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV))
+    proc = start_autotune("--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV),
+                          runs_dir=runs_dir)
     deadline = time.monotonic() + 240
     marker = None
     while time.monotonic() < deadline:
@@ -201,8 +197,8 @@ def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
     runs_dir = tmp_path / "runs"
     # The stall timeout must outlast vLLM's own silences (its import prints nothing for ~10 s,
     # more on a loaded machine), so the server is frozen as soon as it has printed something.
-    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--stall-timeout", "20", "--",
-                          *vllm_serve_argv(model, *KV))
+    proc = start_autotune("--target", "65536", "--strategy", "refusal", "--stall-timeout", "20", "--",
+                          *vllm_serve_argv(model, *KV), runs_dir=runs_dir)
     deadline = time.monotonic() + 240
     marker = None
     while time.monotonic() < deadline and marker is None:

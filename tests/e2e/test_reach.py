@@ -1,23 +1,15 @@
 """--reach on real vLLM (CPU backend): gmu is a real lever there (KV = node RAM × gmu − non-KV use)."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
+from tests.helpers.cli import run_autotune
 
 pytestmark = pytest.mark.vllm
 
 TARGET = 150_000
-
-
-def autotune(runs_dir, *args):
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True,
-                          timeout=900)
 
 
 def runs(runs_dir):
@@ -29,8 +21,8 @@ def test_reach_raises_gmu_in_one_predicted_boot(tiny_model, tmp_path):
     # walking up in 0.01 steps takes several boots whatever this VM's NUMA node memory is today.
     # The probe is not what this tests, and a 150K-token prefill takes minutes on CPU.
     start = cpu_gmu_leaving(0.3)
-    proc = autotune(tmp_path, "--target", str(TARGET), "--reach", "--probe", "none", "--",
-                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start)))
+    proc = run_autotune("--target", str(TARGET), "--reach", "--probe", "none", "--",
+                        *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start)), runs_dir=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     records = runs(tmp_path)
     (parent,) = [r for r in records.values() if r["kind"] == "tune"]
@@ -55,9 +47,10 @@ def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
     # while 200,000 tokens need 1.53 GiB.
     start = cpu_gmu_leaving(0.3)
     max_gmu = round(start + 0.02, 2)
-    proc = autotune(tmp_path, "--target", "200000", "--reach", "--max-gmu", str(max_gmu), "--",
-                    *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start), "--max-num-batched-tokens",
-                                     "512", "--enable-chunked-prefill"))
+    proc = run_autotune("--target", "200000", "--reach", "--max-gmu", str(max_gmu), "--",
+                        *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start),
+                                         "--max-num-batched-tokens", "512", "--enable-chunked-prefill"),
+                        runs_dir=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (record,) = runs(tmp_path).values()
     reach = record["reach"]

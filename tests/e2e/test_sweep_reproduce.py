@@ -14,25 +14,16 @@ showed: 1 boot when the prediction is within 1%, 2 otherwise, whatever the node'
 """
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from tests.conftest import vllm_serve_argv
+from tests.helpers.cli import run_autotune
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a sweep fixture: up to 6 boots
 
 GMU = [0.10, 0.12, 0.14]
 TARGET = 1_048_576
-
-
-def run_autotune(*args, runs_dir, timeout):
-    env = dict(os.environ)
-    env["AUTOTUNE_RUNS_DIR"] = str(runs_dir)
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,8 @@
 The KV pool is fixed with --kv-cache-memory-bytes 128M: 16,384 tokens at 8 KiB per token,
 so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less).
 """
+import functools
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,25 +13,18 @@ import pytest
 from autotune.host import processes
 from autotune.server import health
 from tests.conftest import vllm_serve_argv
+from tests.helpers import cli as autotune_cli
 
 pytestmark = pytest.mark.vllm
 
 KV = ["--kv-cache-memory-bytes", "128M"]
-
-
-def run_autotune(*args, runs_dir, timeout=600):
-    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env(runs_dir))
-    return proc
+SECRET_ENV = {"HF_TOKEN": "hf_secretvalue123"}  # must never reach disk or screen
+# Every autotune of this module has the secret in its environment, and 10 minutes.
+run_autotune = functools.partial(autotune_cli.run_autotune, env=SECRET_ENV, timeout=600)
 
 
 def _env(runs_dir):
-    import os
-
-    env = dict(os.environ)
-    env["AUTOTUNE_RUNS_DIR"] = str(runs_dir)
-    env["HF_TOKEN"] = "hf_secretvalue123"  # must never reach disk or screen
-    return env
+    return autotune_cli.autotune_env(runs_dir, SECRET_ENV)
 
 
 def only_run(runs_dir: Path) -> Path:

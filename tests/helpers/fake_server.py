@@ -6,8 +6,6 @@ import os
 import threading
 from http.server import ThreadingHTTPServer
 
-import pytest
-
 from autotune.host import processes
 from autotune.testing import fake_vllm
 
@@ -30,16 +28,3 @@ class FakeServer:
         self.httpd.server_close()
         self._out.close()
 
-
-@pytest.fixture
-def fake_server():
-    """fake_server(*profile_argv) -> a started FakeServer; all are stopped after the test."""
-    servers = []
-
-    def start(*argv: str) -> FakeServer:
-        servers.append(FakeServer(*argv))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
