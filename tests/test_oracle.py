@@ -465,16 +465,35 @@ def reach_run(tmp_path, *flags, target="65536"):
 def test_reach_names_its_best_and_show_latest_shows_the_whole_search(tmp_path):
     """Issue 20: a lever search that stops short named only the run's own ceiling, though a lever run
     had verified more; `show latest` showed the last lever run alone; and the remedy offered the
-    levers the search had just measured ('lower --max-num-seqs (now 64)')."""
+    levers the search had just measured ('lower --max-num-seqs (now 64)'). Issue 28: the levers
+    together at --max-gmu (0.95, worth ~5,800 tokens) were never booted, and the card led with the
+    base's 45,424: now the best within the user's limits is booted, and it is the headline and the files."""
     card, shown = reach_run(tmp_path, "--max-num-seqs", "64")
-    assert "Verified ceiling: --max-model-len 45,424" in card
-    best = next(line for line in card.splitlines() if line.startswith("  best:"))
-    assert best.startswith("  best:     --max-model-len 46,704 with --max-num-seqs 1, --max-num-batched-tokens 512, "
-                           "--enable-chunked-prefill (lever run ")
+    best = [*FAKE, "--profile", "v1-0.21.0", "--time-scale", "0", "--max-num-seqs", "1", "--max-num-batched-tokens",
+            "512", "--enable-chunked-prefill", "--gpu-memory-utilization", "0.95"]
+    assert truth(best).ceiling == 52512
+    assert "Verified ceiling: --max-model-len 52,512" in card, card
+    assert "stopped at 52,512, the best within your limits (lever run " in card
+    assert "--max-num-batched-tokens 512 -> 46,704" in card  # each lever measured on the way
+    run_dir = Path(next(line.split()[-1] for line in card.splitlines() if line.startswith("  run:")))
+    assert command_sh_serves(run_dir) == 52512  # the files are the best's
     assert "lower --max-num-seqs" not in card and "raise --gpu-memory-utilization (now" not in card
     assert "the lever search above measured what the levers give" in card
     assert "an fp8 KV cache needs a GPU of compute capability 8.9" in card  # not '--allow-kv-quant' on a 3090
-    assert "latest is lever run" in shown and best in shown and "lever run " in shown.split("levers:")[1]
+    assert "latest is lever run" in shown and "Verified ceiling: --max-model-len 52,512" in shown
+
+
+def test_reach_spends_no_boot_where_memory_is_not_the_limit(tmp_path):
+    """Issue 28: `--target 1M --reach` on a 128K model whose whole context fits booted 3 lever runs,
+    fp8 included, for nothing: no lever raises the model's own maximum."""
+    runs = Path(tempfile.mkdtemp(dir=tmp_path))
+    argv = [*FAKE, "--profile", "h100-0.33.0-llama-8b", "--time-scale", "0"]
+    with replaying_in_process():
+        tuned = CliRunner().invoke(cli, ["tune", "--quiet", "--probe", "none", "--strategy", "refusal", "--reach",
+                                         "--allow-kv-quant", "--runs-dir", str(runs), "--target", "1M", "--", *argv],
+                                   catch_exceptions=False)
+    assert "Verified ceiling: --max-model-len 131,072" in tuned.output and "lever run" not in tuned.output, tuned.output
+    assert len(artifact.list_runs(runs)) == 1
 
 
 def test_a_pool_gmu_does_not_size_gets_no_gmu_advice(tmp_path):

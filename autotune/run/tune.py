@@ -153,7 +153,10 @@ def _options_kept(opts: TuneOptions) -> dict:
 def _after_loop(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> RunRecord:
     """With --reach, a verified ceiling short of the target goes on to the lever search."""
     result = record.result
-    if opts.reach and result.verified and result.ceiling < opts.target:
+    # Levers buy memory: where the ceiling is the model's maximum, batched tokens or a draft model,
+    # no boot of theirs can raise it (the card says what would).
+    if (opts.reach and result.verified and result.ceiling < opts.target
+            and result.get("limit") in (None, strategy.KV_CACHE)):
         reach.run_phase(record, run_dir, opts, env, emit, _tune, _resume)
     return record
 
