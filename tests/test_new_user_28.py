@@ -51,3 +51,19 @@ def test_the_card_after_resume_names_the_folder_the_run_was_renamed_to(tmp_path,
     assert after != before
     assert str(before) not in result.stdout  # the card named the folder that no longer exists
     assert str(after) in result.stdout
+
+
+def test_reproduce_outdated_says_it_could_not_tell_for_a_wrapper_script(tmp_path, monkeypatch):
+    """It exited 0, "nothing to reproduce", having checked nothing: the script's vLLM is unknown."""
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "serve.sh"
+    script.write_text(f'#!/bin/sh\nexec {sys.executable} -m autotune.testing.fake_vllm "$@"\n')
+    script.chmod(0o755)
+    tuned = invoke("tune", "--target", "32768", "--probe", "none", "--quiet", "--",
+                   "./serve.sh", "--profile", SEED, "--time-scale", "0", "--max-num-seqs", "1")
+    assert tuned.exit_code == 0, tuned.output
+    run_id = json.loads(invoke("show", "--json", "latest").stdout)["run_id"]
+    result = invoke("reproduce", "--outdated")
+    assert result.exit_code == 10, result.output
+    assert (f"Warning: not checked: {run_id}: which vLLM its command starts now could not be told") in result.stderr
+    assert f"`autotune reproduce {run_id}` re-tunes it" in result.stderr
