@@ -5,6 +5,7 @@ leaves; parse's advice under --kv-cache-memory-bytes; predict's notes; a command
 clean's word for a server that was exiting; the replay's /metrics at lengths off the block grid."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -67,3 +68,42 @@ def test_reproduce_outdated_says_it_could_not_tell_for_a_wrapper_script(tmp_path
     assert result.exit_code == 10, result.output
     assert (f"Warning: not checked: {run_id}: which vLLM its command starts now could not be told") in result.stderr
     assert f"`autotune reproduce {run_id}` re-tunes it" in result.stderr
+
+
+def _exit_codes_in_help(command: str) -> dict[int, str]:
+    """`N what` pairs from the Exit codes paragraph of a command's help."""
+    import re
+
+    text = invoke(command, "--help").output
+    para = " ".join(text[text.index("Exit codes"):].split())
+    return {int(m.group(1)): m.group(2) for m in re.finditer(r"[;:] (\d) ([^;]+)", para)}
+
+
+def test_verify_with_no_url_exits_as_its_help_says():
+    codes = _exit_codes_in_help("verify")
+    result = invoke("verify")
+    assert result.exit_code == 2, result.output  # a missing argument: click's usage error (docs/exit-codes.md)
+    assert "no URL" in codes[result.exit_code]  # the help said 1
+    assert "no URL" not in codes[1]
+
+
+def test_a_bare_word_is_not_taken_for_a_url():
+    result = invoke("verify", "--probe", "none", "not-a-url")
+    assert result.exit_code == 1, result.output  # it probed http://not-a-url and exited 3
+    assert "'not-a-url' is not a server's URL (no scheme, no port): give http://HOST:PORT" in result.stderr
+    assert "http://not-a-url:8000" in result.stderr
+    assert not list(Path(os.environ["AUTOTUNE_RUNS_DIR"]).glob("*"))  # nothing recorded
+
+
+def test_a_failed_verification_is_not_listed_as_deployed():
+    tuned = invoke("tune", "--target", "32768", "--probe", "none", "--quiet", "--",
+                   *fake(SEED, "--max-num-seqs", "1", scale="0"))
+    assert tuned.exit_code == 0, tuned.output
+    checked = invoke("verify", "--run", "latest", "--probe", "none", "http://127.0.0.1:9")
+    assert checked.exit_code == 3, checked.output
+    show = invoke("show", "latest").stdout
+    runs = invoke("runs").stdout
+    assert "deployed at" not in show + runs  # nothing answered there
+    assert "  not reached at http://127.0.0.1:9, checked " in show
+    assert ": error (run " in show  # no "vLLM unknown" for a server that never answered
+    assert "error; not reached at http://127.0.0.1:9, verifies " in runs
