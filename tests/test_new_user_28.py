@@ -107,3 +107,42 @@ def test_a_failed_verification_is_not_listed_as_deployed():
     assert "  not reached at http://127.0.0.1:9, checked " in show
     assert ": error (run " in show  # no "vLLM unknown" for a server that never answered
     assert "error; not reached at http://127.0.0.1:9, verifies " in runs
+
+
+def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_way(tmp_path):
+    """--runs-dir elsewhere: the leaf lines printed runs/...; after `fleet resume` the leaves'
+    interrupted runs stayed `interrupted`, their cards said `autotune resume RUN` while `resume`
+    said `autotune fleet resume FLEET`, which then had no leaf left."""
+    from tests.test_fleet import fakes, grid_plan, run_fleet
+    from autotune.fleet import collect
+
+    runs = tmp_path / "elsewhere"
+    plan = grid_plan(tmp_path, "fleet-28", scale=0.05, profiles=(SEED,))
+    driver = run_fleet(plan, runs, "--slots", "2", wait=False)
+    deadline = time.time() + 60
+    while len(fakes("fleet-28")) < 2 and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(fakes("fleet-28")) >= 2, "two leaves never booted"
+    driver.send_signal(signal.SIGINT)
+    driver.communicate(timeout=60)
+    fleet_id = collect.load(collect.list_fleets(runs)[0]).fleet_id
+    interrupted = sorted(p.name for p in runs.iterdir() if (p / "run.json").is_file())
+    assert len(interrupted) == 2
+    card = invoke("show", "--runs-dir", str(runs), interrupted[0]).stdout
+    assert f"`autotune fleet resume {fleet_id}` runs leaf leaf-0" in card
+    assert "`autotune resume" not in card
+    assert f"autotune fleet resume {fleet_id}" in invoke("resume", "--runs-dir", str(runs)).output
+
+    again = subprocess.run([sys.executable, "-m", "autotune", "fleet", "resume", "--runs-dir", str(runs),
+                            "--slots", "2"], capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stderr
+    assert " boot(s): runs/" not in again.stderr
+    assert f" boot(s): {runs}/" in again.stderr
+    listed = invoke("runs", "--runs-dir", str(runs)).stdout
+    for run_id in interrupted:
+        line = next(line for line in listed.splitlines() if line.startswith(run_id + " "))
+        assert "interrupted; its fleet leaf ran again: " in line
+    after = invoke("resume", "--runs-dir", str(runs))
+    assert after.exit_code == 1
+    assert "fleet resume" not in after.output  # the fleet has no leaf left
+    assert fakes("fleet-28") == []

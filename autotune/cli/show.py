@@ -118,6 +118,8 @@ def run_row(record: RunRecord) -> dict:
 
 def _verdict(record: RunRecord, result: Result) -> str:
     verdict = result.get("verdict") or record.get("state") or "?"
+    if record.get("state") == "interrupted" and record.link("tried_again_as"):
+        return f"{verdict}; its fleet leaf ran again: {record.link('tried_again_as')}"
     if record.get("state") == "interrupted" and verdict != "interrupted":
         return f"{verdict}; levers interrupted" if record.get("phase") == "reach" else f"{verdict}; interrupted"
     if record.get("state") == "running" and result.get("verdict"):
