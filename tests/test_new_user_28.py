@@ -146,3 +146,30 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     assert after.exit_code == 1
     assert "fleet resume" not in after.output  # the fleet has no leaf left
     assert fakes("fleet-28") == []
+
+
+def _refusal_log(tmp_path: Path, *flags: str) -> Path:
+    """The boot log of the replaying vLLM 0.33 refusing 131,072 tokens (its process exits 1)."""
+    log = tmp_path / "refused.log"
+    with log.open("w") as out:
+        done = subprocess.run([*fake("v1-0.33.0", "--max-model-len", "131072", *flags, scale="0")], stdout=out,
+                              stderr=subprocess.STDOUT, timeout=60)
+    assert done.returncode != 0
+    return log
+
+
+def test_parse_advises_the_kv_bytes_when_they_fix_the_pool(tmp_path):
+    fixed = invoke("parse", str(_refusal_log(tmp_path, "--kv-cache-memory-bytes", "1G"))).stdout
+    fix = next(line for line in fixed.splitlines() if line.startswith("  fix:"))
+    assert "--gpu-memory-utilization does not size it" in fix
+    assert "raise --kv-cache-memory-bytes (now 1 GiB; it fixes the KV pool" in fix
+    assert "or raise --gpu-memory-utilization" not in fix  # what it advised: gmu changes nothing here
+    plain = invoke("parse", str(_refusal_log(tmp_path))).stdout
+    assert "or raise --gpu-memory-utilization" in plain and "--kv-cache-memory-bytes" not in plain
+
+
+def test_parse_advises_the_kv_bytes_on_a_real_vllm_log_that_fixes_the_pool():
+    log = Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-refused-json-logging.log"  # 128 MiB pool
+    fix = next(line for line in invoke("parse", str(log)).stdout.splitlines() if line.startswith("  fix:"))
+    assert fix.endswith("or raise --kv-cache-memory-bytes (now 0.125 GiB; it fixes the KV pool, so "
+                        "--gpu-memory-utilization does not size it)")
