@@ -173,3 +173,14 @@ def test_parse_advises_the_kv_bytes_on_a_real_vllm_log_that_fixes_the_pool():
     fix = next(line for line in invoke("parse", str(log)).stdout.splitlines() if line.startswith("  fix:"))
     assert fix.endswith("or raise --kv-cache-memory-bytes (now 0.125 GiB; it fixes the KV pool, so "
                         "--gpu-memory-utilization does not size it)")
+
+
+def test_predict_counts_the_runs_of_other_models_in_one_note(tiny_model):
+    for gmu in ("0.90", "0.92", "0.94"):
+        invoke("tune", "--target", "32768", "--probe", "none", "--quiet", "--",
+               *fake(SEED, "--gpu-memory-utilization", gmu, "--max-num-seqs", "1", scale="0"))
+    result = invoke("predict", "--device", "cpu", "--device-memory", "8GiB", "--",
+                    sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model))
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stdout.splitlines() if "not calibrated on" in line]
+    assert notes == ["  note: not calibrated on 3 runs: another model (Qwen/Qwen3.6-27B-AWQ)"]  # a note a run before
