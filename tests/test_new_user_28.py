@@ -209,3 +209,31 @@ def test_the_interpreter_of_a_command_that_runs_vllm_is_asked_its_version():
     assert versions.python_of([python, "-m", versions.FAKE_VLLM_MODULE, "--profile", SEED], {}) == python
     for other in ([python, "-c", "import vllm"], [python, "serve.py"], [python, "-m", "http.server"], [python]):
         assert versions.python_of(other, {}) is None
+
+
+def test_clean_calls_a_server_that_was_exiting_gone_not_a_reused_pid(tmp_path):
+    """A server that exited but is not reaped yet (a zombie: same pid, same start time) is that server
+    on its way out; clean said its pid "now belongs to another process"."""
+    import psutil
+
+    from autotune.store import cleanup
+    from autotune.store.server_file import MARKER
+
+    owner = subprocess.Popen([sys.executable, "-c", "pass"])
+    owner_started = psutil.Process(owner.pid).create_time()
+    owner.wait()
+    server = subprocess.Popen([sys.executable, "-c", "pass"])  # exits at once, not waited for: a zombie
+    started = psutil.Process(server.pid).create_time()
+    deadline = time.time() + 10
+    while psutil.Process(server.pid).status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+        time.sleep(0.05)
+    run_dir = tmp_path / "runs" / "20260101T000000Z-m"
+    run_dir.mkdir(parents=True)
+    (run_dir / MARKER).write_text(json.dumps({"pid": server.pid, "create_time": started, "argv": ["vllm"],
+                                              "autotune_pid": owner.pid, "autotune_create_time": owner_started}))
+    try:
+        (found,) = [c for c in cleanup.clean(tmp_path / "runs") if c.pid == server.pid]
+    finally:
+        server.wait()
+    assert found.action == "already_gone", found
+    assert "exiting" in found.detail
