@@ -237,3 +237,38 @@ def test_clean_calls_a_server_that_was_exiting_gone_not_a_reused_pid(tmp_path):
         server.wait()
     assert found.action == "already_gone", found
     assert "exiting" in found.detail
+
+
+def test_the_replays_metrics_agree_with_its_own_log_at_a_length_off_the_block_grid(tmp_path):
+    """8,001 tokens is 500 blocks of 16 and one token: a request takes 501 blocks, as vLLM counts."""
+    import pytest
+
+    from autotune.run import client, metrics, witness
+    from tests.helpers.fake_server import FakeServer
+
+    server = FakeServer("--profile", "v1-0.33.0", "--max-model-len", "8001")
+    try:
+        cache = metrics.read(client.plain(server.port)).cache_config
+    finally:
+        server.close()
+    facts = _boot_facts(tmp_path, "v1-0.33.0", "8001")  # the same boot, its log
+    assert facts["kv_cache_tokens"] == cache.num_gpu_blocks * 16 == cache.kv_cache_size_tokens
+    assert cache.kv_cache_max_concurrency == pytest.approx(cache.num_gpu_blocks / 501)  # vLLM's: blocks per request
+    assert facts["max_concurrency"] == round(cache.num_gpu_blocks / 501, 2)
+    assert witness.disagreements(cache, facts, {}) == []
+
+
+def _boot_facts(tmp_path: Path, profile: str, length: str) -> dict:
+    """What autotune reads from the replaying vLLM's boot log at this length."""
+    from autotune.vllm.logparse import parse_file
+
+    log = tmp_path / "boot.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([*fake(profile, "--max-model-len", length, scale="0")], stdout=out,
+                                stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while "Application startup complete" not in log.read_text() and time.time() < deadline:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    return parse_file(log).result()

@@ -155,9 +155,13 @@ class Boot:
             self.say("failed_tail")
             return 1
         tokens = profiles.kv_cache_tokens(p, s, available)
-        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+).
-        conc = available / profiles.needed_bytes(p, s, length) if p.sliding_window else tokens / length
-        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}")
+        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+);
+        # a full-attention request takes whole blocks (get_max_concurrency_for_kv_cache_config: blocks over
+        # cdiv(length, block_size)), so off the block grid it is not tokens / length.
+        conc = (available / profiles.needed_bytes(p, s, length) if p.sliding_window
+                else (tokens // p.block_size) / math.ceil(length / p.block_size))
+        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}",
+                            concurrency=conc)  # /metrics serves the same figure unrounded
         self.say("kv")
         blocks = profiles.mamba_blocks(p, s, available)
         if blocks is not None and blocks < s.max_num_seqs:
@@ -252,7 +256,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
                 self._json(200, {"version": boot.p.version})
             elif self.path == "/metrics":
                 self._send(200, fake_metrics.exposition(boot.p, boot.req.settings, model, served_len, kv_tokens,
-                                                        queue).encode(), "text/plain; version=0.0.4; charset=utf-8")
+                                                        queue, boot.figures.get("concurrency")).encode(),
+                           "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._json(404, {"detail": "Not Found"})
 
