@@ -272,3 +272,67 @@ def _boot_facts(tmp_path: Path, profile: str, length: str) -> dict:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     return parse_file(log).result()
+
+
+# ---- tuning boots listen on this machine only ------------------------------------------------------
+
+def test_tuning_boots_listen_on_loopback_and_the_paste_ready_command_keeps_the_users_host():
+    result = invoke("tune", "--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                    *fake(SEED, *SEED_LEVERS, scale="0"))
+    assert result.exit_code == 0, result.output
+    record = json.loads(invoke("show", "--json", "latest").stdout)
+    for attempt in record["attempts"]:  # every boot bound 127.0.0.1, as vLLM itself says it was asked
+        assert attempt["argv"][-2:] == ["--host", "127.0.0.1"]
+        assert attempt["facts"]["non_default_args"]["host"] == "127.0.0.1"
+    assert "--host" not in record["result"]["final_argv"] and "--host" not in record["command"]["argv"]
+    run_dir = Path(os.environ["AUTOTUNE_RUNS_DIR"]) / record["run_id"]
+    assert "--host" not in (run_dir / "command.sh").read_text()
+    assert "  listened: 127.0.0.1 (this machine only); command.sh keeps the command's own host" in result.stdout
+
+
+def test_a_command_that_says_where_it_listens_is_booted_as_it_says():
+    result = invoke("tune", "--target", "32768", "--probe", "none", "--",
+                    *fake(SEED, "--max-num-seqs", "1", "--host", "0.0.0.0", scale="0"))
+    assert result.exit_code == 0, result.output
+    record = json.loads(invoke("show", "--json", "latest").stdout)
+    assert all(servecmd_host(a["argv"]) == "0.0.0.0" for a in record["attempts"])
+    assert "  listened: 0.0.0.0\n" in result.stdout
+
+
+def servecmd_host(argv):
+    from autotune.vllm import servecmd
+
+    return servecmd.flag_value(argv, "--host")
+
+
+def test_a_kept_server_keeps_the_users_own_host():
+    result = invoke("tune", "--target", "32768", "--probe", "none", "--keep-serving", "--",
+                    *fake(SEED, "--max-num-seqs", "1", scale="0"))
+    try:
+        assert result.exit_code == 0, result.output
+        record = json.loads(invoke("show", "--json", "latest").stdout)
+        assert servecmd_host(record["attempts"][-1]["argv"]) is None  # vLLM's default, as the user runs it
+        assert "  listened: every interface (vLLM's default)" in result.stdout
+    finally:
+        invoke("stop", "latest")
+
+
+def test_containers_sockets_and_given_hosts_keep_their_own_networking():
+    from autotune.vllm import servecmd
+
+    assert servecmd.listening_locally(["vllm", "serve", "m"]) == ["vllm", "serve", "m", "--host", "127.0.0.1"]
+    for argv in (["docker", "run", "-p", "8000:8000", "vllm/vllm-openai", "--model", "m"],
+                 ["vllm", "serve", "m", "--uds", "/tmp/v.sock"], ["vllm", "serve", "m", "--host=::"]):
+        assert servecmd.listening_locally(argv) == argv
+
+
+def test_the_replaying_vllm_binds_the_host_it_is_given():
+    from autotune.run import launch
+    from autotune.testing import fake_vllm
+
+    port = launch.free_port()
+    server = fake_vllm.bind(port, "127.0.0.1")
+    try:
+        assert server.server_address == ("127.0.0.1", port)
+    finally:
+        server.server_close()

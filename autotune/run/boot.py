@@ -30,6 +30,7 @@ from autotune.store import artifact
 from autotune.store import kept
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
+from autotune.vllm import servecmd
 from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import BootLogParser, ceiling_from
 
@@ -65,15 +66,18 @@ class Boot:
     to its outcome."""
 
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
-        self.index, self.argv, self.port = index, argv, port
+        # A tuning boot serves this machine only (no key, all night); the one --keep-serving hands over
+        # keeps the command's own host. command.sh and the run's command keep the user's argv as given.
+        self.index, self.port = index, port
+        self.argv = list(argv) if ctx.opts.keep_serving else servecmd.listening_locally(argv)
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
         self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
-        self.door = client.front_door_of(argv, self.env, port)  # key, TLS, root path, socket: how to reach it
+        self.door = client.front_door_of(self.argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
         self.log_name = f"attempt-{index}.log"
         self.t_start = time.monotonic()
-        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=argv, log=self.log_name,
+        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=self.argv, log=self.log_name,
                                started_at=artifact.iso(artifact.utc_now()))
         self.parser = BootLogParser()
         self.server: launch.ServerProcess | None = None

@@ -303,9 +303,10 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     return Handler
 
 
-def bind(port: int) -> ThreadingHTTPServer:
-    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots)."""
-    server = ThreadingHTTPServer(("0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
+def bind(port: int, host: str | None = None) -> ThreadingHTTPServer:
+    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots); on
+    --host, else every interface, as vLLM (uvicorn with no host) does."""
+    server = ThreadingHTTPServer((host or "0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
     server.daemon_threads = True
     try:
         server.server_bind()
@@ -335,7 +336,8 @@ def run(req: Request, stop: threading.Event, out=None) -> int:
     boot = Boot(req, out)
     taken: list[ThreadingHTTPServer] = []
     try:
-        outcome = boot.run(bind=lambda: taken.append(bind(req.port)))
+        host = req.options.get("host")
+        outcome = boot.run(bind=lambda: taken.append(bind(req.port, host if isinstance(host, str) else None)))
         if isinstance(outcome, int):
             boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
             return outcome
