@@ -305,16 +305,54 @@ def servecmd_host(argv):
     return servecmd.flag_value(argv, "--host")
 
 
-def test_a_kept_server_keeps_the_users_own_host():
-    result = invoke("tune", "--target", "32768", "--probe", "none", "--keep-serving", "--",
+def test_keep_serving_hands_over_the_server_command_sh_describes():
+    """An auto run's verified boot served `--max-model-len auto` on 127.0.0.1 with its output in a pipe
+    to autotune: the kept server is the verified command at its numeric length on the user's own host,
+    its output going into kept.log after autotune exited."""
+    import httpx
+
+    result = invoke("tune", "--target", "65536", "--probe", "none", "--keep-serving", "--",
                     *fake(SEED, "--max-num-seqs", "1", scale="0"))
     try:
         assert result.exit_code == 0, result.output
         record = json.loads(invoke("show", "--json", "latest").stdout)
-        assert servecmd_host(record["attempts"][-1]["argv"]) is None  # vLLM's default, as the user runs it
-        assert "  listened: every interface (vLLM's default)" in result.stdout
+        ceiling = record["result"]["ceiling"]
+        assert record["attempts"][-1]["max_model_len"] == "auto"  # the boot that verified
+        run_dir = Path(os.environ["AUTOTUNE_RUNS_DIR"]) / record["run_id"]
+        kept = json.loads((run_dir / "server.json").read_text())
+        assert kept["argv"][-2:] == ["--max-model-len", str(ceiling)] and servecmd_host(kept["argv"]) is None
+        assert kept["log"] == "kept.log"
+        assert str(ceiling) in (run_dir / "command.sh").read_text()
+        url = record["result"]["serving"]["url"]
+        served = httpx.get(f"{url}/v1/models", timeout=5).json()["data"][0]["max_model_len"]
+        assert served == ceiling
+        deadline = time.time() + 5
+        while '"GET /v1/models' not in (run_dir / "kept.log").read_text() and time.time() < deadline:
+            time.sleep(0.1)
+        assert '"GET /v1/models' in (run_dir / "kept.log").read_text()  # still logging after autotune's exit
     finally:
         invoke("stop", "latest")
+
+
+def test_the_replaying_vllm_serves_on_after_its_stdout_is_closed():
+    import httpx
+
+    from autotune.run import launch
+
+    port = launch.free_port()
+    proc = subprocess.Popen([*fake(SEED, "--max-num-seqs", "1", "--max-model-len", "8192", "--port", str(port), scale="0")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        for raw in proc.stdout:
+            if b"Application startup complete" in raw:
+                break
+        proc.stdout.close()  # whoever read its output is gone
+        for _ in range(3):  # each request writes an access line to the closed pipe
+            assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
 
 
 def test_containers_sockets_and_given_hosts_keep_their_own_networking():

@@ -27,7 +27,6 @@ from autotune.run import witness
 from autotune.run.options import Emit, TuneOptions
 from autotune.run.signals import GATE
 from autotune.store import artifact
-from autotune.store import kept
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
 from autotune.vllm import servecmd
@@ -66,10 +65,10 @@ class Boot:
     to its outcome."""
 
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
-        # A tuning boot serves this machine only (no key, all night); the one --keep-serving hands over
-        # keeps the command's own host. command.sh and the run's command keep the user's argv as given.
+        # A tuning boot serves this machine only (no key, all night); the server --keep-serving hands
+        # over is launched afresh with the user's own host (run/handover.py), as command.sh says.
         self.index, self.port = index, port
-        self.argv = list(argv) if ctx.opts.keep_serving else servecmd.listening_locally(argv)
+        self.argv = servecmd.listening_locally(argv)
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
         self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
         self.door = client.front_door_of(self.argv, self.env, port)  # key, TLS, root path, socket: how to reach it
@@ -267,11 +266,7 @@ class Boot:
             self._witnesses(expected)
         if self.outcome == strategy.VERIFIED and self.opts.probe != "none":
             self._probe(expected)
-        if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
-            self.keep = self.server
-            kept.hand_over(self.run_dir, self.door.where)  # the user's now: clean leaves it running
-        else:
-            self._stop(launch.STAGES_GRACEFUL)
+        self._stop(launch.STAGES_GRACEFUL)  # --keep-serving relaunches the verified command (handover.py)
 
     def _witnesses(self, expected: int) -> None:
         """What else says whether the length is served: /metrics' KV pool beside the log's figures

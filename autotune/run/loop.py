@@ -54,6 +54,8 @@ class Loop:
                 self._interrupted(exc)
             raise
         self._named_for_model()
+        if opts.keep_serving and step.verdict == "verified" and isinstance(step.ceiling, int):
+            self.kept = self._hand_over(step.ceiling)
         results.assemble(self.record, step, self.target, self.argv, self.user_port, self.run_dir, self.kept,
                          self.port)
         self.record.state = "finished"
@@ -96,6 +98,19 @@ class Loop:
             self.record.run_id = named.name
             self.emit("run_renamed", run_dir=str(named),
                       message=f"run folder {named}: vLLM serves {self.record.model} (the command names no model)")
+
+    def _hand_over(self, ceiling: int):
+        """--keep-serving: the verified command, launched to serve on after autotune (None: it did not
+        serve; the run's result stands, the warning says why)."""
+        from autotune.run import handover
+
+        argv = servecmd.with_max_model_len(self.argv, ceiling)
+        try:
+            return handover.relaunch(self.run_dir, argv, self.env, self.port, ceiling, self.opts.stall_timeout_s,
+                                     self.emit)
+        except handover.HandOverFailed as exc:
+            self.emit("warning", text=f"--keep-serving: nothing kept: {exc}")
+            return None
 
     def _apply(self, fix) -> None:
         """A mechanical fix (recovery.py): the next boot relaunches with it."""

@@ -66,7 +66,15 @@ class Boot:
         figures.update(ts=time.strftime("%m-%d %H:%M:%S"), A=api.format(**figures), C=core.format(**figures),
                        W=worker.format(**figures))
         for template in self.family[key]:
-            print(template.format(**figures), file=self.out, flush=True)
+            self.write(template.format(**figures))
+
+    def write(self, line: str) -> None:
+        """One line of output; when whoever read it is gone (a closed pipe), serve on without it, as
+        vLLM's server outlives the terminal it was started from."""
+        try:
+            print(line, file=self.out, flush=True)
+        except (BrokenPipeError, ValueError):
+            self.out = sys.stdout = sys.stderr = open(os.devnull, "w")
 
     def per_rank(self, key: str) -> None:
         for rank in range(self.req.settings.tp):
@@ -231,8 +239,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, fmt, *args):  # uvicorn's access line (cpu-0.32.0 logs)
-            print(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
-                  f'{args[1] if len(args) > 1 else ""} OK', file=boot.out, flush=True)
+            boot.write(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
+                       f'{args[1] if len(args) > 1 else ""} OK')
 
         def _send(self, status: int, body: bytes = b"", content_type: str | None = None) -> None:
             self.send_response(status)
