@@ -87,7 +87,6 @@ class Boot:
         self.listening_at: float | None = None
         self.verification: dict | None = None
         self.time_to_outcome: float | None = None
-        self.keep: launch.ServerProcess | None = None
         self.refusal_seen_at: float | None = None
         self.kill_delay: float | None = None
         self.first_signal_at: float | None = None
@@ -96,11 +95,12 @@ class Boot:
 
     # ---- the boot, start to end -----------------------------------------------------------------
 
-    def run(self) -> tuple[Attempt, launch.ServerProcess | None]:
-        """Boot once; return the attempt and the server when it is kept running (--keep-serving)."""
+    def run(self) -> Attempt:
+        """Boot once, stop the server (--keep-serving relaunches the verified command: handover.py);
+        return the attempt."""
         self.gpu_baseline = memwait.gpu_used_gib(visible_indices(self.env))
         if not self._launch():
-            return self.attempt, None
+            return self.attempt
         self.attempt.pid = self.server.pid
         while self.outcome is None:
             self._read_lines()
@@ -109,10 +109,9 @@ class Boot:
                 check()
                 if self.outcome is not None:
                     break
-        if self.keep is None:
-            self._release()
+        self._release()
         self._record()
-        return self.attempt, self.keep
+        return self.attempt
 
     def _launch(self) -> bool:
         with GATE.deferred():  # a signal now is raised only once the server is on record

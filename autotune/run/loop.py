@@ -34,7 +34,7 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target
         self.user_port = None if port_chosen else port
-        self.kept: launch.ServerProcess | None = None
+        self.kept = None  # the server --keep-serving handed over (run/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, env, plan, opts, emit, installed=record.get("vllm_version_detected"))
@@ -70,7 +70,7 @@ class Loop:
         if self.opts.target_max and step.max_model_len == checks.TARGET_MAX_UNKNOWN:
             reason = "--target max: more than any model has, so that vLLM names this one's maximum"
         emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=reason)
-        attempt, server = Boot(self.boots, index, attempt_argv, self.port, step).run()
+        attempt = Boot(self.boots, index, attempt_argv, self.port, step).run()
         attempt.reason = reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
@@ -87,8 +87,6 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         artifact.save_run(self.run_dir, record)
         emit("attempt_ended", index=index, attempt=attempt.to_dict())
-        if server is not None:
-            self.kept = server
 
     def _named_for_model(self) -> None:
         """The run folder and id of a command that names no model take the model vLLM said it serves."""
