@@ -95,7 +95,7 @@ def story(tiny_model, tmp_path_factory):
     s.alive_after_first = verify.health_ok(s.door)
     # 2. clean leaves it alone
     s.clean = autotune("clean", "--json", runs_dir=runs_dir)
-    # the kept server is the verified boot itself (here --max-model-len auto, fitted at 16,256)
+    # the kept server is the verified command relaunched as command.sh says (the numeric length, run/handover.py)
     s.alive_after_clean = verify.health_ok(s.door) and bool(verify.served_models(s.door))
     s.runs_listing = autotune("runs", runs_dir=runs_dir)
     s.show_first = autotune("show", s.first_id, runs_dir=runs_dir)
