@@ -23,6 +23,8 @@ class ExitCode(IntEnum):
     REGRESSION = 7  # reproduce: less KV, fewer tokens or a lower ceiling than recorded, beyond tolerance
     PREFLIGHT = 8  # tune: a preflight check refused the boot before it started (nothing booted)
     FRONT_DOOR = 9  # tune: the server booted but turned autotune away: an API key it wants, TLS that does not match
+    UNDETERMINED = 10  # reproduce --outdated: which vLLM a recorded command starts now could not be told
+    #                    (a wrapper script, a container): nothing was checked for it
     INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
 
 

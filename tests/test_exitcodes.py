@@ -33,6 +33,7 @@ def test_reproduce_verdict_codes_are_the_enum_values():
     assert cmp.EXIT_SAME_OR_BETTER == ExitCode.OK
     assert cmp.EXIT_ERROR == ExitCode.FAILED
     assert cmp.EXIT_REGRESSION == ExitCode.REGRESSION
+    assert cmp.EXIT_UNDETERMINED == ExitCode.UNDETERMINED
 
 
 def test_verdicts_map_to_codes():

@@ -70,7 +70,8 @@ def resume(run, runs_dir, json_, quiet):
     if json_:
         click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
-        echo_card(record, run_dir=path)
+        # A run whose command names no model was renamed for the model vLLM serves when it finished.
+        echo_card(record, run_dir=Path(path).parent / record["run_id"])
     sys.exit(exit_code_of(record))
 
 

@@ -326,6 +326,30 @@ def _context_lines(record: RunRecord) -> list[str]:
     return lines
 
 
+def _listened(argv: list[str]) -> str:
+    """Where a boot with this argv listened."""
+    uds, host = servecmd.flag_value(argv, "--uds"), servecmd.flag_value(argv, "--host")
+    if uds:
+        return f"unix:{uds}"
+    if host:
+        return f"{host} (this machine only)" if host == servecmd.LOOPBACK_HOST else host
+    return "the container's network" if servecmd.is_container(argv) else "every interface (vLLM's default)"
+
+
+def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
+    """Where the boots listened (autotune binds them to 127.0.0.1 unless the command says where), and
+    that the paste-ready command keeps the command's own host."""
+    where = [(a.get("index"), _listened(list(a.get("argv") or []))) for a in attempts if a.get("argv")]
+    if not where:
+        return []
+    distinct = list(dict.fromkeys(text for _, text in where))
+    text = distinct[0] if len(distinct) == 1 else "; ".join(f"boot {i}: {w}" for i, w in where)
+    user = list(record.command.get("argv") or []) if record.get("command") else []
+    added = any(servecmd.flag_value(a.get("argv") or [], "--host") != servecmd.flag_value(user, "--host")
+                for a in attempts if a.get("argv"))
+    return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
+
+
 def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
@@ -375,6 +399,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     reach = record.reach if isinstance(record.reach, Reach) else Reach()
     more = f" (+ {reach.boots} in lever runs)" if reach.get("boots") else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
+    lines.extend(_listen_lines(record, attempts))
     lines.extend(_probe_lines(r, attempts))
     lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))

@@ -27,10 +27,10 @@ from autotune.server import witness
 from autotune.run.options import Emit, TuneOptions
 from autotune.host.signals import GATE
 from autotune.store import artifact
-from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
+from autotune.vllm import servecmd
 from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import BootLogParser, ceiling_from
 
@@ -66,15 +66,18 @@ class Boot:
     to its outcome."""
 
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
-        self.index, self.argv, self.port = index, argv, port
+        # A tuning boot serves this machine only (no key, all night); the server --keep-serving hands
+        # over is launched afresh with the user's own host (run/handover.py), as command.sh says.
+        self.index, self.port = index, port
+        self.argv = servecmd.listening_locally(argv)
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
         self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
-        self.door = client.front_door_of(argv, self.env, port)  # key, TLS, root path, socket: how to reach it
+        self.door = client.front_door_of(self.argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
         self.log_name = f"attempt-{index}.log"
         self.t_start = time.monotonic()
-        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=argv, log=self.log_name,
+        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=self.argv, log=self.log_name,
                                started_at=artifact.iso(artifact.utc_now()))
         self.parser = BootLogParser()
         self.server: processes.ServerProcess | None = None
@@ -85,7 +88,6 @@ class Boot:
         self.listening_at: float | None = None
         self.verification: dict | None = None
         self.time_to_outcome: float | None = None
-        self.keep: processes.ServerProcess | None = None
         self.refusal_seen_at: float | None = None
         self.kill_delay: float | None = None
         self.first_signal_at: float | None = None
@@ -94,11 +96,12 @@ class Boot:
 
     # ---- the boot, start to end -----------------------------------------------------------------
 
-    def run(self) -> tuple[Attempt, processes.ServerProcess | None]:
-        """Boot once; return the attempt and the server when it is kept running (--keep-serving)."""
+    def run(self) -> Attempt:
+        """Boot once, stop the server (--keep-serving relaunches the verified command: handover.py);
+        return the attempt."""
         self.gpu_baseline = memwait.gpu_used_gib(visible_indices(self.env))
         if not self._launch():
-            return self.attempt, None
+            return self.attempt
         self.attempt.pid = self.server.pid
         while self.outcome is None:
             self._read_lines()
@@ -107,10 +110,9 @@ class Boot:
                 check()
                 if self.outcome is not None:
                     break
-        if self.keep is None:
-            self._release()
+        self._release()
         self._record()
-        return self.attempt, self.keep
+        return self.attempt
 
     def _launch(self) -> bool:
         with GATE.deferred():  # a signal now is raised only once the server is on record
@@ -265,11 +267,7 @@ class Boot:
             self._witnesses(expected)
         if self.outcome == strategy.VERIFIED and self.opts.probe != "none":
             self._probe(expected)
-        if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
-            self.keep = self.server
-            kept.hand_over(self.run_dir, self.door.where)  # the user's now: clean leaves it running
-        else:
-            self._stop(processes.STAGES_GRACEFUL)
+        self._stop(processes.STAGES_GRACEFUL)  # --keep-serving relaunches the verified command (handover.py)
 
     def _witnesses(self, expected: int) -> None:
         """What else says whether the length is served: /metrics' KV pool beside the log's figures

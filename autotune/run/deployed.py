@@ -188,11 +188,22 @@ def verifications_of(runs_dir: Path, run_id: str) -> list[RunRecord]:
     return [record for _, record in artifact.linked_runs(runs_dir, LINK, run_id)]
 
 
+# What a verification found at its URL, by its verdict: only a vLLM that answered is "deployed" there.
+_FOUND_AT = {"verified": "deployed at", "not_verified": "deployed at", "front_door": "turned autotune away at"}
+
+
+def found_at(record: RunRecord) -> str:
+    """"deployed at URL" where a vLLM answered; "not reached at URL" where nothing vLLM did (a
+    mistyped URL, a server that is down); "turned autotune away at URL" (a key, TLS)."""
+    result = record.result if isinstance(record.result, Result) else Result()
+    url = (record.get("deployment") or {}).get("url")
+    return f"{_FOUND_AT.get(result.get('verdict'), 'not reached at')} {url}"
+
+
 def deployed_line(record: RunRecord) -> str:
     """"deployed at URL, verified DATE, vLLM X" for a verification run (what `show` and `runs` say)."""
-    deployment = record.get("deployment") or {}
     date = (record.get("ended_at") or record.get("started_at") or "")[:10]
     result = record.result if isinstance(record.result, Result) else Result()
     state = f"verified {date}" if result.get("verified") else f"checked {date}: {result.get('verdict') or 'unknown'}"
-    return (f"deployed at {deployment.get('url')}, {state}, vLLM {record.get('vllm_version') or 'unknown'} "
-            f"(run {record.run_id})")
+    answered = f", vLLM {record.get('vllm_version') or 'unknown'}" if result.get("verdict") in _FOUND_AT else ""
+    return f"{found_at(record)}, {state}{answered} (run {record.run_id})"

@@ -179,6 +179,9 @@ def door_for_url(url: str, env: Mapping[str, str], ca_certs: str | None = None) 
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise FrontDoorError(f"{url!r}: {exc}") from None
+    if "://" not in text and parts.port is None:  # a bare word: a typo as often as a host on port 80
+        raise FrontDoorError(f"{url!r} is not a server's URL (no scheme, no port): give http://HOST:PORT (vLLM "
+                             f"serves on port 8000 unless --port says otherwise: http://{parts.hostname}:8000)")
     root = parts.path.rstrip("/")
     for suffix in ("/v1/models", "/v1", "/health"):  # a URL copied from a client's settings
         root = root.removesuffix(suffix) if root.endswith(suffix) else root

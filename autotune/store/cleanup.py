@@ -83,11 +83,7 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
         return kept.leave_alone(run_dir, marker)
     tree = processes.process_tree(pid, marker.get("create_time"))
     if not tree:
-        try:
-            alive = psutil.pid_exists(pid)
-        except psutil.Error:
-            alive = False
-        cleaned = Cleaned(run_dir, pid, "pid_reused" if alive else "already_gone")
+        cleaned = Cleaned(run_dir, pid, *_gone_or_reused(pid, marker.get("create_time")))
     else:
         report = processes.stop_tree(pid, marker.get("create_time"), processes.STAGES_GRACEFUL, on_step)
         detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
@@ -98,6 +94,20 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
     except FileNotFoundError:
         pass
     return cleaned
+
+
+def _gone_or_reused(pid: int, create_time: float | None) -> tuple[str, str]:
+    """(action, detail) for a marker whose server has no live process tree: the pid is free, is
+    that server exiting (a zombie not reaped yet: the same start time), or is another process."""
+    try:
+        proc = psutil.Process(pid)
+        same = create_time is None or abs(proc.create_time() - create_time) < 1.0
+        status = proc.status()
+    except psutil.Error:
+        return "already_gone", ""
+    if same:
+        return "already_gone", f"exiting ({status}): nothing left to stop"
+    return "pid_reused", ""
 
 
 def mark_abandoned(runs_dir: Path) -> list[Cleaned]:

@@ -347,7 +347,7 @@ class RunRecord(Part):
     plan: str = ABSENT  # auto | auto_probe | refusal
     vllm_version_detected: str | None = ABSENT
     prediction: dict = ABSENT  # the refusal path's first boot, aimed at what this machine's runs predict
-    links: dict = ABSENT  # sweep_id, sweep_index, reproduces, reach_of
+    links: dict = ABSENT  # sweep_id, sweep_index, reproduces, reach_of, verifies, tried_again_as
     machine: dict = ABSENT
     vllm_version: str | None = ABSENT
     attempts: list = ABSENT  # Attempt

@@ -68,7 +68,15 @@ class Boot:
         figures.update(ts=time.strftime("%m-%d %H:%M:%S"), A=api.format(**figures), C=core.format(**figures),
                        W=worker.format(**figures))
         for template in self.family[key]:
-            print(template.format(**figures), file=self.out, flush=True)
+            self.write(template.format(**figures))
+
+    def write(self, line: str) -> None:
+        """One line of output; when whoever read it is gone (a closed pipe), serve on without it, as
+        vLLM's server outlives the terminal it was started from."""
+        try:
+            print(line, file=self.out, flush=True)
+        except (BrokenPipeError, ValueError):
+            self.out = sys.stdout = sys.stderr = open(os.devnull, "w")
 
     def per_rank(self, key: str) -> None:
         for rank in range(self.req.settings.tp):
@@ -157,9 +165,13 @@ class Boot:
             self.say("failed_tail")
             return 1
         tokens = profiles.kv_cache_tokens(p, s, available)
-        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+).
-        conc = available / profiles.needed_bytes(p, s, length) if p.sliding_window else tokens / length
-        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}")
+        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+);
+        # a full-attention request takes whole blocks (get_max_concurrency_for_kv_cache_config: blocks over
+        # cdiv(length, block_size)), so off the block grid it is not tokens / length.
+        conc = (available / profiles.needed_bytes(p, s, length) if p.sliding_window
+                else (tokens // p.block_size) / math.ceil(length / p.block_size))
+        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}",
+                            concurrency=conc)  # /metrics serves the same figure unrounded
         self.say("kv")
         blocks = profiles.mamba_blocks(p, s, available)
         if blocks is not None and blocks < s.max_num_seqs:
@@ -229,8 +241,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, fmt, *args):  # uvicorn's access line (cpu-0.32.0 logs)
-            print(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
-                  f'{args[1] if len(args) > 1 else ""} OK', file=boot.out, flush=True)
+            boot.write(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
+                       f'{args[1] if len(args) > 1 else ""} OK')
 
         def _send(self, status: int, body: bytes = b"", content_type: str | None = None) -> None:
             self.send_response(status)
@@ -254,7 +266,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
                 self._json(200, {"version": boot.p.version})
             elif self.path == "/metrics":
                 self._send(200, fake_metrics.exposition(boot.p, boot.req.settings, model, served_len, kv_tokens,
-                                                        queue).encode(), "text/plain; version=0.0.4; charset=utf-8")
+                                                        queue, boot.figures.get("concurrency")).encode(),
+                           "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -300,9 +313,10 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     return Handler
 
 
-def bind(port: int) -> ThreadingHTTPServer:
-    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots)."""
-    server = ThreadingHTTPServer(("0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
+def bind(port: int, host: str | None = None) -> ThreadingHTTPServer:
+    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots); on
+    --host, else every interface, as vLLM (uvicorn with no host) does."""
+    server = ThreadingHTTPServer((host or "0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
     server.daemon_threads = True
     try:
         server.server_bind()
@@ -332,7 +346,8 @@ def run(req: Request, stop: threading.Event, out=None) -> int:
     boot = Boot(req, out)
     taken: list[ThreadingHTTPServer] = []
     try:
-        outcome = boot.run(bind=lambda: taken.append(bind(req.port)))
+        host = req.options.get("host")
+        outcome = boot.run(bind=lambda: taken.append(bind(req.port, host if isinstance(host, str) else None)))
         if isinstance(outcome, int):
             boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
             return outcome
