@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -20,21 +19,7 @@ from autotune.analysis import node_outliers
 from autotune.cli import cli
 from autotune.fleet import collect, plan as plan_mod
 from autotune.store import artifact
-from tests.helpers.fleet_plans import FAKE, fakes, no_overlap, write_plan
-
-
-def grid_plan(tmp_path: Path, marker: str, scale: float = 0.01, profiles=("seed-3090-qwen3.6-27b", "v1-0.33.0"),
-              gmus=(0.9, 0.95)) -> Path:
-    return write_plan(tmp_path, f"""
-name: {marker}
-command: {FAKE} --profile {{model}} --time-scale {scale} --served-model-name {marker}
-models: [{", ".join(profiles)}]
-target: 64K
-strategy: refusal
-probe: none
-grid:
-  --gpu-memory-utilization: [{", ".join(map(str, gmus))}]
-""")
+from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, write_plan
 
 
 # ---- the plan -----------------------------------------------------------------------------------
@@ -102,13 +87,6 @@ def test_local_without_gpus_needs_slots(tmp_path, monkeypatch):
 
 
 # ---- a whole fleet on this node -------------------------------------------------------------------
-
-def run_fleet(plan: Path, runs: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir", str(runs), *extra]
-    if wait:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=240)
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
 
 def test_local_fleet_runs_each_leaf_as_a_normal_run_and_shows_the_table(tmp_path):
     runs = tmp_path / "runs"

@@ -113,7 +113,7 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     """--runs-dir elsewhere: the leaf lines printed runs/...; after `fleet resume` the leaves'
     interrupted runs stayed `interrupted`, their cards said `autotune resume RUN` while `resume`
     said `autotune fleet resume FLEET`, which then had no leaf left."""
-    from tests.test_fleet import fakes, grid_plan, run_fleet
+    from tests.helpers.fleet_plans import fakes, grid_plan, run_fleet
     from autotune.fleet import collect
 
     runs = tmp_path / "elsewhere"

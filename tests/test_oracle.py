@@ -285,6 +285,7 @@ def in_process():
         yield
 
 
+@pytest.mark.timeout(1800)  # bounded by AUTOTUNE_ORACLE_EXAMPLES, not by a clock
 @seed(20)
 @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=False,
           suppress_health_check=list(HealthCheck))
@@ -625,6 +626,20 @@ def check_prediction(output: str, step: Step, runs: Path, why: str) -> None:
             continue
         assert p["ceiling"] <= profiles.by_name(name).derived_max_len, why
         assert p["ceiling"] > 0 or (p.get("kv_cache_tokens") or 0) <= 0, why
+        want = truth(_argv_of_group(key, step.gmus[0]))
+        if want.boots and not p["ceiling_is_upper_bound"] and not p["warnings"]:
+            # close to the truth at that gmu: the replay's memory is a straight line in gmu, and the
+            # figures it is read from are printed with two decimals
+            assert abs(p["ceiling"] - want.ceiling) <= 0.02 * want.ceiling + 64, f"{why}\ntruth {want}"
+
+
+def _argv_of_group(key: dict, gmu: float) -> list[str]:
+    """The replay's serve options of a compare group's settings, at gmu."""
+    argv = []
+    for name, value in key.items():
+        if name.startswith("setting --"):
+            argv += [name[len("setting "):]] + ([] if value == "true" else [value])
+    return [*argv, "--gpu-memory-utilization", f"{gmu:g}"]
 
 
 def _boots(records: list[dict]) -> int:
@@ -635,6 +650,7 @@ def _ceilings(records: list[dict]) -> list:
     return [(r["result"].get("verdict"), r["result"].get("ceiling")) for r in records]
 
 
+@pytest.mark.timeout(1800)  # bounded by AUTOTUNE_HISTORY_EXAMPLES, not by a clock
 @seed(28)
 @settings(max_examples=HISTORY_EXAMPLES, deadline=None, database=None, derandomize=False,
           suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])  # a history's

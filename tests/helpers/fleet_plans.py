@@ -2,6 +2,7 @@
 check, for the fleet's tests on this node (test_fleet) and on Ray (e2e/test_fleet_ray)."""
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,3 +44,24 @@ def no_overlap(state: collect.FleetState) -> None:
         for other, start2, end2 in spans[i + 1:]:
             if other == where:
                 assert end <= start2 or end2 <= start, f"two leaves on {where} at once"
+
+
+def grid_plan(tmp_path: Path, marker: str, scale: float = 0.01, profiles=("seed-3090-qwen3.6-27b", "v1-0.33.0"),
+              gmus=(0.9, 0.95)) -> Path:
+    return write_plan(tmp_path, f"""
+name: {marker}
+command: {FAKE} --profile {{model}} --time-scale {scale} --served-model-name {marker}
+models: [{", ".join(profiles)}]
+target: 64K
+strategy: refusal
+probe: none
+grid:
+  --gpu-memory-utilization: [{", ".join(map(str, gmus))}]
+""")
+
+
+def run_fleet(plan: Path, runs: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir", str(runs), *extra]
+    if wait:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
