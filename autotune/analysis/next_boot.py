@@ -3,8 +3,7 @@
 Without a prediction the refusal path costs two boots: the target, which vLLM refuses, then
 vLLM's estimate. Where verified runs of the same group (model, device, vLLM version, settings;
 gmu may differ) show the ceiling, the next boot is aimed at the prediction instead
-(sweep_plan.sweep_aim: never above it), and a boot within 1% under vLLM's ceiling is accepted
-at once. A sweep asks this for each value from its points so far; a tune asks it before its
+(sweep_plan.sweep_aim), and a boot at the ceiling its own pool shows is accepted at once. A sweep asks this for each value from its points so far; a tune asks it before its
 first boot, from every run recorded on this machine.
 
 Like with like: runs whose boots compiled with a cold torch.compile cache are a group of their

@@ -76,11 +76,12 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
     --strategy auto (the default) takes one boot per value. On the refusal path the first
     value costs 2 boots (the target is refused, vLLM's ceiling verifies); then each value's
     ceiling is predicted (from the device memory x gmu budget after one value, from the
-    least-squares fit after two) and booted first, never above the prediction: the boot's
-    own KV pool less the slack vLLM showed for the first value says where the ceiling is,
-    and within 1% of it the value took one boot; further below, the next boot is there;
-    above it, vLLM refuses and its estimate takes over (two boots, as without a
-    prediction). The output says which boots were saved.
+    least-squares fit after two) and booted first: the boot's own KV pool less the slack
+    vLLM showed for the first value says where the ceiling is, and at it the value took
+    one boot; below it, the next boot is there; above it, vLLM refuses and its estimate
+    takes over (two boots, as without a prediction). A prediction only chooses where to
+    start: every value's ceiling is vLLM's own, to the token, and no value is skipped for
+    what a prediction says. The output says which boots were saved.
 
     \b
     Example:
