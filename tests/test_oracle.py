@@ -723,3 +723,20 @@ def test_the_h100_command_gives_the_models_maximum_on_both_strategies(tmp_path):
     want = truth(servecmd.with_flag(step(**h100).case.argv(), "--gpu-memory-utilization", 0.4))
     assert 0 < predicted["ceiling"] <= 131072, outcomes[2][1]
     assert abs(predicted["ceiling"] - want.ceiling) <= 0.02 * want.ceiling, (predicted["ceiling"], want)
+
+
+def test_a_recovered_run_groups_by_the_command_that_was_verified(tmp_path):
+    """Issue 28: the seed at its default 256 sequences is recovered to vLLM's 16 Mamba blocks; compare
+    and predict grouped it by the user's command (max-num-seqs '-'), apart from a run that asked for 16,
+    and its columns showed '-'. It is the verified command's settings that sized the pool."""
+    import json
+    runs = Path(tempfile.mkdtemp(dir=tmp_path))
+    history = [step(strategy="auto", gmu=0.98, target="64K"), step(strategy="auto", gmu=0.95, seqs=16, target="64K")]
+    with replaying_in_process():
+        for s in history:
+            run_step(s, runs)
+        shown = CliRunner().invoke(cli, ["compare", "--runs-dir", str(runs), "--json"], catch_exceptions=False)
+    report = json.loads(shown.stdout)
+    (group,) = report["groups"]
+    assert len(group["run_ids"]) == 2 and group["key"]["setting --max-num-seqs"] == "16"
+    assert {row["max_num_seqs"] for row in report["runs"]} == {"16"}
