@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -524,7 +525,7 @@ def test_lowering_a_few_sequences_is_not_offered_where_it_frees_nothing(tmp_path
 # empty folder, and the two must agree to the token, the one with history taking no more boots.
 
 HISTORY_EXAMPLES = int(os.environ.get("AUTOTUNE_HISTORY_EXAMPLES", "40"))
-STEP_KINDS = ("tune", "tune", "tune", "sweep", "reach", "predict", "reproduce")
+STEP_KINDS = ("tune", "tune", "tune", "sweep", "reach", "predict", "reproduce", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -578,6 +579,9 @@ def run_step(step: Step, runs: Path) -> tuple[int, str, list[dict]]:
         result = _invoke(["sweep", "--quiet", "--probe", "none", "--runs-dir", str(runs), "--strategy",
                           case.strategy, "--gmu", ",".join(f"{g:g}" for g in step.gmus), "--target", target_text,
                           "--", *argv], case.env())
+    elif step.kind == "interrupted":  # stopped after its first boot (as by Ctrl-C), then `autotune resume`
+        result = _interrupted_then_resumed(["tune", *common, "--strategy", case.strategy, "--target", target_text,
+                                            "--", *argv], runs, case.env())
     elif step.kind == "predict":
         result = _invoke(["predict", "--runs-dir", str(runs), "--gmu", f"{step.gmus[0]:g}", "--json"], case.env())
     else:  # reproduce the newest run that booted
@@ -591,6 +595,27 @@ def run_step(step: Step, runs: Path) -> tuple[int, str, list[dict]]:
             records.append(record)
     records.sort(key=lambda r: r.get("started_at") or "")
     return result.exit_code, result.stdout if step.kind == "predict" else result.output, records
+
+
+def _interrupted_then_resumed(args: list[str], runs: Path, env: dict):
+    """The tune, interrupted once its first boot has ended (the loop's own SIGINT path), then resumed."""
+    from unittest import mock
+
+    from autotune.host.signals import Interrupted
+    from autotune.run import loop
+
+    original = loop.Loop._boot
+
+    def boot_then_interrupt(self, launch):
+        original(self, launch)
+        raise Interrupted(signal.SIGINT)
+
+    with mock.patch.object(loop.Loop, "_boot", boot_then_interrupt):
+        stopped = _invoke(args, env)
+    if stopped.exit_code != 130:
+        return stopped  # it ended before a boot (a preflight refusal)
+    (stopped_run,) = [d for d in artifact.list_runs(runs) if artifact.load_run(d).get("state") == "interrupted"]
+    return _invoke(["resume", "--quiet", "--runs-dir", str(runs), stopped_run.name], env)
 
 
 def check_exact(record: dict, why: str) -> None:

@@ -24,14 +24,16 @@ class Prediction:
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
 
 
-def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None) -> Prediction | None:
+def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
+            model_maximum: int | None = None) -> Prediction | None:
     """Available KV, KV tokens and the ceiling at `gmu`, from a group's measured runs.
 
     Two or more gmu values: the least-squares lines. One gmu value: the budget's change
     (device memory x gmu) from the runs measured there. Where the device memory is known the
     lines run against the budget, at `memory_gib` (the device memory read just before the
     boot: a VM's CPU node can change between runs) or else the newest run's. None when
-    neither works.
+    neither works. model_maximum: the model's own maximum from its files here, where no run of the
+    group showed it (the ceiling never goes above it).
     """
     points = [r for r in rows if r.gmu is not None and r.available_kv_gib is not None]
     if not points or not group.gmu_sets_kv:
@@ -89,9 +91,10 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
             ceiling, upper = tokens, True
             warnings.append("no measured run was limited by KV (each reached its target): "
                             "the ceiling is at most the KV token count")
-        if group.model_maximum is not None and ceiling > group.model_maximum:
-            ceiling = group.model_maximum  # vLLM serves no more than the model's own maximum
-            basis += f"; capped at the model's own maximum, {group.model_maximum:,}"
+        maximum = group.model_maximum or model_maximum
+        if maximum is not None and ceiling is not None and ceiling > maximum:
+            ceiling = maximum  # vLLM serves no more than the model's own maximum
+            basis += f"; capped at the model's own maximum, {maximum:,}"
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,

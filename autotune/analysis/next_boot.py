@@ -48,7 +48,8 @@ def like_group(groups: list[Group], key: dict | None) -> Group | None:
 
 
 def predict_next(records: list[RunRecord | dict], key: dict | None, gmu: float,
-                 cpu_node_gib: float | None = None) -> tuple[Prediction | None, list[str]]:
+                 cpu_node_gib: float | None = None, model_maximum: int | None = None
+                 ) -> tuple[Prediction | None, list[str]]:
     """The prediction at `gmu` from the verified runs among `records` of the group `key` names
     (see like_group), and those runs' ids. cpu_node_gib: the CPU node's memory now, which vLLM's
     CPU backend multiplies gmu by (a VM's node can change between runs); GPU runs keep the GPU's."""
@@ -62,4 +63,4 @@ def predict_next(records: list[RunRecord | dict], key: dict | None, gmu: float,
     rows: dict[str, Row] = {r.run_id: r for r in report.runs}
     members = [rows[i] for i in group.run_ids]
     on_cpu = members[0].device.startswith("cpu")
-    return predict(group, members, gmu, cpu_node_gib if on_cpu else None), list(group.run_ids)
+    return predict(group, members, gmu, cpu_node_gib if on_cpu else None, model_maximum), list(group.run_ids)

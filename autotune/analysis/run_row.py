@@ -262,7 +262,8 @@ def run_row(record: RunRecord) -> Row:
         compile_cache=facts.get("compile_cache"),
         block_size=_block_size(attempts, argv),
         limit=result.get("limit") if verified else None,
-        model_maximum=_model_maximum(attempts, result if verified else {}),
+        model_maximum=_model_maximum(attempts, result if verified else {}) or (record.get("preflight") or {}).get(
+            "model_maximum"),
     )
 
 

@@ -14,6 +14,7 @@ from autotune.cli.formats import json_rounded
 from autotune.cli.options import LengthType, MemoryType, runs_dir_option
 from autotune.cli import predict_model
 from autotune.cli.records import load_records
+from autotune.model import max_len
 from autotune.vllm import versions
 
 
@@ -130,7 +131,8 @@ def _predict_groups(groups, rows: dict, gmu: float | None) -> tuple[list, list]:
         if at is None:
             skipped.append((group, "no --gmu, and these runs' vLLM version (so its default gmu) is unknown"))
             continue
-        p = gmu_predict.predict(group, [rows[i] for i in group.run_ids], at)
+        p = gmu_predict.predict(group, [rows[i] for i in group.run_ids], at,
+                                model_maximum=max_len.maximum_here(group.key.get("model")))
         if p is None:
             why = ("gmu does not size the KV cache in these runs" if not group.gmu_sets_kv
                    else "one gmu value and no device memory to move it by" if

@@ -116,3 +116,12 @@ def derived_max_model_len(config: Mapping | None, tokenizer_config: Mapping | No
     if not isinstance(config, Mapping):
         return None
     return derived_max_len(config, tokenizer_config, disable_sliding_window, legacy=False)
+
+
+def maximum_here(model: str | None, env: Mapping[str, str] | None = None) -> int | None:
+    """The model's own maximum where its files are on this machine (a folder, or the hub cache); None
+    where they are not."""
+    from autotune.model import files
+
+    config = files.read_model_config(model, env)
+    return derived_max_model_len(config, files.read_tokenizer_config(model, env)) if config else None

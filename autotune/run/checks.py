@@ -37,8 +37,8 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     revision = servecmd.flag_value(argv, "--revision")
     config = model_files.read_model_config(model, pinned_env, revision)
     tokenizer = model_files.read_tokenizer_config(model, pinned_env, revision)
+    derived = max_len.derived_max_model_len(config, tokenizer)
     if opts.target_max:
-        derived = max_len.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the strategy continues there (the target becomes it: loop.py).
         opts.target = derived or TARGET_MAX_UNKNOWN
@@ -59,7 +59,11 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     for note in notes:
         emit("warning", text=f"{note.kind} (a note, booting anyway): {note.saw}")
     found = {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
-    return plan, {**found, "notes": [n.as_dict() for n in notes]} if notes else found
+    if notes:
+        found["notes"] = [n.as_dict() for n in notes]
+    if derived:  # the model's own maximum, from its files here: what predictions of this run cap at
+        found["model_maximum"] = derived
+    return plan, found
 
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
