@@ -342,26 +342,26 @@ def prediction(ceiling, pool, error=None, device="cpu 23.54 GiB RAM"):
     (prediction(94_872, 95_000, error=10), 98_000, 94_872),
 ])
 def test_sweep_start_at(pred, target, start_at):
-    got, why = sweep_plan.sweep_start_at(pred, target, 0.01)
+    got, why = sweep_plan.sweep_start_at(pred, target)
     assert got == start_at, why
 
 
 def test_sweep_start_at_uses_a_prior_when_the_runs_cannot_show_the_error():
-    got, why = sweep_plan.sweep_start_at(prediction(94_872, 95_000), 95_100, 0.01)
+    got, why = sweep_plan.sweep_start_at(prediction(94_872, 95_000), 95_100)
     assert got is None and "give or take 190 tokens" in why  # 0.2% of the pool on the CPU backend
     gpu = prediction(94_872, 95_000, device="NVIDIA H100 80GB HBM3 79.19 GiB")
-    got, why = sweep_plan.sweep_start_at(gpu, 96_000, 0.01)
+    got, why = sweep_plan.sweep_start_at(gpu, 96_000)
     assert got is None and "give or take 950 tokens" in why  # 1% on a GPU, whose profiling varies more
-    assert sweep_plan.sweep_start_at(gpu, 97_000, 0.01)[0] == 94_872
+    assert sweep_plan.sweep_start_at(gpu, 97_000)[0] == 94_872
 
 
 def test_a_sweep_aim_carries_the_slack_the_pool_is_read_with():
-    aim = sweep_plan.sweep_aim(prediction(25_590, 26_358), 1_048_576, 0.01)
+    aim = sweep_plan.sweep_aim(prediction(25_590, 26_358), 1_048_576)
     assert aim.slack_tokens == 768 and aim.start_at == 25_590
     explicit = gmu_predict.Prediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
                               ceiling_is_upper_bound=False, basis="t", warnings=[], device="cpu", slack_tokens=768)
-    assert sweep_plan.sweep_aim(explicit, 1_048_576, 0.01).slack_tokens == 768
-    assert sweep_plan.sweep_aim(None, 1_048_576, 0.01) == sweep_plan.SweepAim(None, "no prediction: booting the target")
+    assert sweep_plan.sweep_aim(explicit, 1_048_576).slack_tokens == 768
+    assert sweep_plan.sweep_aim(None, 1_048_576) == sweep_plan.SweepAim(None, "no prediction: booting the target")
 
 
 def tuned(outcomes, start_at, ceiling, target=500_000):

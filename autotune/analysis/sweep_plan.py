@@ -33,9 +33,9 @@ class SweepAim:
     slack_tokens: int | None = None  # for the tune: the ceiling a verified boot's pool shows is pool - slack
 
 
-def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float = 0.0) -> SweepAim:
+def sweep_aim(prediction: Prediction | None, target: int) -> SweepAim:
     """The length a sweep point (or a tune) boots first (None: the target), why, and the slack to read
-    its pool with. room_tolerance is no longer used: a boot is accepted only at its pool's ceiling."""
+    its pool with."""
     if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
         return SweepAim(None, "no prediction: booting the target")
     if prediction.ceiling_is_upper_bound:
@@ -55,9 +55,9 @@ def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float 
         f"{slack:,}-token slack is booted next (2 boots at most, as without a prediction)"), slack)
 
 
-def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: float) -> tuple[int | None, str]:
+def sweep_start_at(prediction: Prediction | None, target: int) -> tuple[int | None, str]:
     """The length a sweep point boots first (None: the target), and why (see sweep_aim)."""
-    aim = sweep_aim(prediction, target, room_tolerance)
+    aim = sweep_aim(prediction, target)
     return aim.start_at, aim.reason
 
 

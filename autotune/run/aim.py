@@ -2,16 +2,16 @@
 verified runs of the same command predict, when the prediction is confident; else the target.
 
 The prediction is analysis/next_boot.py's (the group's line at this gmu, with the CPU node's
-memory read now); where to aim under it is analysis/sweep_plan.py's sweep_aim, as for a sweep's
-values: never above the prediction, and the verified boot's own KV pool says whether it is the
-ceiling (run/strategy.py). A prediction is confident when a verified run of the group was
-limited by its KV cache (so vLLM's slack between pool and ceiling is known) and it leaves the
-KV cache something; with none, the tune boots the target as it always did.
+memory read now); where to aim is analysis/sweep_plan.py's sweep_aim, as for a sweep's values: the
+predicted ceiling itself (the target where it may fit), and the verified boot's own KV pool says
+whether it is the ceiling (run/strategy.py). History only chooses where the tune starts.
+A prediction is confident when a verified run of the group was limited by its KV cache (so
+vLLM's slack between pool and ceiling is known) and it leaves the KV cache something; with
+none, the tune boots the target as it always did.
 """
 
 from __future__ import annotations
 
-from autotune.run import strategy
 from autotune.run.options import TuneOptions
 from autotune.store.record import RunRecord
 
@@ -38,7 +38,7 @@ def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
     prediction, group_runs = next_boot.predict_next(records, row.key(), row.gmu, node / GIB if node else None)
     if prediction is None or prediction.available_kv_gib <= 0:
         return None
-    aim = sweep_aim(prediction, opts.target, strategy.ROOM_TOLERANCE)
+    aim = sweep_aim(prediction, opts.target)
     if aim.start_at is None:
         return None
     opts.start_at, opts.slack = aim.start_at, aim.slack_tokens

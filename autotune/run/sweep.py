@@ -110,7 +110,7 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                 if i <= len(sweep["points"]):
                     continue  # finished before an interruption: kept as it is
                 prediction = _prediction(records, gmu) if opts.strategy == "refusal" else None
-                planned = sweep_plan.sweep_aim(prediction, opts.target, strategy_mod.ROOM_TOLERANCE)
+                planned = sweep_plan.sweep_aim(prediction, opts.target)
                 start_at, aim = planned.start_at, planned.reason
                 member = members.get(i)
                 try:
