@@ -11,6 +11,7 @@ real demo run's files are checked the same way in tests/e2e/test_show_runs_real_
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import sys
@@ -24,7 +25,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import artifact, emit
 from autotune.store.deploy import ray as ray_target
-from autotune.store.deploy import report, settings, skypilot, targets, yamltext
+from autotune.store.deploy import report, settings, skypilot, startup, targets, yamltext
 from autotune.store.record import RunRecord
 from autotune.store.verified import NotEmittable, final_argv, replayed
 from autotune.vllm import servecmd, versions
@@ -104,7 +105,7 @@ def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
                                     "max_num_batched_tokens": 512, "enable_chunked_prefill": True,
                                     "max_model_len": 240000}
     assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "accelerator_type:GeForce-RTX-3090": 0.001}}
-    deployment, service = checks.documents(files["k8s-deployment.yaml"])
+    deployment, service, *_ = checks.documents(files["k8s-deployment.yaml"])
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3090"}
@@ -117,7 +118,7 @@ def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
 def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
     files = rendered["replay-tp2-levers"]
     assert not [name for name, text in files.items() if SECRET in text]
-    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-secrets", "key": "VLLM_API_KEY"}}} in env
     assert yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["vllmApiKey"] == \
@@ -127,13 +128,61 @@ def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
     assert "does not check vLLM's API key" in files["ray-serve.yaml"]
 
 
-def test_the_probes_are_sized_from_the_measured_boot(replay, rendered):
+def _startup_s(files: dict[str, str]) -> dict[str, int]:
+    """The startup allowance each Kubernetes file gives a pod, in seconds."""
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
+    kserve = checks.documents(files["kserve-inferenceservice.yaml"])[0]["spec"]["predictor"]["model"]["startupProbe"]
+    helm = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["startupProbe"]
+    k8s = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    return {name: p.get("initialDelaySeconds", 0) + p["periodSeconds"] * p["failureThreshold"]
+            for name, p in (("helm", helm), ("k8s", k8s), ("kserve", kserve))}
+
+
+def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(replay, rendered):
+    """The seed run's 27B AWQ (two ranks' weights) downloads first on a new node: every Kubernetes
+    file allows at least production-stack's own 615 s, says how it got there, and keeps the
+    download on a claim a restarted pod finds again."""
     lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
-    boot = next(a for a in lever_run.attempts if a.outcome == "verified").time_to_outcome_s
-    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
-    startup = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= max(3 * boot, 120)
-    assert f"boot measured {boot:.1f} s (run {lever_run.run_id} boot 1)" in rendered["replay-tp2-levers"]["k8s-deployment.yaml"]
+    verified = next(a for a in lever_run.attempts if a.outcome == "verified")
+    boot, per_rank = verified.time_to_outcome_s, verified.facts["weights_gib"]
+    files = rendered["replay-tp2-levers"]
+    assert all(seconds >= 615 for seconds in _startup_s(files).values()), _startup_s(files)
+    why = (f"weights {2 * per_rank:.1f} GiB ({per_rank:.2f} GiB per rank x 2 ranks, vLLM's \"Model loading took\" "
+           f"line) at 100 MB/s (the default; --pull-bandwidth changes it)")
+    for name in ("k8s-deployment.yaml", "kserve-inferenceservice.yaml", "values-production-stack.yaml"):
+        assert why in files[name] and f"3 x boot {boot:.1f} s (run {lever_run.run_id} boot 1)" in files[name], name
+    deployment, _, claim = checks.documents(files["k8s-deployment.yaml"])
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "HF_HOME", "value": "/root/.cache/huggingface"} in pod["containers"][0]["env"]
+    assert {"name": "hf-cache", "mountPath": "/root/.cache/huggingface"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in pod["volumes"]
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["resources"]["requests"]["storage"] == \
+        f"{max(10, math.ceil(2 * per_rank * 1.25))}Gi"
+    kserve, kserve_claim = checks.documents(files["kserve-inferenceservice.yaml"])
+    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": kserve_claim["metadata"]["name"]}} in \
+        kserve["spec"]["predictor"]["volumes"]
+    (spec,) = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["modelSpec"]
+    assert spec["pvcStorage"] == claim["spec"]["resources"]["requests"]["storage"]  # the chart: HF_HOME=/data on it
+
+
+def test_a_slow_pull_lengthens_the_startup_allowance(replay):
+    """At 10 MB/s the download alone is over half an hour: the allowance is the sum, not the floor."""
+    lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
+    verified = next(a for a in lever_run.attempts if a.outcome == "verified")
+    expected = 2 * verified.facts["weights_gib"] * 2**30 / 10e6 + 120 + 3 * verified.time_to_outcome_s
+    found = targets.sources(replay.run_dir, replay.record, pull_mb_s=startup.parse_bandwidth("80Mbit/s"))
+    files = {name: emit.render(replay.record, name, found=found) for name in DEPLOY_FILES}
+    for seconds in _startup_s(files).values():
+        assert expected <= seconds < expected + 20
+    assert "at 10 MB/s (--pull-bandwidth)" in files["k8s-deployment.yaml"]
+    result = CliRunner().invoke(cli, ["show", str(replay.run_dir), "--emit", "k8s", "--pull-bandwidth", "fast"])
+    assert result.exit_code == 2 and "'fast' is not a bandwidth" in result.output
+
+
+def test_a_local_model_is_not_downloaded(rendered):
+    files = rendered["cpu-refusal"]
+    assert "no download (the model comes from a volume)" in files["k8s-deployment.yaml"]
+    assert [d["kind"] for d in checks.documents(files["k8s-deployment.yaml"])] == ["Deployment", "Service"]
 
 
 def test_each_file_is_stamped_and_says_where_the_runtime_brings_its_own_vllm(replay, rendered):
@@ -147,7 +196,7 @@ def test_each_file_is_stamped_and_says_where_the_runtime_brings_its_own_vllm(rep
         assert "WARNING: Ray Serve LLM runs the vLLM its Ray release pins, not vLLM 0.20.2" in files[name]
         assert "ray[llm] 2.60.0 pins vLLM 0.29.0" in files[name]
     assert "WARNING: KServe's Hugging Face runtime runs the vLLM its own image brings" in files["kserve-inferenceservice.yaml"]
-    annotations = yaml.safe_load(files["kserve-inferenceservice.yaml"])["metadata"]["annotations"]
+    annotations = checks.documents(files["kserve-inferenceservice.yaml"])[0]["metadata"]["annotations"]
     assert annotations["autotune/verified-max-model-len"] == "240000"
 
 
@@ -158,7 +207,10 @@ def test_each_file_passes_its_consumers_schema(rendered, record_name):
     files = rendered[record_name]
     for doc in checks.documents(files["k8s-deployment.yaml"]):
         checks.validate_k8s(doc)
-    checks.validate_kserve(yaml.safe_load(files["kserve-inferenceservice.yaml"]))
+    service, *claims = checks.documents(files["kserve-inferenceservice.yaml"])
+    checks.validate_kserve(service)
+    for claim in claims:
+        checks.validate_k8s(claim)
     checks.validate_helm(yaml.safe_load(files["values-production-stack.yaml"]))
     checks.validate_skypilot(yaml.safe_load(files["skypilot.yaml"]))
     serve = checks.validate_rayservice(yaml.safe_load(files["rayservice.yaml"]))
@@ -174,7 +226,7 @@ def test_the_checks_fail_on_what_the_consumer_would_reject(rendered):
     values = yaml.safe_load(rendered["replay-tp2-levers"]["values-production-stack.yaml"])
     values["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]["maxModelLength"] = 1  # a key the chart ignores
     assert checks.unknown_keys(values, checks.helm_schema()) == [".servingEngineSpec.modelSpec[0].vllmConfig.maxModelLength"]
-    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
+    deployment, *_ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
     deployment["spec"]["template"]["spec"]["containers"][0]["maxModelLen"] = 1
     with pytest.raises(Exception, match="maxModelLen"):
         checks.validate_k8s(deployment)
@@ -248,7 +300,7 @@ def records_ceiling(rendered, record_name) -> int:
 
 def test_a_local_model_keeps_the_id_clients_ask_for(rendered):
     files = rendered["cpu-auto"]
-    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "/models/tiny-llama"
     assert args[args.index("--served-model-name") + 1] == ".demo/tiny-llama"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from autotune.store.deploy import kube, settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -90,8 +90,8 @@ def serve_config(dep: Deployment) -> tuple[dict, list[str]]:
     return {"http_options": {"host": "0.0.0.0", "port": SERVE_PORT}, "applications": [app]}, notes
 
 
-def render_ray_serve(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_ray_serve(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     release, warning = ray_release(dep)
     data, notes = serve_config(dep)
     usage = [f"run: serve deploy ray-serve.yaml (on a Ray {release} cluster with ray[serve,llm]=={release}; "
@@ -110,7 +110,7 @@ def _pod(dep: Deployment, image: str, gpus: int, head: bool) -> dict:
     if head:
         container["ports"] = [{"name": "gcs", "containerPort": 6379}, {"name": "dashboard", "containerPort": 8265},
                               {"name": "serve", "containerPort": SERVE_PORT}]
-    vols, mounts = kube.volumes(dep)
+    vols, mounts = kube.volumes(dep, cache=False)
     container["volumeMounts"] = mounts
     spec: dict = {"containers": [container], "volumes": vols}
     if gpus and kube.node_selector(dep):
@@ -133,8 +133,8 @@ def rayservice(dep: Deployment, release: str, serve_text: str) -> dict:
                                           "workerGroupSpecs": [workers]}}}
 
 
-def render_rayservice(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_rayservice(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     release, warning = ray_release(dep)
     data, notes = serve_config(dep)
     usage = [*kube.secret_usage(dep),

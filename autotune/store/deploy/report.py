@@ -12,7 +12,7 @@ import math
 
 from autotune.analysis import kv_pool
 from autotune.store.deploy import settings
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import Attempt, RunRecord
 from autotune.store.verified import NotEmittable, fmt_int
 from autotune.vllm import versions
@@ -183,10 +183,10 @@ def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, a
     return out
 
 
-def render_report(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None,
-                  plot: str | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
-    source = verifier or record
+def render_report(record: RunRecord, found: Sources | None = None) -> str:
+    found = found or Sources()
+    dep = settings.from_record(record, found)
+    source, plot = found.verifier or record, found.plot
     attempt = verified_attempt(source)
     if attempt is None:
         raise NotEmittable(f"run {source.get('run_id')} has no verified boot to report on")

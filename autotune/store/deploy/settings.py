@@ -10,7 +10,6 @@ sized from, and the stamp (versions, date, run, verified ceiling).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -42,20 +41,18 @@ FRONTEND_OPTIONS = ("api-key", "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "s
                     "disable-fastapi-docs", "enable-prompt-tokens-details", "return-tokens-as-token-ids")
 # The Kubernetes Secret the manifests read the secrets from (one key per variable).
 SECRET_NAME = "vllm-secrets"
-STARTUP_PERIOD_S = 10
-LIVENESS_PERIOD_S = 10
-READINESS_PERIOD_S = 5
 HOST_RESOURCES_NOTE = ("the CPU and memory requests are placeholders: autotune measured the device's memory, "
                        "not the host's CPU and RAM; size them for your nodes")
 
 
 @dataclass
-class Probes:
-    """Health checks sized from what the run measured."""
+class Sources:
+    """What the files read besides the run record (targets.sources reads them from the runs folder)."""
 
-    startup_failures: int  # x STARTUP_PERIOD_S: the time a boot may take
-    liveness_failures: int  # x LIVENESS_PERIOD_S: the time /health may stay silent
-    why: str  # one comment line: the figures they come from
+    verifier: RunRecord | None = None  # the lever run whose boot verified the final command
+    engine_flags: dict = field(default_factory=dict)  # the verified boot's engine config line
+    plot: str | None = None  # a plot beside the run (its sweep's), relative to the run folder
+    pull_mb_s: float | None = None  # --pull-bandwidth: how fast a new node downloads the weights
 
 
 @dataclass
@@ -88,16 +85,21 @@ class Deployment:
     # What the verified boot's engine ran with where the command left it to vLLM (its engine
     # config line): enable_prefix_caching, enable_chunked_prefill.
     engine_flags: dict = field(default_factory=dict)
+    weights_gib: float | None = None  # all ranks' weights, as vLLM's "Model loading took" lines give them
+    weights_from: str = "vLLM printed no weights figure"
+    pull_mb_s: float | None = None  # the download bandwidth asked for (None: startup.DEFAULT_PULL_MB_S)
 
     def option(self, name: str):
         """An option's value (the last one given), else None."""
         return dict(self.options).get(name)
 
 
-def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> Deployment:
-    """The deployment settings of a verified run. verifier: the run whose boot verified the
-    final command (a lever run of --reach), when it is not the record itself; engine_flags:
+def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
+    """The deployment settings of a verified run. found.verifier: the run whose boot verified the
+    final command (a lever run of --reach), when it is not the record itself; found.engine_flags:
     what that boot's engine config line said (targets.engine_flags reads it from its log)."""
+    found = found or Sources()
+    verifier = found.verifier
     argv = final_argv(record)
     replay = replayed(argv)
     if replay is not None:
@@ -121,6 +123,7 @@ def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_fla
     notes = _gpu_notes(chosen, tp * pp) if gpus else []
     result = record.get("result") or {}
     boot_s, boot_from = _boot(verifier or record)
+    weights, weights_from = _weights(verifier or record, tp * pp)
     return Deployment(
         run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
         ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
@@ -130,7 +133,8 @@ def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_fla
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
-        replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(engine_flags or {}))
+        replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(found.engine_flags),
+        weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
 
 
 def carried_env(record: RunRecord) -> dict[str, str]:
@@ -173,6 +177,17 @@ def _boot(record: RunRecord) -> tuple[float | None, str]:
         if attempt.get("outcome") == "verified" and attempt.get("time_to_outcome_s"):
             return float(attempt.time_to_outcome_s), f"run {record.get('run_id')} boot {attempt.get('index')}"
     return None, "no verified boot with a time recorded"
+
+
+def _weights(record: RunRecord, ranks: int) -> tuple[float | None, str]:
+    """All ranks' weights in GiB (each rank loads its share), from the verified boot's facts."""
+    for attempt in reversed(record.get("attempts") or []):
+        per_rank = (attempt.get("facts") or {}).get("weights_gib")
+        if attempt.get("outcome") == "verified" and isinstance(per_rank, (int, float)):
+            total = per_rank * ranks
+            each = f"{per_rank:.2f} GiB per rank x {ranks} ranks" if ranks > 1 else f"{per_rank:.2f} GiB"
+            return total, f"weights {total:.1f} GiB ({each}, vLLM's \"Model loading took\" line)"
+    return None, "vLLM printed no weights figure"
 
 
 def _longest_ttft(probe: dict) -> float | None:
@@ -257,23 +272,6 @@ def typed(value: object) -> object:
 # ---------------------------------------------------------------------------
 # Probes and comments
 # ---------------------------------------------------------------------------
-
-def probes(dep: Deployment) -> Probes:
-    """Startup: 3x the measured boot, at least 2 minutes (the weights' first download on a new
-    node is not in it). Liveness: /health may stay silent for twice the slowest first token the
-    probe measured (a full-length prefill), at least 3 periods."""
-    if dep.boot_s:
-        budget = max(3 * dep.boot_s, 120.0)
-        why = f"boot measured {dep.boot_s:.1f} s ({dep.boot_from}): startup allows {math.ceil(budget)} s (3x, at least 120)"
-    else:
-        budget = 600.0
-        why = f"{dep.boot_from}: startup allows 600 s"
-    silent = 2 * dep.longest_ttft_s if dep.longest_ttft_s else 0.0
-    liveness = max(3, math.ceil(silent / LIVENESS_PERIOD_S))
-    if dep.longest_ttft_s:
-        why += f"; slowest first token {dep.longest_ttft_s:.1f} s: liveness allows {liveness * LIVENESS_PERIOD_S} s"
-    return Probes(math.ceil(budget / STARTUP_PERIOD_S), liveness, why)
-
 
 def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -> list[str]:
     """The comment lines every file starts with: the stamp, how to use it, what to set, and the

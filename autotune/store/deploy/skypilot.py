@@ -8,7 +8,7 @@ import re
 import shlex
 
 from autotune.store.deploy import settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 from autotune.store.verified import shell_word
 
@@ -49,8 +49,8 @@ def task(dep: Deployment, gpu_memory_gib: float | None) -> dict:
     return out
 
 
-def render_skypilot(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     gpus = (record.get("machine") or {}).get("gpus") or []
     memory = next((g.get("memory_total_gib") for g in gpus if g.get("name") == dep.gpu_name), None)
     secrets = " ".join(f"--secret {s}" for s in dep.secrets)

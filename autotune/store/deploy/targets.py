@@ -5,11 +5,11 @@ engine config line, a sweep's plot). `sources` does that reading; the renderers 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.store import artifact
 from autotune.store.deploy import helm, kube, ray, report, skypilot
+from autotune.store.deploy.settings import Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import logpatterns
 
@@ -29,27 +29,18 @@ FILE_NAMES = (*RENDERERS, REPORT)
 SWEEP_PLOT = "sweep.png"
 
 
-@dataclass
-class Sources:
-    """What the files read besides the run record."""
-
-    verifier: RunRecord | None = None  # the lever run whose boot verified the final command
-    engine_flags: dict = field(default_factory=dict)  # the verified boot's engine config line
-    plot: str | None = None  # a plot beside the run (its sweep's), relative to the run folder
-
-
 def render(record: RunRecord, name: str, found: Sources | None = None) -> str:
     """One file's text; NotEmittable (store/verified.py) says why this run cannot give it."""
-    found = found or Sources()
     if name == REPORT:
-        return report.render_report(record, found.verifier, found.engine_flags, found.plot)
-    return RENDERERS[name](record, found.verifier, found.engine_flags)
+        return report.render_report(record, found)
+    return RENDERERS[name](record, found)
 
 
-def sources(run_dir: Path | None, record: RunRecord) -> Sources:
-    """Read what the files need from the runs folder; whatever cannot be read is left out."""
+def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None) -> Sources:
+    """Read what the files need from the runs folder; whatever cannot be read is left out.
+    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth)."""
     if run_dir is None:
-        return Sources()
+        return Sources(pull_mb_s=pull_mb_s)
     run_dir = Path(run_dir)
     verifier, verifier_dir = None, run_dir
     lever_run = (record.get("result") or {}).get("reached_with_levers")
@@ -60,7 +51,7 @@ def sources(run_dir: Path | None, record: RunRecord) -> Sources:
             pass
     sweep = record.link("sweep_id")
     plot = f"../{sweep}/{SWEEP_PLOT}" if sweep and (run_dir.parent / sweep / SWEEP_PLOT).exists() else None
-    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot)
+    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s)
 
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
