@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -85,7 +86,7 @@ def test_the_replay_reached_the_target_with_levers_on_two_gpus(replay):
 
 def test_the_run_folder_lists_the_deployment_files_and_the_report(replay):
     files = replay.record.result.files
-    assert files == [n for n in emit.FILES if n not in ("vllm-config.yaml", "docker-compose.yml")]
+    assert files == list(emit.FILES)  # the replay's command too: it stands for `vllm serve`
     for name in files:
         assert (replay.run_dir / name).read_text() == emit.render(replay.record, name, replay.run_dir)
 
@@ -298,14 +299,53 @@ def records_ceiling(rendered, record_name) -> int:
     return int(re.search(r"--max-model-len ([\d,]+)", first).group(1).replace(",", ""))
 
 
-def test_a_local_model_keeps_the_id_clients_ask_for(rendered):
-    files = rendered["cpu-auto"]
+def served_names(files: dict[str, str]) -> dict[str, str]:
+    """The model id clients ask for, as each file makes vLLM (or its runtime) serve it."""
     deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[0] == "/models/tiny-llama"
-    assert args[args.index("--served-model-name") + 1] == ".demo/tiny-llama"
+    helm = checks.helm_argv(yaml.safe_load(files["values-production-stack.yaml"]))
+    kserve = checks.documents(files["kserve-inferenceservice.yaml"])[0]["spec"]["predictor"]["model"]["args"]
+    compose = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm"]["command"]
+    sky = shlex.split(yaml.safe_load(files["skypilot.yaml"])["run"])
     (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
-    assert llm["model_loading_config"] == {"model_id": ".demo/tiny-llama", "model_source": "/models/tiny-llama"}
+    return {"k8s": args[args.index("--served-model-name") + 1], "helm": helm[helm.index("--served-model-name") + 1],
+            "kserve": next(a.split("=", 1)[1] for a in kserve if a.startswith("--model_name=")),
+            "compose": compose[compose.index("--served-model-name") + 1],
+            "skypilot": sky[sky.index("--served-model-name") + 1], "ray-serve": llm["model_loading_config"]["model_id"]}
+
+
+def test_a_local_model_serves_one_name_in_every_file(rendered):
+    """.demo/tiny-llama on the verifying machine is /models/tiny-llama in the container; clients of every
+    file ask for tiny-llama, and each file says so."""
+    files = rendered["cpu-auto"]
+    assert set(served_names(files).values()) == {"tiny-llama"}, served_names(files)
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/models/tiny-llama"
+    (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
+    assert llm["model_loading_config"] == {"model_id": "tiny-llama", "model_source": "/models/tiny-llama"}
+    for name in [*DEPLOY_FILES, "docker-compose.yml"]:
+        assert '# clients ask for the model "tiny-llama"' in files[name], name
+    assert "not carried" not in files["ray-serve.yaml"]
+
+
+def test_the_commands_own_served_name_wins(rendered):
+    assert set(served_names(rendered["gpu-pinned-secrets"]).values()) == {"qwen 27b"}
+
+
+def test_a_command_without_a_model_serves_the_model_the_run_recorded():
+    """`vllm serve` with no model loads vLLM's default; the run recorded which (from its log)."""
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    argv = rec["result"]["final_argv"]
+    at = argv.index("--model")
+    rec["result"]["final_argv"] = argv[:at] + argv[at + 2:]
+    record = RunRecord.from_dict(rec)
+    texts, skipped = emit.render_all(record)
+    assert set(skipped) == set(), skipped
+    assert yaml.safe_load(texts["vllm-config.yaml"])["model"] == rec["model"]
+    assert set(served_names(texts).values()) == {"tiny-llama"}
+    rec["model"] = None
+    with pytest.raises(NotEmittable, match="names no model, and the run recorded none"):
+        emit.render(RunRecord.from_dict(rec), targets.K8S)
 
 
 # ---- names each runtime gives a GPU ------------------------------------------------------------------

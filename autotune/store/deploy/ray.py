@@ -75,6 +75,7 @@ def llm_config(dep: Deployment) -> tuple[dict, list[str]]:
         config["runtime_env"] = {"env_vars": env}
     config["deployment_config"] = {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}}
     notes = []
+    left_out = [n for n in left_out if n != "served-model-name"]  # model_id carries it
     if left_out:
         notes.append(f"not carried (vLLM front-end options; Ray Serve's own OpenAI front end serves instead): "
                      f"{', '.join('--' + n for n in left_out)}")

@@ -18,9 +18,8 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.store.verified import (
-    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, NotEmittable, absolute, cwd_of, final_argv,
-    image_tag, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line, replayed,
-    secret_names, verified_on, with_config_merged)
+    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
+    is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
 from autotune.vllm import servecmd
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.
@@ -100,23 +99,15 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
     what that boot's engine config line said (targets.engine_flags reads it from its log)."""
     found = found or Sources()
     verifier = found.verifier
-    argv = final_argv(record)
-    replay = replayed(argv)
-    if replay is not None:
-        argv = replay[1]
-    cmd = parse_vllm_command(with_config_merged(record, argv, "a deployment file"))
-    if cmd.model is None:
-        raise NotEmittable("the serve command names no model")
+    cmd, replay_profile = serve_command(record, "a deployment file")
     options = list(dict((n, v) for n, v in cmd.options if n not in LISTEN_OPTIONS).items())
     model, host_path = cmd.model, None
-    served = cmd.option("served-model-name")
-    served = served[0] if isinstance(served, list) else served  # vLLM serves the first name as the id
+    served, add_name = served_name(cmd)
+    if add_name:
+        options.append(("served-model-name", served))
     if is_local_path(model):
         host_path = absolute(model, cwd_of(record))
         model = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
-        if served is None:  # vLLM serves the path it was given as the id: keep the id clients know
-            options.append(("served-model-name", cmd.model))
-            served = cmd.model
     tp, pp = _size(cmd.option("tensor-parallel-size")), _size(cmd.option("pipeline-parallel-size"))
     gpus = (record.get("machine") or {}).get("gpus") or []
     chosen = _chosen_gpus(record, gpus)
@@ -128,12 +119,12 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
         run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
         ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
         image=image_tag(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
-        model_host_path=host_path, served_name=str(served or cmd.model),
+        model_host_path=host_path, served_name=served,
         options=options, env=carried_env(record), secrets=secret_names(record),
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
-        replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(found.engine_flags),
+        replay_profile=replay_profile, notes=notes, engine_flags=dict(found.engine_flags),
         weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
 
 
@@ -281,6 +272,7 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
         lines.append(f"# replayed: autotune's replaying vLLM (profile {dep.replay_profile}) stood in for vLLM; "
                      "its figures are the profile's, not a measured GPU's")
     lines += [f"# {line}" for line in usage]
+    lines.append(f"# {clients_line(dep.served_name)}")
     if runtime_vllm:
         lines.append(f"# WARNING: {runtime_vllm}")
     if dep.secrets:
