@@ -485,3 +485,70 @@ def test_the_report_shows_the_plot_of_the_sweep_the_run_belongs_to(replay, tmp_p
     (runs / "20261201T000000Z-sweep").mkdir()
     (runs / "20261201T000000Z-sweep" / "sweep.png").write_bytes(b"\x89PNG")
     assert "![the runs of this sweep](../20261201T000000Z-sweep/sweep.png)" in emit.render(record, targets.REPORT, run_dir)
+
+
+# ---- what vLLM chose by the GPU, pinned ----------------------------------------------------------
+
+def test_an_h100_run_pins_what_vllm_chose_for_the_gpu(tmp_path):
+    """vLLM 0.33's API server gives an H100 (>= 70 GiB, not an A100) 8,192 batched tokens and 1,024
+    sequences when the command leaves them: every deployment file writes them down, so a pod on
+    another GPU tier runs what was verified."""
+    argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", "h100-0.33.0-llama-8b",
+            "--time-scale", "0.002", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(tmp_path), "--quiet", "--target", "131072",
+                                      "--probe", "none", "--", *argv], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = artifact.list_runs(tmp_path)
+    record = artifact.load(run_dir)
+    for name in DEPLOY_FILES:
+        text = (run_dir / name).read_text()
+        assert ("pinned where the command left them to vLLM (another GPU or runtime would choose others): "
+                "--max-num-batched-tokens 8192, --max-num-seqs 1024 (vLLM 0.33's API server defaults for a GPU "
+                "of >= 70 GiB other than an A100)") in text, name
+        read = checks.read_back(name, text)
+        if "words" in read:
+            words = read["words"]
+            assert words[words.index("--max-num-batched-tokens") + 1] == "8192", name
+            assert words[words.index("--max-num-seqs") + 1] == "1024", name
+        else:
+            assert (read["kwargs"]["max_num_batched_tokens"], read["kwargs"]["max_num_seqs"]) == (8192, 1024), name
+    helm = yaml.safe_load((run_dir / targets.HELM).read_text())["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]
+    assert helm["maxNumSeqs"] == 1024  # the chart's own key for it
+    assert "--max-num-seqs" not in final_argv(record)  # the verified command itself is as it ran
+
+
+@pytest.mark.parametrize("version, gpu, memory, expected", [
+    ("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, (8192, 1024)),
+    ("0.32.0", "NVIDIA A100-SXM4-80GB", 79.25, (2048, 256)),  # PR #17885: the A100 stays small
+    ("0.33.0", "NVIDIA B200", 178.4, (16384, 1024)),
+    ("0.32.0", "NVIDIA GB10", 119.7, (8192, 1024)),
+    ("0.33.0", "NVIDIA GB10", 119.7, (2048, 256)),  # 0.33 puts the GB10 in the small tier
+    ("0.33.0", "NVIDIA GeForce RTX 3090", 23.56, (2048, 256)),
+    ("0.20.2", "NVIDIA H100 80GB HBM3", 79.19, None),  # a rule autotune has not read: nothing pinned
+])
+def test_vllm_picks_batched_tokens_and_seqs_by_the_gpu(version, gpu, memory, expected):
+    found = versions.scheduler_defaults(version, gpu, memory)
+    assert (found[:2] if found else None) == expected
+
+
+def test_the_batched_tokens_follow_vllms_own_caps():
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, 131072, chunked_prefill=False)[0] == 131072
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, 4096)[0] == 8192
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, throughput_mode=True)[:2] == (16384, 2048)
+
+
+def test_the_engine_config_line_pins_prefix_caching_and_the_load_format(tmp_path):
+    """A real 0.32 boot's engine config line (cpu-0.32.0 logs): prefix caching on, load_format auto."""
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    attempt = report.verified_attempt(RunRecord.from_dict(rec))
+    (tmp_path / attempt.log).write_text(
+        "(EngineCore pid=1) INFO 11-29 10:06:09 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='./tiny', max_seq_len=16256, download_dir=None, load_format=safetensors, tensor_parallel_size=1, "
+        "served_model_name=./tiny, enable_prefix_caching=False, enable_chunked_prefill=True, pooler_config=None\n")
+    record = RunRecord.from_dict(rec)
+    deployment, *_ = checks.documents(emit.render(record, targets.K8S, tmp_path))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
+    assert args[args.index("--load-format") + 1] == "safetensors"
+    helm = yaml.safe_load(emit.render(record, targets.HELM, tmp_path))["servingEngineSpec"]["modelSpec"][0]
+    assert helm["vllmConfig"]["enablePrefixCaching"] is False

@@ -20,7 +20,7 @@ from autotune.store.redact import is_secret
 from autotune.store.verified import (
     CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
     is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.
 POOL_OPTIONS = ("max-model-len", "gpu-memory-utilization", "kv-cache-memory-bytes", "max-num-seqs",
@@ -84,6 +84,9 @@ class Deployment:
     # What the verified boot's engine ran with where the command left it to vLLM (its engine
     # config line): enable_prefix_caching, enable_chunked_prefill.
     engine_flags: dict = field(default_factory=dict)
+    # Options the command left to vLLM, written as the verified boot ran them (name -> why), so
+    # another GPU tier or another chart default does not change them.
+    pinned: dict[str, str] = field(default_factory=dict)
     weights_gib: float | None = None  # all ranks' weights, as vLLM's "Model loading took" lines give them
     weights_from: str = "vLLM printed no weights figure"
     pull_mb_s: float | None = None  # the download bandwidth asked for (None: startup.DEFAULT_PULL_MB_S)
@@ -115,6 +118,8 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
     result = record.get("result") or {}
     boot_s, boot_from = _boot(verifier or record)
     weights, weights_from = _weights(verifier or record, tp * pp)
+    pins = effective_pins(dict(options), record, chosen[0] if chosen else None, found.engine_flags)
+    options += [(name, value) for name, (value, _) in pins.items()]
     return Deployment(
         run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
         ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
@@ -125,7 +130,61 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
         replay_profile=replay_profile, notes=notes, engine_flags=dict(found.engine_flags),
+        pinned={name: why for name, (_, why) in pins.items()},
         weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
+
+
+# The engine config line's settings a file pins where the command left them: (key, flag when True,
+# flag when False); load_format is a value.
+_ENGINE_LINE_PINS = (("enable_prefix_caching", "enable-prefix-caching", "no-enable-prefix-caching"),
+                     ("enable_chunked_prefill", "enable-chunked-prefill", "no-enable-chunked-prefill"))
+ENGINE_LINE = "the verified boot's engine config line"
+
+
+def effective_pins(given: dict, record: RunRecord, gpu: dict | None, engine_flags: dict) -> dict[str, tuple[object, str]]:
+    """The settings the command left to vLLM, as the verified boot ran them (option -> (value, why)):
+    batched tokens and seqs vLLM's API server chose for the GPU (versions.scheduler_defaults),
+    prefix caching, chunked prefill and the load format its engine config line shows."""
+    pins: dict[str, tuple[object, str]] = {}
+    for key, on, off in _ENGINE_LINE_PINS:
+        if key in engine_flags and on not in given and off not in given:
+            pins[on if engine_flags[key] else off] = (True, ENGINE_LINE)
+    if engine_flags.get("load_format") and "load-format" not in given:
+        pins["load-format"] = (str(engine_flags["load_format"]), ENGINE_LINE)
+    if "max-num-batched-tokens" in given and "max-num-seqs" in given or gpu is None:
+        return pins
+    chunked = engine_flags.get("enable_chunked_prefill", "no-enable-chunked-prefill" not in given)
+    ceiling = (record.get("result") or {}).get("ceiling")
+    chosen = versions.scheduler_defaults(
+        record.get("vllm_version"), gpu.get("name"), gpu.get("memory_total_gib"),
+        ceiling if isinstance(ceiling, int) else None, chunked_prefill=bool(chunked),
+        throughput_mode=given.get("performance-mode") == "throughput")
+    if chosen is None:
+        return pins
+    batched, seqs, why = chosen
+    try:
+        seqs = int(given.get("max-num-seqs") or seqs)
+    except ValueError:
+        return pins
+    if isinstance(ceiling, int):
+        batched = min(batched, seqs * ceiling)  # vLLM's own cap, with the command's seqs
+    if "max-num-batched-tokens" not in given:
+        pins["max-num-batched-tokens"] = (str(batched), why)
+    if "max-num-seqs" not in given:
+        pins["max-num-seqs"] = (str(seqs), why)
+    return pins
+
+
+def pinned_note(dep: Deployment) -> list[str]:
+    """The header line that names what was pinned and why."""
+    if not dep.pinned:
+        return []
+    by_why: dict[str, list[str]] = {}
+    for name, why in dep.pinned.items():
+        value = dep.option(name)
+        by_why.setdefault(why, []).append(f"--{name}" + ("" if value is True else f" {value}"))
+    return ["pinned where the command left them to vLLM (another GPU or runtime would choose others): "
+            + "; ".join(f"{', '.join(flags)} ({why})" for why, flags in by_why.items())]
 
 
 def carried_env(record: RunRecord) -> dict[str, str]:
@@ -281,6 +340,7 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
         lines.append(f"# the model is the local folder {dep.model_host_path} on the machine that verified it: "
                      f"put it at {dep.model} where this runs")
     lines += [f"# note: {n}" for n in dep.notes]
+    lines += [f"# {line}" for line in pinned_note(dep)]
     return lines
 
 

@@ -55,8 +55,8 @@ def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = N
 
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
-    """enable_prefix_caching / enable_chunked_prefill as the verified boot's engine config line
-    shows them ({} when its log or the line is not there)."""
+    """enable_prefix_caching / enable_chunked_prefill (booleans) and load_format as the verified
+    boot's engine config line shows them ({} when its log or the line is not there)."""
     attempt = report.verified_attempt(record)
     if attempt is None or not attempt.get("log"):
         return {}
@@ -64,7 +64,12 @@ def engine_flags(run_dir: Path, record: RunRecord) -> dict:
         with open(Path(run_dir) / attempt.log, encoding="utf-8", errors="replace") as log:
             for line in log:
                 if logpatterns.ENGINE_VERSION_RE.search(line) and "with config" in line:
-                    return {m.group(1): m.group(2) == "True" for m in logpatterns.ENGINE_CONFIG_FLAG_RE.finditer(line)}
+                    flags: dict = {m.group(1): m.group(2) == "True"
+                                   for m in logpatterns.ENGINE_CONFIG_FLAG_RE.finditer(line)}
+                    load_format = logpatterns.ENGINE_LOAD_FORMAT_RE.search(line)
+                    if load_format:
+                        flags["load_format"] = load_format.group(1)
+                    return flags
     except OSError:
         return {}
     return {}
