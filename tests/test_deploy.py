@@ -552,3 +552,21 @@ def test_the_engine_config_line_pins_prefix_caching_and_the_load_format(tmp_path
     assert args[args.index("--load-format") + 1] == "safetensors"
     helm = yaml.safe_load(emit.render(record, targets.HELM, tmp_path))["servingEngineSpec"]["modelSpec"][0]
     assert helm["vllmConfig"]["enablePrefixCaching"] is False
+
+
+def test_the_parser_records_the_engine_settings_of_a_real_boot():
+    """A real vLLM 0.32 boot (CPU backend): its engine config line's resolved settings become the
+    attempt's engine_settings fact (run.json), which the files pin from."""
+    from autotune.vllm.logparse import parse_file
+    result = parse_file(Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log").result()
+    assert result["engine_settings"] == {"enable_prefix_caching": True, "enable_chunked_prefill": True,
+                                         "load_format": "auto"}
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    verified = next(a for a in rec["attempts"] if a["outcome"] == "verified")
+    verified["facts"]["engine_settings"] = result["engine_settings"]
+    record = RunRecord.from_dict(rec)
+    assert targets.engine_flags(Path("/nonexistent"), record) == result["engine_settings"]  # no log needed
+    deployment, *_ = checks.documents(emit.render(record, targets.K8S, found=targets.Sources(
+        engine_flags=targets.engine_flags(Path("/nonexistent"), record))))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--enable-prefix-caching" in args and args[args.index("--load-format") + 1] == "auto"

@@ -58,6 +58,9 @@ def engine_flags(run_dir: Path, record: RunRecord) -> dict:
     """enable_prefix_caching / enable_chunked_prefill (booleans) and load_format as the verified
     boot's engine config line shows them ({} when its log or the line is not there)."""
     attempt = report.verified_attempt(record)
+    recorded = (attempt.get("facts") or {}).get("engine_settings") if attempt is not None else None
+    if isinstance(recorded, dict):
+        return dict(recorded)  # the parser's fact (run.json); older records: read from the log below
     if attempt is None or not attempt.get("log"):
         return {}
     try:
