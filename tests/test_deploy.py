@@ -164,6 +164,9 @@ def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(r
         kserve["spec"]["predictor"]["volumes"]
     (spec,) = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["modelSpec"]
     assert spec["pvcStorage"] == claim["spec"]["resources"]["requests"]["storage"]  # the chart: HF_HOME=/data on it
+    sky = yaml.safe_load(files["skypilot.yaml"])
+    assert sky["envs"]["HF_HOME"] == "/hf-cache"
+    assert sky["file_mounts"] == {"/hf-cache": {"name": "vllm-hf-cache-qwen3-6-27b-awq", "mode": "MOUNT_CACHED"}}
 
 
 def test_a_slow_pull_lengthens_the_startup_allowance(replay):
