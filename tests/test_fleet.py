@@ -314,7 +314,7 @@ def test_render_k8s_takes_autotune_from_a_configmap_or_the_users_image_and_says_
     assert {"name": "autotune-wheel", "configMap": {"name": "autotune-whl"}} in pod["volumes"]
     assert pod["containers"][0]["args"][0].startswith("pip install --quiet /opt/autotune-wheel/*.whl\n")
     assert "# NOT PINNED: leaf-01 run vllm/vllm-openai:latest" in mapped.stdout
-    assert "Warning: leaf-01 runs vllm/vllm-openai:latest (not pinned)" in mapped.stderr
+    assert "Warning: leaf-01 run vllm/vllm-openai:latest (not pinned)" in mapped.stderr
     own = runner.invoke(cli, ["fleet", "render", str(path), "--k8s", "--pvc", "runs", "--autotune", "image",
                               "--image", "registry.example/autotune-vllm:0.33.0"])
     assert own.exit_code == 0, own.output

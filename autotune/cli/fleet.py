@@ -348,9 +348,10 @@ def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image, autotune_from
         source = k8s_mod.AutotuneSource(autotune_from)
         click.echo(k8s_mod.render(plan, source, results_uri=results_uri, pvc=pvc, namespace=namespace, image=image),
                    nl=False)
-        for leaf in k8s_mod.unpinned(plan, image):
-            click.echo(f"Warning: {leaf} runs {k8s_mod.IMAGE}:latest (not pinned): give it a vLLM version in the plan "
-                       "or --image with a tag", err=True)
+        loose = k8s_mod.unpinned(plan, image)
+        if loose:
+            click.echo(f"Warning: {', '.join(loose)} run {k8s_mod.IMAGE}:latest (not pinned): give them a vLLM "
+                       "version in the plan or --image with a tag", err=True)
     except FleetError as exc:
         raise click.ClickException(str(exc))
 

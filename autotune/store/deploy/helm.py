@@ -114,5 +114,5 @@ def render_helm(record: RunRecord, found: Sources | None = None) -> str:
              f"install: helm repo add vllm https://vllm-project.github.io/production-stack && "
              f"helm install vllm {CHART} -f values-production-stack.yaml",
              f"pins {dep.image} (the chart's own default image is lmcache/vllm-openai, another build)",
-             *kube.placement_notes(dep), *cache_note(dep), settings.HOST_RESOURCES_NOTE, *notes]
+             *kube.placement_notes(dep, startup.CHART_STARTUP_DELAY_S), *cache_note(dep), settings.HOST_RESOURCES_NOTE, *notes]
     return yamltext.document(settings.header(dep, usage), data)

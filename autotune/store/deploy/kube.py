@@ -130,8 +130,9 @@ def secret_usage(dep: Deployment) -> list[str]:
     return [f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}"]
 
 
-def placement_notes(dep: Deployment) -> list[str]:
-    out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep).why}"]
+def placement_notes(dep: Deployment, delay_s: int = 0) -> list[str]:
+    """delay_s: the startup probe's initialDelaySeconds (production-stack's chart keeps its own 15 s)."""
+    out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep, delay_s).why}"]
     if dep.gpu_name and not dep.cpu:
         out.append(f"pinned by type: {GPU_PRODUCT_LABEL}={gpu_label(dep.gpu_name)} "
                    "(the label NVIDIA's GPU feature discovery sets), not by device index")
