@@ -135,8 +135,9 @@ def _startup_s(files: dict[str, str]) -> dict[str, int]:
     kserve = checks.documents(files["kserve-inferenceservice.yaml"])[0]["spec"]["predictor"]["model"]["startupProbe"]
     helm = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["startupProbe"]
     k8s = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    llm = checks.documents(files["kserve-llminferenceservice.yaml"])[0]["spec"]["template"]["containers"][0]["startupProbe"]
     return {name: p.get("initialDelaySeconds", 0) + p["periodSeconds"] * p["failureThreshold"]
-            for name, p in (("helm", helm), ("k8s", k8s), ("kserve", kserve))}
+            for name, p in (("helm", helm), ("k8s", k8s), ("kserve", kserve), ("llmisvc", llm))}
 
 
 def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(replay, rendered):
@@ -162,6 +163,12 @@ def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(r
     kserve, kserve_claim = checks.documents(files["kserve-inferenceservice.yaml"])
     assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": kserve_claim["metadata"]["name"]}} in \
         kserve["spec"]["predictor"]["volumes"]
+    llmisvc, llmisvc_claim = checks.documents(files["kserve-llminferenceservice.yaml"])
+    assert llmisvc["spec"]["template"]["volumes"] == [  # KServe's template keeps the Hub cache in model-cache
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": llmisvc_claim["metadata"]["name"]}}]
+    assert llmisvc["spec"]["model"] == {"uri": "hf://Qwen/Qwen3.6-27B-AWQ", "name": "Qwen/Qwen3.6-27B-AWQ"}
+    assert llmisvc["spec"]["parallelism"] == {"tensor": 2}
+    assert llmisvc["spec"]["template"]["containers"][0]["image"] == "vllm/vllm-openai:v0.20.2"
     (spec,) = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["modelSpec"]
     assert spec["pvcStorage"] == claim["spec"]["resources"]["requests"]["storage"]  # the chart: HF_HOME=/data on it
     sky = yaml.safe_load(files["skypilot.yaml"])
@@ -211,6 +218,10 @@ def test_each_file_passes_its_consumers_schema(rendered, record_name):
     files = rendered[record_name]
     for doc in checks.documents(files["k8s-deployment.yaml"]):
         checks.validate_k8s(doc)
+    llmisvc, *claims = checks.documents(files["kserve-llminferenceservice.yaml"])
+    checks.validate_llmisvc(llmisvc)
+    for claim in claims:
+        checks.validate_k8s(claim)
     service, *claims = checks.documents(files["kserve-inferenceservice.yaml"])
     checks.validate_kserve(service)
     for claim in claims:
@@ -311,7 +322,9 @@ def served_names(files: dict[str, str]) -> dict[str, str]:
     compose = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm"]["command"]
     sky = shlex.split(yaml.safe_load(files["skypilot.yaml"])["run"])
     (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
+    llmisvc = checks.documents(files["kserve-llminferenceservice.yaml"])[0]["spec"]["model"]["name"]
     return {"k8s": args[args.index("--served-model-name") + 1], "helm": helm[helm.index("--served-model-name") + 1],
+            "llmisvc": llmisvc,
             "kserve": next(a.split("=", 1)[1] for a in kserve if a.startswith("--model_name=")),
             "compose": compose[compose.index("--served-model-name") + 1],
             "skypilot": sky[sky.index("--served-model-name") + 1], "ray-serve": llm["model_loading_config"]["model_id"]}
@@ -411,7 +424,8 @@ def test_the_report_of_a_recorded_cpu_run(rendered):
 
 def test_concurrency_rows_follow_vllms_block_arithmetic():
     dep = settings.from_record(RunRecord.from_dict(real()))
-    assert report.concurrency_rows(dep, 16384) == [(16256, 1, "1"), (8192, 2, "1"), (4096, 4, "3"), (2048, 8, "6-7")]
+    # 128 blocks of 128, one of them vLLM 0.32's null block
+    assert report.concurrency_rows(dep, 16384) == [(16256, 1, "1"), (8192, 1, "1"), (4096, 3, "2"), (2048, 7, "5-6")]
 
 
 def test_a_run_without_a_verified_command_gives_no_deployment_file():

@@ -132,6 +132,7 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
     for doc in checks.documents(text[targets.K8S]):
         checks.validate_k8s(doc)
     checks.validate_kserve(checks.documents(text[targets.KSERVE])[0])
+    checks.validate_llmisvc(checks.documents(text[targets.LLMISVC])[0])
     checks.validate_helm(yaml.safe_load(text[targets.HELM]))
     checks.validate_skypilot(yaml.safe_load(text[targets.SKYPILOT]))
     serve = checks.validate_rayservice(yaml.safe_load(text[targets.RAYSERVICE]))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.store import artifact
-from autotune.store.deploy import helm, kube, ray, report, skypilot
+from autotune.store.deploy import helm, kube, llmisvc, ray, report, skypilot
 from autotune.store.deploy.settings import Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import logpatterns
@@ -17,14 +17,15 @@ HELM = "values-production-stack.yaml"
 RAY_SERVE = "ray-serve.yaml"
 RAYSERVICE = "rayservice.yaml"
 KSERVE = "kserve-inferenceservice.yaml"
+LLMISVC = "kserve-llminferenceservice.yaml"
 K8S = "k8s-deployment.yaml"
 SKYPILOT = "skypilot.yaml"
 REPORT = "sizing-report.md"
 # `autotune show --emit KIND`
-KINDS = {"helm": HELM, "ray-serve": RAY_SERVE, "rayservice": RAYSERVICE, "kserve": KSERVE, "k8s": K8S,
+KINDS = {"helm": HELM, "ray-serve": RAY_SERVE, "rayservice": RAYSERVICE, "kserve": KSERVE, "llmisvc": LLMISVC, "k8s": K8S,
          "skypilot": SKYPILOT, "report": REPORT}
 RENDERERS = {HELM: helm.render_helm, RAY_SERVE: ray.render_ray_serve, RAYSERVICE: ray.render_rayservice,
-             KSERVE: kube.render_kserve, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
+             KSERVE: kube.render_kserve, LLMISVC: llmisvc.render_llmisvc, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
 FILE_NAMES = (*RENDERERS, REPORT)
 SWEEP_PLOT = "sweep.png"
 
