@@ -589,3 +589,12 @@ def test_the_parser_records_the_engine_settings_of_a_real_boot():
         engine_flags=targets.engine_flags(Path("/nonexistent"), record))))
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--enable-prefix-caching" in args and args[args.index("--load-format") + 1] == "auto"
+
+
+def test_ray_serve_names_the_vllm_its_release_bundles_and_how_to_verify_under_it(rendered):
+    """Ray 2.60's ray[llm] pins vLLM 0.29.0 (its wheel's metadata; versions.RAY_LLM_VLLM_PINS), not the
+    0.20.2 that verified the run: the file says so and gives the command that verifies it under 0.29.0."""
+    text = rendered["replay-tp2-levers"]["ray-serve.yaml"]
+    assert ("ray[llm] 2.60.0 pins vLLM 0.29.0. Use the Ray release that pins 0.20.2, or verify this configuration "
+            "under 0.29.0: `python -m venv vllm-0.29.0 && vllm-0.29.0/bin/pip install vllm==0.29.0 && autotune "
+            "--target 240000 -- vllm-0.29.0/bin/vllm serve Qwen/Qwen3.6-27B-AWQ ...`") in text

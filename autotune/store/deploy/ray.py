@@ -45,9 +45,12 @@ def ray_release(dep: Deployment) -> tuple[str, str]:
         return matching, (f"Ray Serve LLM runs the vLLM its Ray release pins: ray[llm] {matching} pins vLLM "
                           f"{dep.vllm_version}, the version that verified this")
     pinned = versions.RAY_LLM_VLLM_PINS[newest]
+    venv = f"vllm-{pinned}"
     return newest, (f"Ray Serve LLM runs the vLLM its Ray release pins, not vLLM {dep.vllm_version} that verified "
                     f"this: ray[llm] {newest} pins vLLM {pinned}. Use the Ray release that pins "
-                    f"{dep.vllm_version}, or re-tune under {pinned}; once deployed, "
+                    f"{dep.vllm_version}, or verify this configuration under {pinned}: `python -m venv {venv} && "
+                    f"{venv}/bin/pip install vllm=={pinned} && autotune --target {dep.ceiling} -- {venv}/bin/vllm "
+                    f"serve {dep.model_host_path or dep.model} ...` (the same options); once deployed, "
                     f"`autotune verify URL --run {dep.run_id}` checks what it serves")
 
 
