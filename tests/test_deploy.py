@@ -11,7 +11,9 @@ real demo run's files are checked the same way in tests/e2e/test_show_runs_real_
 from __future__ import annotations
 
 import json
+import math
 import re
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -24,7 +26,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.store import artifact, emit
 from autotune.store.deploy import ray as ray_target
-from autotune.store.deploy import report, settings, skypilot, targets, yamltext
+from autotune.store.deploy import report, settings, skypilot, startup, targets, yamltext
 from autotune.store.record import RunRecord
 from autotune.store.verified import NotEmittable, final_argv, replayed
 from autotune.vllm import servecmd, versions
@@ -84,7 +86,7 @@ def test_the_replay_reached_the_target_with_levers_on_two_gpus(replay):
 
 def test_the_run_folder_lists_the_deployment_files_and_the_report(replay):
     files = replay.record.result.files
-    assert files == [n for n in emit.FILES if n not in ("vllm-config.yaml", "docker-compose.yml")]
+    assert files == list(emit.FILES)  # the replay's command too: it stands for `vllm serve`
     for name in files:
         assert (replay.run_dir / name).read_text() == emit.render(replay.record, name, replay.run_dir)
 
@@ -104,7 +106,7 @@ def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
                                     "max_num_batched_tokens": 512, "enable_chunked_prefill": True,
                                     "max_model_len": 240000}
     assert llm["placement_group_config"] == {"bundle_per_worker": {"GPU": 1, "accelerator_type:GeForce-RTX-3090": 0.001}}
-    deployment, service = checks.documents(files["k8s-deployment.yaml"])
+    deployment, service, *_ = checks.documents(files["k8s-deployment.yaml"])
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GeForce-RTX-3090"}
@@ -117,7 +119,7 @@ def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
 def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
     files = rendered["replay-tp2-levers"]
     assert not [name for name, text in files.items() if SECRET in text]
-    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-secrets", "key": "VLLM_API_KEY"}}} in env
     assert yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["vllmApiKey"] == \
@@ -127,13 +129,71 @@ def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
     assert "does not check vLLM's API key" in files["ray-serve.yaml"]
 
 
-def test_the_probes_are_sized_from_the_measured_boot(replay, rendered):
+def _startup_s(files: dict[str, str]) -> dict[str, int]:
+    """The startup allowance each Kubernetes file gives a pod, in seconds."""
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
+    kserve = checks.documents(files["kserve-inferenceservice.yaml"])[0]["spec"]["predictor"]["model"]["startupProbe"]
+    helm = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["startupProbe"]
+    k8s = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    llm = checks.documents(files["kserve-llminferenceservice.yaml"])[0]["spec"]["template"]["containers"][0]["startupProbe"]
+    return {name: p.get("initialDelaySeconds", 0) + p["periodSeconds"] * p["failureThreshold"]
+            for name, p in (("helm", helm), ("k8s", k8s), ("kserve", kserve), ("llmisvc", llm))}
+
+
+def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(replay, rendered):
+    """The seed run's 27B AWQ (two ranks' weights) downloads first on a new node: every Kubernetes
+    file allows at least production-stack's own 615 s, says how it got there, and keeps the
+    download on a claim a restarted pod finds again."""
     lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
-    boot = next(a for a in lever_run.attempts if a.outcome == "verified").time_to_outcome_s
-    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
-    startup = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= max(3 * boot, 120)
-    assert f"boot measured {boot:.1f} s (run {lever_run.run_id} boot 1)" in rendered["replay-tp2-levers"]["k8s-deployment.yaml"]
+    verified = next(a for a in lever_run.attempts if a.outcome == "verified")
+    boot, per_rank = verified.time_to_outcome_s, verified.facts["weights_gib"]
+    files = rendered["replay-tp2-levers"]
+    assert all(seconds >= 615 for seconds in _startup_s(files).values()), _startup_s(files)
+    why = (f"weights {2 * per_rank:.1f} GiB ({per_rank:.2f} GiB per rank x 2 ranks, vLLM's \"Model loading took\" "
+           f"line) at 100 MB/s (the default; --pull-bandwidth changes it)")
+    for name in ("k8s-deployment.yaml", "kserve-inferenceservice.yaml", "values-production-stack.yaml"):
+        assert why in files[name] and f"3 x boot {boot:.1f} s (run {lever_run.run_id} boot 1)" in files[name], name
+    deployment, _, claim = checks.documents(files["k8s-deployment.yaml"])
+    pod = deployment["spec"]["template"]["spec"]
+    assert {"name": "HF_HOME", "value": "/root/.cache/huggingface"} in pod["containers"][0]["env"]
+    assert {"name": "hf-cache", "mountPath": "/root/.cache/huggingface"} in pod["containers"][0]["volumeMounts"]
+    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": claim["metadata"]["name"]}} in pod["volumes"]
+    assert claim["kind"] == "PersistentVolumeClaim" and claim["spec"]["resources"]["requests"]["storage"] == \
+        f"{max(10, math.ceil(2 * per_rank * 1.25))}Gi"
+    kserve, kserve_claim = checks.documents(files["kserve-inferenceservice.yaml"])
+    assert {"name": "hf-cache", "persistentVolumeClaim": {"claimName": kserve_claim["metadata"]["name"]}} in \
+        kserve["spec"]["predictor"]["volumes"]
+    llmisvc, llmisvc_claim = checks.documents(files["kserve-llminferenceservice.yaml"])
+    assert llmisvc["spec"]["template"]["volumes"] == [  # KServe's template keeps the Hub cache in model-cache
+        {"name": "model-cache", "persistentVolumeClaim": {"claimName": llmisvc_claim["metadata"]["name"]}}]
+    assert llmisvc["spec"]["model"] == {"uri": "hf://Qwen/Qwen3.6-27B-AWQ", "name": "Qwen/Qwen3.6-27B-AWQ"}
+    assert llmisvc["spec"]["parallelism"] == {"tensor": 2}
+    assert llmisvc["spec"]["template"]["containers"][0]["image"] == "vllm/vllm-openai:v0.20.2"
+    (spec,) = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["modelSpec"]
+    assert spec["pvcStorage"] == claim["spec"]["resources"]["requests"]["storage"]  # the chart: HF_HOME=/data on it
+    sky = yaml.safe_load(files["skypilot.yaml"])
+    assert sky["envs"]["HF_HOME"] == "/hf-cache"
+    assert sky["file_mounts"] == {"/hf-cache": {"name": "vllm-hf-cache-qwen3-6-27b-awq", "mode": "MOUNT_CACHED"}}
+
+
+def test_a_slow_pull_lengthens_the_startup_allowance(replay):
+    """At 10 MB/s the download alone is over half an hour: the allowance is the sum, not the floor."""
+    lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
+    verified = next(a for a in lever_run.attempts if a.outcome == "verified")
+    expected = 2 * verified.facts["weights_gib"] * 2**30 / 10e6 + 120 + 3 * verified.time_to_outcome_s
+    found = targets.sources(replay.run_dir, replay.record, pull_mb_s=startup.parse_bandwidth("80Mbit/s"))
+    files = {name: emit.render(replay.record, name, found=found) for name in DEPLOY_FILES}
+    for seconds in _startup_s(files).values():
+        assert expected <= seconds < expected + 20
+    assert "at 10 MB/s (--pull-bandwidth)" in files["k8s-deployment.yaml"]
+    result = CliRunner().invoke(cli, ["show", str(replay.run_dir), "--emit", "k8s", "--pull-bandwidth", "fast"])
+    assert result.exit_code == 2 and "'fast' is not a bandwidth" in result.output
+
+
+def test_a_local_model_is_not_downloaded(rendered):
+    files = rendered["cpu-refusal"]
+    assert "no download (the model comes from a volume)" in files["k8s-deployment.yaml"]
+    assert [d["kind"] for d in checks.documents(files["k8s-deployment.yaml"])] == ["Deployment", "Service"]
 
 
 def test_each_file_is_stamped_and_says_where_the_runtime_brings_its_own_vllm(replay, rendered):
@@ -147,7 +207,7 @@ def test_each_file_is_stamped_and_says_where_the_runtime_brings_its_own_vllm(rep
         assert "WARNING: Ray Serve LLM runs the vLLM its Ray release pins, not vLLM 0.20.2" in files[name]
         assert "ray[llm] 2.60.0 pins vLLM 0.29.0" in files[name]
     assert "WARNING: KServe's Hugging Face runtime runs the vLLM its own image brings" in files["kserve-inferenceservice.yaml"]
-    annotations = yaml.safe_load(files["kserve-inferenceservice.yaml"])["metadata"]["annotations"]
+    annotations = checks.documents(files["kserve-inferenceservice.yaml"])[0]["metadata"]["annotations"]
     assert annotations["autotune/verified-max-model-len"] == "240000"
 
 
@@ -158,7 +218,14 @@ def test_each_file_passes_its_consumers_schema(rendered, record_name):
     files = rendered[record_name]
     for doc in checks.documents(files["k8s-deployment.yaml"]):
         checks.validate_k8s(doc)
-    checks.validate_kserve(yaml.safe_load(files["kserve-inferenceservice.yaml"]))
+    llmisvc, *claims = checks.documents(files["kserve-llminferenceservice.yaml"])
+    checks.validate_llmisvc(llmisvc)
+    for claim in claims:
+        checks.validate_k8s(claim)
+    service, *claims = checks.documents(files["kserve-inferenceservice.yaml"])
+    checks.validate_kserve(service)
+    for claim in claims:
+        checks.validate_k8s(claim)
     checks.validate_helm(yaml.safe_load(files["values-production-stack.yaml"]))
     checks.validate_skypilot(yaml.safe_load(files["skypilot.yaml"]))
     serve = checks.validate_rayservice(yaml.safe_load(files["rayservice.yaml"]))
@@ -174,7 +241,7 @@ def test_the_checks_fail_on_what_the_consumer_would_reject(rendered):
     values = yaml.safe_load(rendered["replay-tp2-levers"]["values-production-stack.yaml"])
     values["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]["maxModelLength"] = 1  # a key the chart ignores
     assert checks.unknown_keys(values, checks.helm_schema()) == [".servingEngineSpec.modelSpec[0].vllmConfig.maxModelLength"]
-    deployment, _ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
+    deployment, *_ = checks.documents(rendered["replay-tp2-levers"]["k8s-deployment.yaml"])
     deployment["spec"]["template"]["spec"]["containers"][0]["maxModelLen"] = 1
     with pytest.raises(Exception, match="maxModelLen"):
         checks.validate_k8s(deployment)
@@ -246,14 +313,55 @@ def records_ceiling(rendered, record_name) -> int:
     return int(re.search(r"--max-model-len ([\d,]+)", first).group(1).replace(",", ""))
 
 
-def test_a_local_model_keeps_the_id_clients_ask_for(rendered):
-    files = rendered["cpu-auto"]
-    deployment, _ = checks.documents(files["k8s-deployment.yaml"])
+def served_names(files: dict[str, str]) -> dict[str, str]:
+    """The model id clients ask for, as each file makes vLLM (or its runtime) serve it."""
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[0] == "/models/tiny-llama"
-    assert args[args.index("--served-model-name") + 1] == ".demo/tiny-llama"
+    helm = checks.helm_argv(yaml.safe_load(files["values-production-stack.yaml"]))
+    kserve = checks.documents(files["kserve-inferenceservice.yaml"])[0]["spec"]["predictor"]["model"]["args"]
+    compose = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm"]["command"]
+    sky = shlex.split(yaml.safe_load(files["skypilot.yaml"])["run"])
     (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
-    assert llm["model_loading_config"] == {"model_id": ".demo/tiny-llama", "model_source": "/models/tiny-llama"}
+    llmisvc = checks.documents(files["kserve-llminferenceservice.yaml"])[0]["spec"]["model"]["name"]
+    return {"k8s": args[args.index("--served-model-name") + 1], "helm": helm[helm.index("--served-model-name") + 1],
+            "llmisvc": llmisvc,
+            "kserve": next(a.split("=", 1)[1] for a in kserve if a.startswith("--model_name=")),
+            "compose": compose[compose.index("--served-model-name") + 1],
+            "skypilot": sky[sky.index("--served-model-name") + 1], "ray-serve": llm["model_loading_config"]["model_id"]}
+
+
+def test_a_local_model_serves_one_name_in_every_file(rendered):
+    """.demo/tiny-llama on the verifying machine is /models/tiny-llama in the container; clients of every
+    file ask for tiny-llama, and each file says so."""
+    files = rendered["cpu-auto"]
+    assert set(served_names(files).values()) == {"tiny-llama"}, served_names(files)
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/models/tiny-llama"
+    (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
+    assert llm["model_loading_config"] == {"model_id": "tiny-llama", "model_source": "/models/tiny-llama"}
+    for name in [*DEPLOY_FILES, "docker-compose.yml"]:
+        assert '# clients ask for the model "tiny-llama"' in files[name], name
+    assert "not carried" not in files["ray-serve.yaml"]
+
+
+def test_the_commands_own_served_name_wins(rendered):
+    assert set(served_names(rendered["gpu-pinned-secrets"]).values()) == {"qwen 27b"}
+
+
+def test_a_command_without_a_model_serves_the_model_the_run_recorded():
+    """`vllm serve` with no model loads vLLM's default; the run recorded which (from its log)."""
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    argv = rec["result"]["final_argv"]
+    at = argv.index("--model")
+    rec["result"]["final_argv"] = argv[:at] + argv[at + 2:]
+    record = RunRecord.from_dict(rec)
+    texts, skipped = emit.render_all(record)
+    assert set(skipped) == set(), skipped
+    assert yaml.safe_load(texts["vllm-config.yaml"])["model"] == rec["model"]
+    assert set(served_names(texts).values()) == {"tiny-llama"}
+    rec["model"] = None
+    with pytest.raises(NotEmittable, match="names no model, and the run recorded none"):
+        emit.render(RunRecord.from_dict(rec), targets.K8S)
 
 
 # ---- names each runtime gives a GPU ------------------------------------------------------------------
@@ -308,13 +416,16 @@ def test_the_report_of_the_replayed_run_reads_the_lever_run_that_verified_it(rep
 def test_the_report_of_a_recorded_cpu_run(rendered):
     text = rendered["cpu-refusal"][targets.REPORT]
     assert "| KV cache | 0.12 | --kv-cache-memory-bytes 128M |" in text
-    assert "| 16,256 | 1 | 1 |" in text and "| 2,048 | 8 | 6-7 |" in text
+    # 128 blocks of 128, less the null block vLLM 0.32 keeps back: one 8,192-token request at a time, not two
+    assert "blocks of the 127 it schedules from (vLLM 0.32.0 keeps one block back, its null block)" in text
+    assert "| 16,256 | 1 | 1 |" in text and "| 8,192 | 1 | 1 |" in text and "| 2,048 | 7 | 5-6 |" in text
     assert "No probe ran" in text
 
 
 def test_concurrency_rows_follow_vllms_block_arithmetic():
     dep = settings.from_record(RunRecord.from_dict(real()))
-    assert report.concurrency_rows(dep, 16384) == [(16256, 1, "1"), (8192, 2, "1"), (4096, 4, "3"), (2048, 8, "6-7")]
+    # 128 blocks of 128, one of them vLLM 0.32's null block
+    assert report.concurrency_rows(dep, 16384) == [(16256, 1, "1"), (8192, 1, "1"), (4096, 3, "2"), (2048, 7, "5-6")]
 
 
 def test_a_run_without_a_verified_command_gives_no_deployment_file():
@@ -393,3 +504,97 @@ def test_the_report_shows_the_plot_of_the_sweep_the_run_belongs_to(replay, tmp_p
     (runs / "20261201T000000Z-sweep").mkdir()
     (runs / "20261201T000000Z-sweep" / "sweep.png").write_bytes(b"\x89PNG")
     assert "![the runs of this sweep](../20261201T000000Z-sweep/sweep.png)" in emit.render(record, targets.REPORT, run_dir)
+
+
+# ---- what vLLM chose by the GPU, pinned ----------------------------------------------------------
+
+def test_an_h100_run_pins_what_vllm_chose_for_the_gpu(tmp_path):
+    """vLLM 0.33's API server gives an H100 (>= 70 GiB, not an A100) 8,192 batched tokens and 1,024
+    sequences when the command leaves them: every deployment file writes them down, so a pod on
+    another GPU tier runs what was verified."""
+    argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", "h100-0.33.0-llama-8b",
+            "--time-scale", "0.002", "--model", "meta-llama/Llama-3.1-8B-Instruct"]
+    result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(tmp_path), "--quiet", "--target", "131072",
+                                      "--probe", "none", "--", *argv], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (run_dir,) = artifact.list_runs(tmp_path)
+    record = artifact.load(run_dir)
+    for name in DEPLOY_FILES:
+        text = (run_dir / name).read_text()
+        assert ("pinned where the command left them to vLLM (another GPU or runtime would choose others): "
+                "--max-num-batched-tokens 8192, --max-num-seqs 1024 (vLLM 0.33's API server defaults for a GPU "
+                "of >= 70 GiB other than an A100)") in text, name
+        read = checks.read_back(name, text)
+        if "words" in read:
+            words = read["words"]
+            assert words[words.index("--max-num-batched-tokens") + 1] == "8192", name
+            assert words[words.index("--max-num-seqs") + 1] == "1024", name
+        else:
+            assert (read["kwargs"]["max_num_batched_tokens"], read["kwargs"]["max_num_seqs"]) == (8192, 1024), name
+    helm = yaml.safe_load((run_dir / targets.HELM).read_text())["servingEngineSpec"]["modelSpec"][0]["vllmConfig"]
+    assert helm["maxNumSeqs"] == 1024  # the chart's own key for it
+    assert "--max-num-seqs" not in final_argv(record)  # the verified command itself is as it ran
+
+
+@pytest.mark.parametrize("version, gpu, memory, expected", [
+    ("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, (8192, 1024)),
+    ("0.32.0", "NVIDIA A100-SXM4-80GB", 79.25, (2048, 256)),  # PR #17885: the A100 stays small
+    ("0.33.0", "NVIDIA B200", 178.4, (16384, 1024)),
+    ("0.32.0", "NVIDIA GB10", 119.7, (8192, 1024)),
+    ("0.33.0", "NVIDIA GB10", 119.7, (2048, 256)),  # 0.33 puts the GB10 in the small tier
+    ("0.33.0", "NVIDIA GeForce RTX 3090", 23.56, (2048, 256)),
+    ("0.20.2", "NVIDIA H100 80GB HBM3", 79.19, None),  # a rule autotune has not read: nothing pinned
+])
+def test_vllm_picks_batched_tokens_and_seqs_by_the_gpu(version, gpu, memory, expected):
+    found = versions.scheduler_defaults(version, gpu, memory)
+    assert (found[:2] if found else None) == expected
+
+
+def test_the_batched_tokens_follow_vllms_own_caps():
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, 131072, chunked_prefill=False)[0] == 131072
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, 4096)[0] == 8192
+    assert versions.scheduler_defaults("0.33.0", "NVIDIA H100 80GB HBM3", 79.19, throughput_mode=True)[:2] == (16384, 2048)
+
+
+def test_the_engine_config_line_pins_prefix_caching_and_the_load_format(tmp_path):
+    """A real 0.32 boot's engine config line (cpu-0.32.0 logs): prefix caching on, load_format auto."""
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    attempt = report.verified_attempt(RunRecord.from_dict(rec))
+    (tmp_path / attempt.log).write_text(
+        "(EngineCore pid=1) INFO 11-29 10:06:09 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='./tiny', max_seq_len=16256, download_dir=None, load_format=safetensors, tensor_parallel_size=1, "
+        "served_model_name=./tiny, enable_prefix_caching=False, enable_chunked_prefill=True, pooler_config=None\n")
+    record = RunRecord.from_dict(rec)
+    deployment, *_ = checks.documents(emit.render(record, targets.K8S, tmp_path))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
+    assert args[args.index("--load-format") + 1] == "safetensors"
+    helm = yaml.safe_load(emit.render(record, targets.HELM, tmp_path))["servingEngineSpec"]["modelSpec"][0]
+    assert helm["vllmConfig"]["enablePrefixCaching"] is False
+
+
+def test_the_parser_records_the_engine_settings_of_a_real_boot():
+    """A real vLLM 0.32 boot (CPU backend): its engine config line's resolved settings become the
+    attempt's engine_settings fact (run.json), which the files pin from."""
+    from autotune.vllm.logparse import parse_file
+    result = parse_file(Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log").result()
+    assert result["engine_settings"] == {"enable_prefix_caching": True, "enable_chunked_prefill": True,
+                                         "load_format": "auto"}
+    rec = real("cpu-0.32.0-auto-verified.run.json")
+    verified = next(a for a in rec["attempts"] if a["outcome"] == "verified")
+    verified["facts"]["engine_settings"] = result["engine_settings"]
+    record = RunRecord.from_dict(rec)
+    assert targets.engine_flags(Path("/nonexistent"), record) == result["engine_settings"]  # no log needed
+    deployment, *_ = checks.documents(emit.render(record, targets.K8S, found=targets.Sources(
+        engine_flags=targets.engine_flags(Path("/nonexistent"), record))))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--enable-prefix-caching" in args and args[args.index("--load-format") + 1] == "auto"
+
+
+def test_ray_serve_names_the_vllm_its_release_bundles_and_how_to_verify_under_it(rendered):
+    """Ray 2.60's ray[llm] pins vLLM 0.29.0 (its wheel's metadata; versions.RAY_LLM_VLLM_PINS), not the
+    0.20.2 that verified the run: the file says so and gives the command that verifies it under 0.29.0."""
+    text = rendered["replay-tp2-levers"]["ray-serve.yaml"]
+    assert ("ray[llm] 2.60.0 pins vLLM 0.29.0. Use the Ray release that pins 0.20.2, or verify this configuration "
+            "under 0.29.0: `python -m venv vllm-0.29.0 && vllm-0.29.0/bin/pip install vllm==0.29.0 && autotune "
+            "--target 240000 -- vllm-0.29.0/bin/vllm serve Qwen/Qwen3.6-27B-AWQ ...`") in text

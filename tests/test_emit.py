@@ -284,7 +284,8 @@ def test_write_all_writes_every_file_atomically(tmp_path):
     # the four, then the deployment targets and the sizing report (tests/test_deploy.py)
     assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service",
                      "values-production-stack.yaml", "ray-serve.yaml", "rayservice.yaml",
-                     "kserve-inferenceservice.yaml", "k8s-deployment.yaml", "skypilot.yaml", "sizing-report.md"]
+                     "kserve-inferenceservice.yaml", "kserve-llminferenceservice.yaml", "k8s-deployment.yaml", "skypilot.yaml",
+                     "sizing-report.md"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left
     assert (tmp_path / "command.sh").read_text() == emit.render_command(typed(real()))
 

@@ -219,8 +219,11 @@ leaves:
   - {--gpu-memory-utilization: 0.9, accelerator: NVIDIA-H100-80GB-HBM3}
   - {--gpu-memory-utilization: 0.95, accelerator: NVIDIA-H100-80GB-HBM3, gpus_per_leaf: 2, --tensor-parallel-size: 2}
 """)
-    result = CliRunner().invoke(cli, ["fleet", "render", str(path), "--k8s", "--results-uri", "s3://b/fleet"])
+    result = CliRunner().invoke(cli, ["fleet", "render", str(path), "--k8s", "--results-uri", "s3://b/fleet",
+                                      "--autotune", "wheel:https://example.com/vllm_autotune-0.1.0-py3-none-any.whl"])
     assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("# each pod pip installs autotune from https://example.com/vllm_autotune-0.1.0-py3-none-any.whl\n"
+                                    "# vLLM pinned: vllm/vllm-openai:v0.31.0, vllm/vllm-openai:v0.32.0\n")
     jobs = list(yaml.safe_load_all(result.stdout))
     for job in jobs:
         kubernetes_validate.validate(job, "1.33", strict=True)
@@ -234,7 +237,36 @@ leaves:
     assert ("python3 -m autotune tune --target 65536 --strategy auto --probe quick --max-boots 6 --stall-timeout 1200 "
             "--runs-dir /results/plan/leaf-01 -- vllm serve Qwen/Qwen3-8B --max-num-seqs 1 "
             "--gpu-memory-utilization 0.9") in script
-    assert "autotune fleet upload /results/plan/leaf-01 --results-uri s3://b/fleet" in script and "s3fs" in script
+    assert "autotune fleet upload /results/plan/leaf-01 --results-uri s3://b/fleet" in script
+    assert script.startswith("pip install --quiet https://example.com/vllm_autotune-0.1.0-py3-none-any.whl fsspec s3fs\n")
+    assert "vllm-autotune" not in script  # a name on no index: never installed by name
+
+
+def test_render_k8s_takes_autotune_from_a_configmap_or_the_users_image_and_says_what_is_unpinned(tmp_path):
+    import yaml
+    import kubernetes_validate
+
+    path = write_plan(tmp_path, "command: vllm serve Qwen/Qwen3-8B\ntarget: 64K\ngrid:\n  gpu_memory_utilization: [0.9]\n")
+    runner = CliRunner()
+    mapped = runner.invoke(cli, ["fleet", "render", str(path), "--k8s", "--pvc", "runs", "--autotune", "configmap:autotune-whl"])
+    assert mapped.exit_code == 0, mapped.output
+    (job,) = list(yaml.safe_load_all(mapped.stdout))
+    kubernetes_validate.validate(job, "1.33", strict=True)
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "autotune-wheel", "configMap": {"name": "autotune-whl"}} in pod["volumes"]
+    assert pod["containers"][0]["args"][0].startswith("pip install --quiet /opt/autotune-wheel/*.whl\n")
+    assert "# NOT PINNED: leaf-01 run vllm/vllm-openai:latest" in mapped.stdout
+    assert "Warning: leaf-01 run vllm/vllm-openai:latest (not pinned)" in mapped.stderr
+    own = runner.invoke(cli, ["fleet", "render", str(path), "--k8s", "--pvc", "runs", "--autotune", "image",
+                              "--image", "registry.example/autotune-vllm:0.33.0"])
+    assert own.exit_code == 0, own.output
+    (job,) = list(yaml.safe_load_all(own.stdout))
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][0].startswith('case "$JOB_COMPLETION_INDEX"')
+    assert "# vLLM pinned: registry.example/autotune-vllm:0.33.0" in own.stdout and own.stderr == ""
+    for bad, message in ((["--autotune", "pypi"], "write wheel:URL, configmap:NAME or image"),
+                         (["--autotune", "image"], "--autotune image: name that image with --image")):
+        refused = runner.invoke(cli, ["fleet", "render", str(path), "--k8s", "--pvc", "runs", *bad])
+        assert refused.exit_code == 1 and message in refused.output
 
 
 def test_compare_flags_the_node_unlike_its_peers(tmp_path):
@@ -271,3 +303,20 @@ def test_on_ray_without_ray_gives_the_install_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["fleet", "run", str(grid_plan(tmp_path, "p")), "--on", "ray", "--slots", "2"])
     assert result.exit_code == 1
     assert "pip install 'vllm-autotune[ray]'" in result.output and "Nothing was booted" in result.output
+
+
+@pytest.mark.parametrize("spelling", ["--gpu-memory-utilization", "gpu-memory-utilization", "gpu_memory_utilization"])
+def test_a_plan_takes_vllms_config_file_key_forms(spelling):
+    """`vllm serve --config` files write a flag as gpu-memory-utilization or gpu_memory_utilization: a plan
+    takes those too, in the grid and in leaves."""
+    grid = plan_mod.parse(f"command: vllm serve M\ntarget: 1\ngrid:\n  {spelling}: [0.9, 0.95]\n  max_num_seqs: [1]\n")
+    assert [leaf.argv[3:] for leaf in grid.leaves] == [
+        ["--gpu-memory-utilization", "0.9", "--max-num-seqs", "1"], ["--gpu-memory-utilization", "0.95", "--max-num-seqs", "1"]]
+    leaves = plan_mod.parse(f"command: vllm serve M\ntarget: 1\nleaves:\n  - {{{spelling}: 0.9, target: 2}}\n")
+    assert leaves.leaves[0].argv[3:] == ["--gpu-memory-utilization", "0.9"] and leaves.leaves[0].target == 2
+
+
+def test_a_plan_refuses_one_flag_given_twice():
+    with pytest.raises(plan_mod.PlanError, match="grid.gpu_memory_utilization: the same flag as --gpu-memory-utilization"):
+        plan_mod.parse("command: vllm serve M\ntarget: 1\ngrid:\n  --gpu-memory-utilization: [0.9]\n"
+                       "  gpu_memory_utilization: [0.95]\n")

@@ -336,14 +336,23 @@ def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[flo
 @click.option("--pvc", help="A PersistentVolumeClaim to mount as the pods' runs folder.")
 @click.option("--namespace", default=None, help="The Job's namespace (default: none, kubectl's current).")
 @click.option("--image", default=None, help="The image of every leaf (default: vllm/vllm-openai:v<version> of the leaf's vllm entry).")
-def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image):
+@click.option("--autotune", "autotune_from", required=True, metavar="wheel:URL|configmap:NAME|image",
+              help="How each pod gets autotune (it is on no package index): wheel:URL (a wheel's URL), "
+                   "configmap:NAME (a ConfigMap holding the wheel), or image (--image has it).")
+def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image, autotune_from):
     """Write PLAN_FILE as a Kubernetes Indexed Job on stdout: one index per leaf, each pod runs the
     same `autotune tune` a user runs by hand. Nothing is applied (kubectl apply -f does that)."""
     from autotune.fleet import k8s as k8s_mod
 
     plan, _ = _plan(plan_file)
     try:
-        click.echo(k8s_mod.render(plan, results_uri=results_uri, pvc=pvc, namespace=namespace, image=image), nl=False)
+        source = k8s_mod.AutotuneSource(autotune_from)
+        click.echo(k8s_mod.render(plan, source, results_uri=results_uri, pvc=pvc, namespace=namespace, image=image),
+                   nl=False)
+        loose = k8s_mod.unpinned(plan, image)
+        if loose:
+            click.echo(f"Warning: {', '.join(loose)} run {k8s_mod.IMAGE}:latest (not pinned): give them a vLLM "
+                       "version in the plan or --image with a tag", err=True)
     except FleetError as exc:
         raise click.ClickException(str(exc))
 

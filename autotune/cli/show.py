@@ -18,6 +18,7 @@ from autotune.run import deployed
 from autotune.store import artifact
 from autotune.store import latest
 from autotune.store import emit
+from autotune.store.deploy import startup
 from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
@@ -32,9 +33,14 @@ from autotune.store.verified import NotEmittable
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
                    "helm (production-stack values), ray-serve (Ray Serve LLM config), rayservice "
-                   "(KubeRay), kserve (InferenceService), k8s (Deployment and Service), skypilot "
+                   "(KubeRay), kserve (InferenceService), llmisvc (KServe LLMInferenceService), k8s "
+                   "(Deployment and Service), skypilot "
                    "(task); report (the sizing report, Markdown).")
-def show(run, runs_dir, json_, emit_kind):
+@click.option("--pull-bandwidth", "pull_bandwidth", metavar="RATE",
+              help="How fast a new node downloads the weights (100MB/s, 1GB/s, 10Gbit/s; a bare number is MB/s): "
+                   "the Kubernetes files' startup allowance counts the download at this rate "
+                   "[default: 100MB/s].")
+def show(run, runs_dir, json_, emit_kind, pull_bandwidth):
     """Print one run's summary (RUN: a run folder, a run id, or `latest`, the default:
     the newest run that booted vLLM, a lever run standing for its search).
 
@@ -54,6 +60,12 @@ def show(run, runs_dir, json_, emit_kind):
     """
     if json_ and emit_kind:
         raise click.UsageError("--json and --emit print different things: choose one")
+    pull_mb_s = None
+    if pull_bandwidth is not None:
+        try:
+            pull_mb_s = startup.parse_bandwidth(pull_bandwidth)
+        except startup.BadBandwidth as exc:
+            raise click.BadParameter(str(exc), param_hint="--pull-bandwidth")
     if run == latest.LATEST:
         try:
             found, notes = latest.shown(runs_dir)  # a lever run stands for its search; newer verifications named
@@ -73,7 +85,7 @@ def show(run, runs_dir, json_, emit_kind):
         return
     if emit_kind:
         try:
-            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder), nl=False)
+            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s), nl=False)
         except NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return

@@ -20,7 +20,9 @@
 a command; a list of lists is a list of argv lists). `leaves` is the explicit alternative to
 `grid`: a list of mappings of flag -> value (a flag's `true` adds it alone, `false` removes it),
 each also allowed `command` (its own serve command), `model`, `target`, `accelerator`,
-`gpus_per_leaf`, `env`.
+`gpus_per_leaf`, `env`. A flag is written as on the command line (`--gpu-memory-utilization`) or
+as vLLM's config files write it (`gpu-memory-utilization`, `gpu_memory_utilization`), in `grid`
+and in `leaves` alike.
 
 Every mistake is a PlanError naming the file, the line and the key, raised before anything
 boots. Pure: reading the file is the only I/O.
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from autotune.analysis import ranks
 from autotune.errors import AutotuneError
-from autotune.vllm import servecmd
+from autotune.vllm import serve_options, servecmd
 
 KEYS = ("name", "command", "models", "target", "strategy", "probe", "grid", "leaves", "gpus_per_leaf",
         "accelerator", "env", "vllm", "max_boots", "stall_timeout")
@@ -294,24 +296,40 @@ def _variations(data: dict, where: _Where) -> list[tuple[dict, dict]]:
         for i, item in enumerate(raw):
             if not isinstance(item, dict):
                 raise where.error(("leaves", i), "a mapping of flag -> value (and model/target/env/...)")
-            flags = {k: v for k, v in item.items() if str(k).startswith("--")}
-            own = {k: v for k, v in item.items() if not str(k).startswith("--")}
-            for key in own:
-                if key not in LEAF_KEYS:
-                    raise where.error(("leaves", i, key), f"a leaf takes flags (--name) and {', '.join(LEAF_KEYS)}")
+            own = {k: v for k, v in item.items() if k in LEAF_KEYS}
+            flags = _flag_keys({k: v for k, v in item.items() if k not in LEAF_KEYS}, ("leaves", i), where,
+                               f"a leaf takes serve flags (--name, name or name_with_underscores, as vLLM's "
+                               f"config files write them) and {', '.join(LEAF_KEYS)}")
             out.append((_flags(flags, ("leaves", i), where), {"keys": ("leaves", i), **own}))
         return out
     grid = data.get("grid") or {}
     if not isinstance(grid, dict):
         raise where.error(("grid",), "a mapping of flag -> list of values")
     axes = []
+    grid = _flag_keys(grid, ("grid",), where, "a grid key is a serve flag: --gpu-memory-utilization, or as vLLM's "
+                                              "config files write it, gpu-memory-utilization or gpu_memory_utilization")
     for flag, values in grid.items():
-        if not str(flag).startswith("--"):
-            raise where.error(("grid", flag), "a grid key is a serve flag such as --gpu-memory-utilization")
         if not isinstance(values, list) or not values:
             raise where.error(("grid", flag), "a list of values")
         axes.append([(flag, _flag_value(v, ("grid", flag, i), where)) for i, v in enumerate(values)])
     return [(dict(combo), {}) for combo in itertools.product(*axes)] if axes else [({}, {})]
+
+
+def _flag_keys(items: dict, keys: tuple, where: _Where, what: str) -> dict:
+    """Flag -> value with each key as a flag: `--gpu-memory-utilization` as written, and vLLM's config-file
+    forms (`gpu-memory-utilization`, `gpu_memory_utilization`: `vllm serve --config` reads a key as --key)."""
+    out: dict = {}
+    for key, value in items.items():
+        text = str(key)
+        bare = text.replace("_", "-")
+        if not text.startswith("--") and bare not in serve_options.LONG:  # vLLM's own option names, no guessing
+            raise where.error((*keys, key), what)
+        flag = text if text.startswith("--") else "--" + bare
+        same = next((k for k in out if servecmd.canonical_name(k[2:]) == servecmd.canonical_name(flag[2:])), None)
+        if same is not None:
+            raise where.error((*keys, key), f"the same flag as {same}: give it once")
+        out[flag] = value
+    return out
 
 
 def _flags(flags: dict, keys: tuple, where: _Where) -> dict:

@@ -39,9 +39,9 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.store.verified import (
-    CONTAINER_MODELS, CPU_IMAGE, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute, cwd_of, final_argv,
-    fmt_int, gpu_names, image_tag, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line,
-    secret_names, set_first_line, shell_env, shell_word, with_config_merged, yaml_scalar)
+    CONTAINER_MODELS, CPU_IMAGE, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute, clients_line,
+    cwd_of, final_argv, fmt_int, gpu_names, image_tag, is_local_path, pinned_gpus, port_of, provenance_line,
+    secret_names, serve_command, served_name, set_first_line, shell_env, shell_word, yaml_scalar)
 from autotune.vllm import servecmd
 
 COMMAND = "command.sh"
@@ -81,7 +81,7 @@ def render_command(record: RunRecord) -> str:
 
 def render_yaml(record: RunRecord) -> str:
     # vLLM reads a --config file under the flags (flags win): one file holds the merged options.
-    cmd = parse_vllm_command(with_config_merged(record, final_argv(record), YAML))
+    cmd, replay_profile = serve_command(record, YAML)
     cmd.options = list(dict(cmd.options).items())  # one key each, the last value (argparse: the last wins)
     # vLLM does not expand a variable in a config file: options with a secret go on the command line.
     on_command_line = [(name, value) for name, value in cmd.options if _has_reference(value)]
@@ -91,13 +91,13 @@ def render_yaml(record: RunRecord) -> str:
     usage = " ".join([shlex.join(cmd.launcher + ["--config", YAML]), *map(shell_word, secret_words)])
     if cmd.launcher[-1:] != ["serve"]:
         usage += f"   (or: vllm serve --config {YAML} ...)"
-    lines = [f"# {provenance_line(record)}", *set_first_line(record), f"# usage: {usage}"]
+    lines = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
+             f"# usage: {usage}"]
     env = shell_env(record)
     if env:
         lines.append("# environment it was verified with (a config file cannot set it): "
                      + " ".join(f"{k}={v}" for k, v in env.items()))
-    if cmd.model is not None:
-        lines.append(f"model: {yaml_scalar(cmd.model)}")
+    lines.append(f"model: {yaml_scalar(cmd.model)}")
     for name, value in options:
         if isinstance(value, list):
             lines.append(f"{name}:")
@@ -105,6 +105,13 @@ def render_yaml(record: RunRecord) -> str:
         else:
             lines.append(f"{name}: {yaml_scalar(value)}")
     return "\n".join(lines) + "\n"
+
+
+def replay_line(profile: str | None) -> list[str]:
+    if profile is None:
+        return []
+    return [f"# replayed: autotune's replaying vLLM (profile {profile}) stood in for vLLM; this is the "
+            "`vllm serve` command it stands for"]
 
 
 def _has_reference(value: object) -> bool:
@@ -125,8 +132,10 @@ def _compose_value(text: str) -> str:
 
 
 def render_compose(record: RunRecord) -> str:
-    argv = final_argv(record)
-    cmd = parse_vllm_command(argv)
+    cmd, replay_profile = serve_command(record, COMPOSE)
+    served, add_name = served_name(cmd)
+    if add_name:
+        cmd.options.append(("served-model-name", served))
     cwd = cwd_of(record)
     env = record.get("environment") or {}
     port = port_of(cmd)
@@ -141,7 +150,7 @@ def render_compose(record: RunRecord) -> str:
         volumes.append(f"${{HOME}}/.cache/huggingface:{CONTAINER_HF_CACHE}")
 
     model = cmd.model
-    if model is not None and is_local_path(model):
+    if is_local_path(model):
         host = absolute(model, cwd)
         inside = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
         volumes.append(f"{host}:{inside}:ro")
@@ -149,7 +158,7 @@ def render_compose(record: RunRecord) -> str:
             notes.append(f"the model path {model} was relative to the folder autotune ran in: "
                          "make the volume's host side absolute")
         model = inside
-    command = (["--model", model] if model is not None else [])
+    command = ["--model", model]
     for name, value in cmd.options:
         if value is True:
             command.append(f"--{name}")
@@ -165,8 +174,9 @@ def render_compose(record: RunRecord) -> str:
     if str(cmd.option("host") or "") in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"--host {cmd.option('host')} listens inside the container only: "
                      "drop it (vLLM's default listens on all addresses) for the published port to work")
-    out = [f"# {provenance_line(record)}", *set_first_line(record),
-           "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)"]
+    out = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
+           "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)",
+           f"# {clients_line(served)}"]
     ids = pinned_gpus(record)
     gpus = (record.get("machine") or {}).get("gpus") or []
     if ids is None and not gpus:
@@ -280,13 +290,13 @@ RENDERERS = {COMMAND: render_command, YAML: render_yaml, COMPOSE: render_compose
 
 
 def render(record: RunRecord, name: str, run_dir: Path | None = None,
-           found: deploy.Sources | None = None) -> str:
+           found: deploy.Sources | None = None, pull_mb_s: float | None = None) -> str:
     """One file's text; raises NotEmittable with the reason when this run cannot give it.
     run_dir: the run's folder, where the deployment files read what the record does not hold
     (deploy.sources; found: that reading, done already)."""
     if name in RENDERERS:
         return RENDERERS[name](record)
-    return deploy.render(record, name, found or deploy.sources(run_dir, record))
+    return deploy.render(record, name, found or deploy.sources(run_dir, record, pull_mb_s))
 
 
 def render_all(record: RunRecord, run_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:

@@ -91,6 +91,40 @@ def parse_vllm_command(argv: list[str]) -> VllmCommand:
         raise NotEmittable(str(exc)) from None
 
 
+def serve_command(record: RunRecord, file: str) -> tuple[VllmCommand, str | None]:
+    """(the verified command as vLLM's model and options, the replaying vLLM's profile or None),
+    for a file that carries every option: a `--config` file merged in, the replaying vLLM's
+    command read as the `vllm serve` it stands for, and the model vLLM loaded (the run recorded
+    it) where the command names none."""
+    argv = final_argv(record)
+    replay = replayed(argv)
+    if replay is not None:
+        argv = replay[1]
+    cmd = parse_vllm_command(with_config_merged(record, argv, file))
+    if cmd.model is None:
+        if not record.get("model"):
+            raise NotEmittable("the serve command names no model, and the run recorded none")
+        cmd.model = str(record.get("model"))
+    return cmd, replay[0] if replay else None
+
+
+def served_name(cmd: VllmCommand) -> tuple[str, bool]:
+    """(the model id clients ask for, whether a file must add --served-model-name for it): the
+    command's own --served-model-name (vLLM serves the first), else a local folder's base name
+    (the folder's path differs where the files run), else the Hub id."""
+    given = cmd.option("served-model-name")
+    given = given[0] if isinstance(given, list) else given
+    if given:
+        return str(given), False
+    if is_local_path(cmd.model):
+        return PurePosixPath(cmd.model.rstrip("/")).name, True
+    return cmd.model, False
+
+
+def clients_line(name: str) -> str:
+    return f"clients ask for the model {json.dumps(name)} (the `model` of each OpenAI request; GET /v1/models lists it)"
+
+
 # ---------------------------------------------------------------------------
 # Shared pieces
 # ---------------------------------------------------------------------------

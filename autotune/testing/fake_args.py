@@ -20,9 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from autotune.testing import profiles, serve_options
+from autotune.testing import profiles
 from autotune.testing.profiles import Profile, Settings
-from autotune.vllm import servecmd, versions
+from autotune.vllm import serve_options, servecmd, versions
 
 DEFAULT_TIME_SCALE = 0.01
 # The replaying vLLM's own options, with how many values each takes.

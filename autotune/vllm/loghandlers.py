@@ -74,9 +74,11 @@ class LineHandlers:
             if model is not None:
                 self._set("model", model.group(1), model.span(1))
             # Only the config's own max_seq_len: quoted values (the model's name) may hold anything.
-            seq = P.MAX_SEQ_LEN_RE.search(QUOTED_RE.sub(lambda m: MASK * len(m.group(0)), line))
+            unquoted = QUOTED_RE.sub(lambda m: MASK * len(m.group(0)), line)
+            seq = P.MAX_SEQ_LEN_RE.search(unquoted)
             if seq is not None:
                 self._set_num("max_seq_len_engine", seq, 1)
+            self._engine_settings(unquoted, found.end())
             self._add_models(m.group(1) for m in P.CONFIG_MODEL_RE.finditer(line, 0, 20000))
 
     def _served_model(self, line: str, at: int, args: dict) -> None:
@@ -107,6 +109,16 @@ class LineHandlers:
         found = self._at(P.ENGINE_VERSION_RE, line, start)
         if found is not None:
             self._set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+
+    def _engine_settings(self, line: str, start: int) -> None:
+        """What the engine resolved where a flag was left to vLLM (V1 0.8+ config line):
+        engine_settings = {enable_prefix_caching, enable_chunked_prefill, load_format}."""
+        settings: dict = {m.group(1): m.group(2) == "True" for m in P.ENGINE_CONFIG_FLAG_RE.finditer(line, start)}
+        load_format = P.ENGINE_LOAD_FORMAT_RE.search(line, start)
+        if load_format is not None:
+            settings["load_format"] = load_format.group(1)
+        if settings:
+            self._set("engine_settings", settings, (start, len(line)))
 
     def _on_max_model_len_resolved(self, line: str, start: int) -> None:
         found = self._at(P.MAX_MODEL_LEN_RESOLVED_RE, line, start)

@@ -35,6 +35,7 @@ ENGINE_VERSION_RE = _re(r"Initializing an? (?:V[01] )?LLM engine \(v([^)\s]{1,64
 MAX_SEQ_LEN_RE = _re(r"\bmax_seq_len=(\d+),")  # a comma follows in every version's config
 # Settings the engine config line shows as it resolved them (V1 0.8+): what a flag left to vLLM became.
 ENGINE_CONFIG_FLAG_RE = _re(r"\b(enable_prefix_caching|enable_chunked_prefill)=(True|False)\b")
+ENGINE_LOAD_FORMAT_RE = _re(r"\bload_format=([A-Za-z0-9_.-]+),")
 
 # Arguments. 0.9+: "non-default args: {...}" (a dict repr); <=0.8.5: "args: Namespace(...)".
 NON_DEFAULT_ARGS = "non-default args: "

@@ -35,7 +35,13 @@ which names the commit and the sdists it was verified in):
   whose pool is smaller than the max-model-len its boot check passed then queues a longer request
   forever (vllm#39734);
 - the CPU backend: VLLM_CPU_KVCACHE_SPACE sizes the KV cache before 0.20; from 0.20
-  --gpu-memory-utilization is the share of the NUMA node's RAM (commit d02421a7d).
+  --gpu-memory-utilization is the share of the NUMA node's RAM (commit d02421a7d);
+- --max-num-batched-tokens and --max-num-seqs left to vLLM: its API server picks them by the GPU
+  (vllm/engine/arg_utils.py get_batch_defaults, the OPENAI_API_SERVER context; PR #17885 keeps the
+  A100 small): >= 160 GiB 16384 / 1024 (0.32: read in the installed 0.32.0), >= 70 GiB and not an
+  A100 8192 / 1024, every other GPU 2048 / 256; 0.33 puts the GB10 in the small tier too. Chunked
+  prefill off raises batched tokens to max_model_len; they never exceed seqs x max_model_len;
+  `--performance-mode throughput` doubles both (scheduler_defaults).
 
 An unknown version (a container, a wrapper script) gets ``None`` where the answer depends on
 it; callers say what they assume then.
@@ -76,6 +82,34 @@ FAKE_VLLM_OWN_OPTIONS = ("--profile", "--time-scale")
 # Ray Serve LLM runs the vLLM its Ray release pins: ray[llm]'s `vllm==X` requirement, read from
 # each release's package metadata (tests/test_deploy.py checks the installed ray against it).
 RAY_LLM_VLLM_PINS = {"2.60.0": "0.29.0"}
+
+
+# get_batch_defaults' tiers for the API server: (least GiB, batched tokens, seqs), largest first.
+_BATCH_TIERS = ((160.0, 16384, 1024), (70.0, 8192, 1024), (0.0, 2048, 256))
+BATCH_TIERS_KNOWN_SINCE: Version = (0, 32, 0)  # read in 0.32.0; older releases had other tiers
+
+
+def scheduler_defaults(version: str | None, gpu_name: str | None, memory_gib: float | None,
+                       max_model_len: int | None = None, chunked_prefill: bool = True,
+                       throughput_mode: bool = False) -> tuple[int, int, str] | None:
+    """(max_num_batched_tokens, max_num_seqs, why) vLLM's API server picks on this GPU when the
+    command leaves both to it; None where autotune does not know the version's rule."""
+    parsed = parse_version(version)
+    if parsed is None or parsed < BATCH_TIERS_KNOWN_SINCE or memory_gib is None or gpu_name is None:
+        return None
+    name = gpu_name.lower()
+    small = "a100" in name or (parsed >= (0, 33, 0) and "gb10" in name.split())
+    least, batched, seqs = next(t for t in _BATCH_TIERS if memory_gib >= t[0] and not (small and t[0] == 70.0))
+    tier = (f"a GPU of >= {least:g} GiB" + (" other than an A100" if least == 70.0 else "")) if least else \
+        "a GPU under 70 GiB or an A100" + (" or a GB10" if parsed >= (0, 33, 0) else "")
+    why = f"vLLM {_dotted(parsed)}'s API server defaults for {tier}"
+    if throughput_mode:
+        batched, seqs, why = batched * 2, seqs * 2, why + ", doubled by --performance-mode throughput"
+    if max_model_len:
+        if not chunked_prefill:
+            batched = max(batched, max_model_len)
+        batched = min(batched, seqs * max_model_len)
+    return batched, seqs, why
 
 
 def ray_release_pinning(vllm_version: str | None) -> str | None:

@@ -131,7 +131,8 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
     text = {name: (tuned.run_dir / name).read_text() for name in targets.FILE_NAMES}
     for doc in checks.documents(text[targets.K8S]):
         checks.validate_k8s(doc)
-    checks.validate_kserve(yaml.safe_load(text[targets.KSERVE]))
+    checks.validate_kserve(checks.documents(text[targets.KSERVE])[0])
+    checks.validate_llmisvc(checks.documents(text[targets.LLMISVC])[0])
     checks.validate_helm(yaml.safe_load(text[targets.HELM]))
     checks.validate_skypilot(yaml.safe_load(text[targets.SKYPILOT]))
     serve = checks.validate_rayservice(yaml.safe_load(text[targets.RAYSERVICE]))
@@ -146,15 +147,19 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
         keys = (set(command["engine"]) | set(read["engine"])) - {"model", "served_model_name", "tokenizer"}
         differ = {k: (command["engine"].get(k), read["engine"].get(k)) for k in keys
                   if command["engine"].get(k) != read["engine"].get(k)}
-        if name == targets.HELM:  # the chart always passes a prefix-caching flag: the one this boot ran with
-            assert differ.pop("enable_prefix_caching") == (None, "True")
+        # What the command left to vLLM, the files pin as this boot's engine config line shows it.
+        assert differ.pop("enable_prefix_caching") == (None, "True"), name
+        assert differ.pop("enable_chunked_prefill", (None, "True")) == (None, "True"), name
         assert differ == {}, name
     log = (tuned.run_dir / tuned.record["attempts"][-1]["log"]).read_text()
     assert "enable_prefix_caching=True" in next(line for line in log.splitlines() if "with config" in line)
-    assert "set to true, what the verified boot ran with (vLLM's engine config line)" in text[targets.HELM]
+    for name in files:
+        assert ("pinned where the command left them to vLLM (another GPU or runtime would choose others): "
+                "--enable-prefix-caching, --enable-chunked-prefill, --load-format auto (the verified boot's engine "
+                "config line)") in text[name], name
     report = text[targets.REPORT]
     assert "| KV cache | 0.12 | --kv-cache-memory-bytes 128M |" in report and "| 16,256 | 1 | 1 |" in report
-    assert f"boot measured {tuned.record['attempts'][-1]['time_to_outcome_s']:.1f} s" in text[targets.K8S]
+    assert f"3 x boot {tuned.record['attempts'][-1]['time_to_outcome_s']:.1f} s" in text[targets.K8S]
 
 
 @pytest.mark.parametrize("kind", sorted(emit.KINDS))

@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import shlex
@@ -66,6 +67,20 @@ def validate_kserve(obj: dict) -> None:
     pod = {"containers": [{"name": "kserve-container", **container}],
            **{k: v for k, v in predictor.items() if k != "model"}}
     validate_pod_template({"spec": pod})
+
+
+def llmisvc_schema() -> dict:
+    with gzip.open(FIXTURES / "kserve-llminferenceservice-v1alpha2.schema.json.gz", "rt") as f:
+        return json.load(f)
+
+
+def validate_llmisvc(obj: dict) -> None:
+    """KServe's published CRD schema (v1alpha2), every key one it names; the template as a pod's."""
+    assert (obj["apiVersion"], obj["kind"]) == ("serving.kserve.io/v1alpha2", "LLMInferenceService")
+    schema = llmisvc_schema()
+    jsonschema.validate(obj, schema)
+    assert unknown_keys(obj, schema) == []
+    validate_pod_template({"spec": obj["spec"]["template"]})
 
 
 # ---- Helm: the production-stack chart -----------------------------------------------------------
@@ -162,6 +177,14 @@ def read_back(name: str, text: str) -> dict:
         args = docs[0]["spec"]["predictor"]["model"]["args"]
         model = next(a.split("=", 1)[1] for a in args if a.startswith(("--model_id=", "--model_dir=")))
         return {"words": [model, *k8s_to_shell([a for a in args if not a.startswith("--model_")])]}
+    if name == "kserve-llminferenceservice.yaml":
+        spec = docs[0]["spec"]
+        (main,) = spec["template"]["containers"]
+        # KServe's template: vllm serve /mnt/models --served-model-name NAME [--tensor-parallel-size T] "$@"
+        words = [spec["model"]["uri"].split("://", 1)[1], "--served-model-name", spec["model"]["name"]]
+        if spec.get("parallelism", {}).get("tensor"):
+            words += ["--tensor-parallel-size", str(spec["parallelism"]["tensor"])]
+        return {"words": words + k8s_to_shell(main["args"])}
     if name == "skypilot.yaml":
         words = shlex.split(docs[0]["run"])
         assert words[:2] == ["vllm", "serve"]

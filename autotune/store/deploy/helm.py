@@ -15,8 +15,8 @@ with is written, never left to the chart's default of off).
 
 from __future__ import annotations
 
-from autotune.store.deploy import kube, settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy import kube, settings, startup, yamltext
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 # vllmConfig keys the chart turns into vLLM options (deployment-vllm-multi.yaml), by vLLM option.
@@ -56,7 +56,7 @@ def vllm_config(dep: Deployment) -> tuple[dict, list[str]]:
 def model_spec(dep: Deployment) -> tuple[dict, list[str]]:
     repository, _, tag = dep.image.rpartition(":")
     config, notes = vllm_config(dep)
-    spec: dict = {"name": kube.name_of(dep).removeprefix("vllm-"), "repository": repository, "tag": tag,
+    spec: dict = {"name": model_spec_name(dep), "repository": repository, "tag": tag,
                   "modelURL": dep.model, "replicaCount": 1,
                   # Required by the chart (settings.HOST_RESOURCES_NOTE).
                   "requestCPU": 4, "requestMemory": "16Gi", "requestGPU": dep.gpu_count}
@@ -72,6 +72,9 @@ def model_spec(dep: Deployment) -> tuple[dict, list[str]]:
         spec["extraVolumes"] = [{"name": kube.MODEL_VOLUME,
                                  "persistentVolumeClaim": {"claimName": kube.MODEL_CLAIM, "readOnly": True}}]
         spec["extraVolumeMounts"] = [{"name": kube.MODEL_VOLUME, "mountPath": dep.model, "readOnly": True}]
+    elif kube.downloads(dep):
+        # The chart makes the claim <release>-<name>-storage-claim, mounts it at /data and sets HF_HOME=/data.
+        spec["pvcStorage"] = f"{kube.cache_size_gib(dep)}Gi"
     spec["vllmConfig"] = config
     if not spec.get("env"):
         spec.pop("env", None)
@@ -80,25 +83,36 @@ def model_spec(dep: Deployment) -> tuple[dict, list[str]]:
 
 def values(dep: Deployment) -> tuple[dict, list[str]]:
     spec, notes = model_spec(dep)
-    p = settings.probes(dep)
+    p = startup.probes(dep, delay_s=startup.CHART_STARTUP_DELAY_S)
     engine: dict = {"modelSpec": [spec]}
     if "VLLM_API_KEY" in dep.secrets:
         engine["vllmApiKey"] = {"secretName": settings.SECRET_NAME, "secretKey": "VLLM_API_KEY"}
     if dep.cpu:
         engine["runtimeClassName"] = ""
-    engine["startupProbe"] = {"periodSeconds": settings.STARTUP_PERIOD_S, "failureThreshold": p.startup_failures,
-                              "httpGet": {"path": "/health", "port": 8000}}
-    engine["livenessProbe"] = {"periodSeconds": settings.LIVENESS_PERIOD_S, "failureThreshold": p.liveness_failures,
+    engine["startupProbe"] = {"initialDelaySeconds": p.delay_s, "periodSeconds": startup.STARTUP_PERIOD_S,
+                              "failureThreshold": p.startup_failures, "httpGet": {"path": "/health", "port": 8000}}
+    engine["livenessProbe"] = {"periodSeconds": startup.LIVENESS_PERIOD_S, "failureThreshold": p.liveness_failures,
                                "httpGet": {"path": "/health", "port": 8000}}
     return {"servingEngineSpec": engine}, notes
 
 
-def render_helm(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def cache_note(dep: Deployment) -> list[str]:
+    if not kube.downloads(dep):
+        return []
+    return [f"Hugging Face downloads go to the chart's claim <release>-{model_spec_name(dep)}-storage-claim "
+            f"(pvcStorage {kube.cache_size_gib(dep)}Gi, HF_HOME=/data): a restarted pod finds the weights there"]
+
+
+def model_spec_name(dep: Deployment) -> str:
+    return kube.name_of(dep).removeprefix("vllm-")
+
+
+def render_helm(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     data, notes = values(dep)
     usage = [*kube.secret_usage(dep),
              f"install: helm repo add vllm https://vllm-project.github.io/production-stack && "
              f"helm install vllm {CHART} -f values-production-stack.yaml",
              f"pins {dep.image} (the chart's own default image is lmcache/vllm-openai, another build)",
-             *kube.placement_notes(dep), settings.HOST_RESOURCES_NOTE, *notes]
+             *kube.placement_notes(dep, startup.CHART_STARTUP_DELAY_S), *cache_note(dep), settings.HOST_RESOURCES_NOTE, *notes]
     return yamltext.document(settings.header(dep, usage), data)

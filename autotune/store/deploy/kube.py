@@ -7,10 +7,11 @@ measured boot), the GPU request and the node selector that pins the GPU type.
 
 from __future__ import annotations
 
+import math
 import re
 
-from autotune.store.deploy import settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy import settings, startup, yamltext
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 # The node label NVIDIA's GPU feature discovery sets from the product name (spaces -> dashes).
@@ -18,6 +19,10 @@ GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 GPU_RESOURCE = "nvidia.com/gpu"
 MODEL_VOLUME = "model"
 MODEL_CLAIM = "vllm-model"  # a PersistentVolumeClaim the user fills with a local model's folder
+# Hugging Face downloads go to a claim of their own, so a restarted pod finds the weights there.
+HF_CACHE_VOLUME = "hf-cache"
+HF_HOME = "/root/.cache/huggingface"  # vllm/vllm-openai runs as root: its default HF_HOME
+HF_CACHE_FLOOR_GIB = 10
 # KServe's Hugging Face runtime (its own image, with its own vLLM) and where it listens.
 KSERVE_RUNTIME_FORMAT = "huggingface"
 KSERVE_HEALTH = "/v2/health/ready"
@@ -47,10 +52,32 @@ def http_probe(path: str, port: int | str, period: int, failures: int) -> dict:
 
 
 def probes(dep: Deployment, path: str = "/health", port: int | str = "http") -> dict:
-    p = settings.probes(dep)
-    return {"startupProbe": http_probe(path, port, settings.STARTUP_PERIOD_S, p.startup_failures),
-            "livenessProbe": http_probe(path, port, settings.LIVENESS_PERIOD_S, p.liveness_failures),
-            "readinessProbe": http_probe(path, port, settings.READINESS_PERIOD_S, 3)}
+    p = startup.probes(dep)
+    return {"startupProbe": http_probe(path, port, startup.STARTUP_PERIOD_S, p.startup_failures),
+            "livenessProbe": http_probe(path, port, startup.LIVENESS_PERIOD_S, p.liveness_failures),
+            "readinessProbe": http_probe(path, port, startup.READINESS_PERIOD_S, 3)}
+
+
+def downloads(dep: Deployment) -> bool:
+    """Does the pod download the model from the Hugging Face Hub (not a local folder on a volume)?"""
+    return dep.model_host_path is None
+
+
+def cache_size_gib(dep: Deployment) -> int:
+    """The download claim's size: the weights and a quarter more (tokenizer, config, a revision), at least 10 GiB."""
+    return max(HF_CACHE_FLOOR_GIB, math.ceil((dep.weights_gib or 0) * 1.25))
+
+
+def cache_claim_name(dep: Deployment) -> str:
+    return f"{name_of(dep)}-hf-cache"[:63]
+
+
+def cache_claim(dep: Deployment) -> dict:
+    """The PersistentVolumeClaim that keeps the Hub downloads across restarts (the cluster's default storage class)."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": cache_claim_name(dep), "labels": {"app.kubernetes.io/managed-by": "autotune"}},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": f"{cache_size_gib(dep)}Gi"}}}}
 
 
 def gpu_resources(dep: Deployment) -> dict:
@@ -64,21 +91,30 @@ def node_selector(dep: Deployment) -> dict:
     return {GPU_PRODUCT_LABEL: gpu_label(dep.gpu_name)} if dep.gpu_name and not dep.cpu else {}
 
 
-def volumes(dep: Deployment) -> tuple[list[dict], list[dict]]:
-    """(pod volumes, container mounts): shared memory for vLLM's workers, and a local model's claim."""
+def volumes(dep: Deployment, cache: bool = True) -> tuple[list[dict], list[dict]]:
+    """(pod volumes, container mounts): shared memory for vLLM's workers, and a local model's claim
+    or (cache) the claim the Hub downloads go to."""
     vols = [{"name": "shm", "emptyDir": {"medium": "Memory"}}]
     mounts = [{"name": "shm", "mountPath": "/dev/shm"}]
     if dep.model_host_path:
         vols.append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": MODEL_CLAIM, "readOnly": True}})
         mounts.append({"name": MODEL_VOLUME, "mountPath": dep.model, "readOnly": True})
+    elif cache:
+        vols.append({"name": HF_CACHE_VOLUME, "persistentVolumeClaim": {"claimName": cache_claim_name(dep)}})
+        mounts.append({"name": HF_CACHE_VOLUME, "mountPath": HF_HOME})
     return vols, mounts
+
+
+def pod_env(dep: Deployment) -> list[dict]:
+    """env_list, with HF_HOME on the download claim where the pod downloads the model."""
+    return ([{"name": "HF_HOME", "value": HF_HOME}] if downloads(dep) else []) + env_list(dep)
 
 
 def vllm_container(dep: Deployment, mounts: list[dict]) -> dict:
     container = {"name": "vllm", "image": dep.image, "command": ["vllm", "serve"],
                  "args": [*settings.serve_args(dep, reference="$()"), "--port", str(dep.port)],
                  "ports": [{"name": "http", "containerPort": dep.port}]}
-    env = env_list(dep)
+    env = pod_env(dep)
     if env:
         container["env"] = env
     container.update(gpu_resources(dep))
@@ -94,8 +130,9 @@ def secret_usage(dep: Deployment) -> list[str]:
     return [f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}"]
 
 
-def placement_notes(dep: Deployment) -> list[str]:
-    out = [f"verified on {settings.describe_gpus(dep)}; {settings.probes(dep).why}"]
+def placement_notes(dep: Deployment, delay_s: int = 0) -> list[str]:
+    """delay_s: the startup probe's initialDelaySeconds (production-stack's chart keeps its own 15 s)."""
+    out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep, delay_s).why}"]
     if dep.gpu_name and not dep.cpu:
         out.append(f"pinned by type: {GPU_PRODUCT_LABEL}={gpu_label(dep.gpu_name)} "
                    "(the label NVIDIA's GPU feature discovery sets), not by device index")
@@ -103,6 +140,13 @@ def placement_notes(dep: Deployment) -> list[str]:
         out.append(f"{dep.model} is mounted from the PersistentVolumeClaim {MODEL_CLAIM}: create it and copy "
                    "the model's folder into it")
     return out
+
+
+def cache_note(dep: Deployment) -> list[str]:
+    if not downloads(dep):
+        return []
+    return [f"Hugging Face downloads go to the PersistentVolumeClaim {cache_claim_name(dep)} "
+            f"({cache_size_gib(dep)}Gi, at HF_HOME={HF_HOME}): a restarted pod finds the weights there"]
 
 
 # ---------------------------------------------------------------------------
@@ -130,12 +174,13 @@ def k8s_objects(dep: Deployment) -> list[dict]:
     return [deployment, service]
 
 
-def render_k8s(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_k8s(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     usage = [*secret_usage(dep), "apply: kubectl apply -f k8s-deployment.yaml   "
-             f"(then: kubectl port-forward svc/{name_of(dep)} {dep.port}:{dep.port})", *placement_notes(dep)]
-    first, second = k8s_objects(dep)
-    return yamltext.document(settings.header(dep, usage), first) + "---\n" + yamltext.dump(second)
+             f"(then: kubectl port-forward svc/{name_of(dep)} {dep.port}:{dep.port})", *placement_notes(dep),
+             *cache_note(dep)]
+    first, *rest = k8s_objects(dep) + ([cache_claim(dep)] if downloads(dep) else [])
+    return yamltext.document(settings.header(dep, usage), first) + "".join("---\n" + yamltext.dump(o) for o in rest)
 
 
 # ---------------------------------------------------------------------------
@@ -155,7 +200,7 @@ def kserve_args(dep: Deployment) -> list[str]:
 def kserve_object(dep: Deployment) -> dict:
     vols, mounts = volumes(dep)
     model = {"modelFormat": {"name": KSERVE_RUNTIME_FORMAT}, "args": kserve_args(dep)}
-    env = env_list(dep)
+    env = pod_env(dep)
     if env:
         model["env"] = env
     model.update(gpu_resources(dep))
@@ -171,15 +216,16 @@ def kserve_object(dep: Deployment) -> dict:
             "spec": {"predictor": predictor}}
 
 
-def render_kserve(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_kserve(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     runtime = (f"KServe's Hugging Face runtime runs the vLLM its own image brings, not necessarily vLLM "
                f"{dep.vllm_version} that verified this: check its version, or verify the endpoint once deployed "
                f"(`autotune verify URL/openai --run {dep.run_id}`)")
     usage = [*secret_usage(dep), "apply: kubectl apply -f kserve-inferenceservice.yaml   "
-             "(the OpenAI routes are under /openai/v1)", *placement_notes(dep)]
+             "(the OpenAI routes are under /openai/v1)", *placement_notes(dep), *cache_note(dep)]
     left_out = [n for n, _ in dep.options if n in settings.FRONTEND_OPTIONS and n != "served-model-name"]
     if left_out:
         usage.append(f"not carried (vLLM front-end options; the runtime serves its own front end): "
                      f"{', '.join('--' + n for n in left_out)}")
-    return yamltext.document(settings.header(dep, usage, runtime), kserve_object(dep))
+    text = yamltext.document(settings.header(dep, usage, runtime), kserve_object(dep))
+    return text + ("---\n" + yamltext.dump(cache_claim(dep)) if downloads(dep) else "")

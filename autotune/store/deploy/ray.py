@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from autotune.store.deploy import kube, settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -45,9 +45,12 @@ def ray_release(dep: Deployment) -> tuple[str, str]:
         return matching, (f"Ray Serve LLM runs the vLLM its Ray release pins: ray[llm] {matching} pins vLLM "
                           f"{dep.vllm_version}, the version that verified this")
     pinned = versions.RAY_LLM_VLLM_PINS[newest]
+    venv = f"vllm-{pinned}"
     return newest, (f"Ray Serve LLM runs the vLLM its Ray release pins, not vLLM {dep.vllm_version} that verified "
                     f"this: ray[llm] {newest} pins vLLM {pinned}. Use the Ray release that pins "
-                    f"{dep.vllm_version}, or re-tune under {pinned}; once deployed, "
+                    f"{dep.vllm_version}, or verify this configuration under {pinned}: `python -m venv {venv} && "
+                    f"{venv}/bin/pip install vllm=={pinned} && autotune --target {dep.ceiling} -- {venv}/bin/vllm "
+                    f"serve {dep.model_host_path or dep.model} ...` (the same options); once deployed, "
                     f"`autotune verify URL --run {dep.run_id}` checks what it serves")
 
 
@@ -75,6 +78,7 @@ def llm_config(dep: Deployment) -> tuple[dict, list[str]]:
         config["runtime_env"] = {"env_vars": env}
     config["deployment_config"] = {"autoscaling_config": {"min_replicas": 1, "max_replicas": 1}}
     notes = []
+    left_out = [n for n in left_out if n != "served-model-name"]  # model_id carries it
     if left_out:
         notes.append(f"not carried (vLLM front-end options; Ray Serve's own OpenAI front end serves instead): "
                      f"{', '.join('--' + n for n in left_out)}")
@@ -90,8 +94,8 @@ def serve_config(dep: Deployment) -> tuple[dict, list[str]]:
     return {"http_options": {"host": "0.0.0.0", "port": SERVE_PORT}, "applications": [app]}, notes
 
 
-def render_ray_serve(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_ray_serve(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     release, warning = ray_release(dep)
     data, notes = serve_config(dep)
     usage = [f"run: serve deploy ray-serve.yaml (on a Ray {release} cluster with ray[serve,llm]=={release}; "
@@ -110,7 +114,7 @@ def _pod(dep: Deployment, image: str, gpus: int, head: bool) -> dict:
     if head:
         container["ports"] = [{"name": "gcs", "containerPort": 6379}, {"name": "dashboard", "containerPort": 8265},
                               {"name": "serve", "containerPort": SERVE_PORT}]
-    vols, mounts = kube.volumes(dep)
+    vols, mounts = kube.volumes(dep, cache=False)
     container["volumeMounts"] = mounts
     spec: dict = {"containers": [container], "volumes": vols}
     if gpus and kube.node_selector(dep):
@@ -133,8 +137,8 @@ def rayservice(dep: Deployment, release: str, serve_text: str) -> dict:
                                           "workerGroupSpecs": [workers]}}}
 
 
-def render_rayservice(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_rayservice(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     release, warning = ray_release(dep)
     data, notes = serve_config(dep)
     usage = [*kube.secret_usage(dep),

@@ -12,7 +12,7 @@ import math
 
 from autotune.vllm import kv_pool
 from autotune.store.deploy import settings
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import Attempt, RunRecord
 from autotune.store.verified import NotEmittable, fmt_int
 from autotune.vllm import versions
@@ -91,10 +91,15 @@ def block_size(dep: Deployment) -> int:
     return kv_pool.CPU_BLOCK_SIZE if dep.cpu else kv_pool.GPU_BLOCK_SIZE
 
 
+def null_blocks(dep: Deployment) -> int:
+    """The block vLLM's BlockPool keeps back (its null block), where the version counts it (0.29+)."""
+    return 1 if versions.check_holds_back_null_block(dep.vllm_version) else 0
+
+
 def concurrency_rows(dep: Deployment, kv_tokens: int) -> list[tuple[int, int, str]]:
     """(length, full-length requests the pool holds at once, --max-num-seqs at 80-90% of that)."""
     block = block_size(dep)
-    blocks = kv_tokens // block
+    blocks = kv_tokens // block - null_blocks(dep)
     lengths = [dep.ceiling] + [n for n in SHORTER_LENGTHS if n < dep.ceiling]
     rows = []
     for length in lengths:
@@ -118,7 +123,9 @@ def concurrency_section(dep: Deployment, source: RunRecord, attempt: Attempt) ->
     kinds = ((attempt.get("prediction") or {}).get("kinds")) or []
     out = ["## Concurrency", "",
            f"The pool holds {fmt_int(tokens)} tokens ({_line(source, attempt, 'kv_cache_tokens', dep)}) in blocks of "
-           f"{block_size(dep)}; a request of L tokens takes ceil(L / {block_size(dep)}) blocks. vLLM's own figure at "
+           f"{block_size(dep)}; a request of L tokens takes ceil(L / {block_size(dep)}) blocks"
+           + (f" of the {fmt_int(tokens // block_size(dep) - 1)} it schedules from (vLLM {dep.vllm_version} keeps one "
+              "block back, its null block)" if null_blocks(dep) else "") + ". vLLM's own figure at "
            f"{fmt_int(facts.get('max_concurrency_tokens'))} tokens: {facts.get('max_concurrency')}x "
            f"({_line(source, attempt, 'max_concurrency', dep)}).", ""]
     out += _table(("length", "full-length requests at once", "--max-num-seqs (80-90%)"),
@@ -183,10 +190,10 @@ def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, a
     return out
 
 
-def render_report(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None,
-                  plot: str | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
-    source = verifier or record
+def render_report(record: RunRecord, found: Sources | None = None) -> str:
+    found = found or Sources()
+    dep = settings.from_record(record, found)
+    source, plot = found.verifier or record, found.plot
     attempt = verified_attempt(source)
     if attempt is None:
         raise NotEmittable(f"run {source.get('run_id')} has no verified boot to report on")

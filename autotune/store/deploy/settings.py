@@ -10,7 +10,6 @@ sized from, and the stamp (versions, date, run, verified ceiling).
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
@@ -19,10 +18,9 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.store.verified import (
-    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, NotEmittable, absolute, cwd_of, final_argv,
-    image_tag, is_local_path, parse_vllm_command, pinned_gpus, port_of, provenance_line, replayed,
-    secret_names, verified_on, with_config_merged)
-from autotune.vllm import servecmd
+    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
+    is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
+from autotune.vllm import servecmd, versions
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.
 POOL_OPTIONS = ("max-model-len", "gpu-memory-utilization", "kv-cache-memory-bytes", "max-num-seqs",
@@ -42,20 +40,18 @@ FRONTEND_OPTIONS = ("api-key", "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "s
                     "disable-fastapi-docs", "enable-prompt-tokens-details", "return-tokens-as-token-ids")
 # The Kubernetes Secret the manifests read the secrets from (one key per variable).
 SECRET_NAME = "vllm-secrets"
-STARTUP_PERIOD_S = 10
-LIVENESS_PERIOD_S = 10
-READINESS_PERIOD_S = 5
 HOST_RESOURCES_NOTE = ("the CPU and memory requests are placeholders: autotune measured the device's memory, "
                        "not the host's CPU and RAM; size them for your nodes")
 
 
 @dataclass
-class Probes:
-    """Health checks sized from what the run measured."""
+class Sources:
+    """What the files read besides the run record (targets.sources reads them from the runs folder)."""
 
-    startup_failures: int  # x STARTUP_PERIOD_S: the time a boot may take
-    liveness_failures: int  # x LIVENESS_PERIOD_S: the time /health may stay silent
-    why: str  # one comment line: the figures they come from
+    verifier: RunRecord | None = None  # the lever run whose boot verified the final command
+    engine_flags: dict = field(default_factory=dict)  # the verified boot's engine config line
+    plot: str | None = None  # a plot beside the run (its sweep's), relative to the run folder
+    pull_mb_s: float | None = None  # --pull-bandwidth: how fast a new node downloads the weights
 
 
 @dataclass
@@ -88,49 +84,107 @@ class Deployment:
     # What the verified boot's engine ran with where the command left it to vLLM (its engine
     # config line): enable_prefix_caching, enable_chunked_prefill.
     engine_flags: dict = field(default_factory=dict)
+    # Options the command left to vLLM, written as the verified boot ran them (name -> why), so
+    # another GPU tier or another chart default does not change them.
+    pinned: dict[str, str] = field(default_factory=dict)
+    weights_gib: float | None = None  # all ranks' weights, as vLLM's "Model loading took" lines give them
+    weights_from: str = "vLLM printed no weights figure"
+    pull_mb_s: float | None = None  # the download bandwidth asked for (None: startup.DEFAULT_PULL_MB_S)
 
     def option(self, name: str):
         """An option's value (the last one given), else None."""
         return dict(self.options).get(name)
 
 
-def from_record(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> Deployment:
-    """The deployment settings of a verified run. verifier: the run whose boot verified the
-    final command (a lever run of --reach), when it is not the record itself; engine_flags:
+def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
+    """The deployment settings of a verified run. found.verifier: the run whose boot verified the
+    final command (a lever run of --reach), when it is not the record itself; found.engine_flags:
     what that boot's engine config line said (targets.engine_flags reads it from its log)."""
-    argv = final_argv(record)
-    replay = replayed(argv)
-    if replay is not None:
-        argv = replay[1]
-    cmd = parse_vllm_command(with_config_merged(record, argv, "a deployment file"))
-    if cmd.model is None:
-        raise NotEmittable("the serve command names no model")
+    found = found or Sources()
+    verifier = found.verifier
+    cmd, replay_profile = serve_command(record, "a deployment file")
     options = list(dict((n, v) for n, v in cmd.options if n not in LISTEN_OPTIONS).items())
     model, host_path = cmd.model, None
-    served = cmd.option("served-model-name")
-    served = served[0] if isinstance(served, list) else served  # vLLM serves the first name as the id
+    served, add_name = served_name(cmd)
+    if add_name:
+        options.append(("served-model-name", served))
     if is_local_path(model):
         host_path = absolute(model, cwd_of(record))
         model = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
-        if served is None:  # vLLM serves the path it was given as the id: keep the id clients know
-            options.append(("served-model-name", cmd.model))
-            served = cmd.model
     tp, pp = _size(cmd.option("tensor-parallel-size")), _size(cmd.option("pipeline-parallel-size"))
     gpus = (record.get("machine") or {}).get("gpus") or []
     chosen = _chosen_gpus(record, gpus)
     notes = _gpu_notes(chosen, tp * pp) if gpus else []
     result = record.get("result") or {}
     boot_s, boot_from = _boot(verifier or record)
+    weights, weights_from = _weights(verifier or record, tp * pp)
+    pins = effective_pins(dict(options), record, chosen[0] if chosen else None, found.engine_flags)
+    options += [(name, value) for name, (value, _) in pins.items()]
     return Deployment(
         run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
         ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
         image=image_tag(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
-        model_host_path=host_path, served_name=str(served or cmd.model),
+        model_host_path=host_path, served_name=served,
         options=options, env=carried_env(record), secrets=secret_names(record),
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
-        replay_profile=replay[0] if replay else None, notes=notes, engine_flags=dict(engine_flags or {}))
+        replay_profile=replay_profile, notes=notes, engine_flags=dict(found.engine_flags),
+        pinned={name: why for name, (_, why) in pins.items()},
+        weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
+
+
+# The engine config line's settings a file pins where the command left them: (key, flag when True,
+# flag when False); load_format is a value.
+_ENGINE_LINE_PINS = (("enable_prefix_caching", "enable-prefix-caching", "no-enable-prefix-caching"),
+                     ("enable_chunked_prefill", "enable-chunked-prefill", "no-enable-chunked-prefill"))
+ENGINE_LINE = "the verified boot's engine config line"
+
+
+def effective_pins(given: dict, record: RunRecord, gpu: dict | None, engine_flags: dict) -> dict[str, tuple[object, str]]:
+    """The settings the command left to vLLM, as the verified boot ran them (option -> (value, why)):
+    batched tokens and seqs vLLM's API server chose for the GPU (versions.scheduler_defaults),
+    prefix caching, chunked prefill and the load format its engine config line shows."""
+    pins: dict[str, tuple[object, str]] = {}
+    for key, on, off in _ENGINE_LINE_PINS:
+        if key in engine_flags and on not in given and off not in given:
+            pins[on if engine_flags[key] else off] = (True, ENGINE_LINE)
+    if engine_flags.get("load_format") and "load-format" not in given:
+        pins["load-format"] = (str(engine_flags["load_format"]), ENGINE_LINE)
+    if "max-num-batched-tokens" in given and "max-num-seqs" in given or gpu is None:
+        return pins
+    chunked = engine_flags.get("enable_chunked_prefill", "no-enable-chunked-prefill" not in given)
+    ceiling = (record.get("result") or {}).get("ceiling")
+    chosen = versions.scheduler_defaults(
+        record.get("vllm_version"), gpu.get("name"), gpu.get("memory_total_gib"),
+        ceiling if isinstance(ceiling, int) else None, chunked_prefill=bool(chunked),
+        throughput_mode=given.get("performance-mode") == "throughput")
+    if chosen is None:
+        return pins
+    batched, seqs, why = chosen
+    try:
+        seqs = int(given.get("max-num-seqs") or seqs)
+    except ValueError:
+        return pins
+    if isinstance(ceiling, int):
+        batched = min(batched, seqs * ceiling)  # vLLM's own cap, with the command's seqs
+    if "max-num-batched-tokens" not in given:
+        pins["max-num-batched-tokens"] = (str(batched), why)
+    if "max-num-seqs" not in given:
+        pins["max-num-seqs"] = (str(seqs), why)
+    return pins
+
+
+def pinned_note(dep: Deployment) -> list[str]:
+    """The header line that names what was pinned and why."""
+    if not dep.pinned:
+        return []
+    by_why: dict[str, list[str]] = {}
+    for name, why in dep.pinned.items():
+        value = dep.option(name)
+        by_why.setdefault(why, []).append(f"--{name}" + ("" if value is True else f" {value}"))
+    return ["pinned where the command left them to vLLM (another GPU or runtime would choose others): "
+            + "; ".join(f"{', '.join(flags)} ({why})" for why, flags in by_why.items())]
 
 
 def carried_env(record: RunRecord) -> dict[str, str]:
@@ -173,6 +227,17 @@ def _boot(record: RunRecord) -> tuple[float | None, str]:
         if attempt.get("outcome") == "verified" and attempt.get("time_to_outcome_s"):
             return float(attempt.time_to_outcome_s), f"run {record.get('run_id')} boot {attempt.get('index')}"
     return None, "no verified boot with a time recorded"
+
+
+def _weights(record: RunRecord, ranks: int) -> tuple[float | None, str]:
+    """All ranks' weights in GiB (each rank loads its share), from the verified boot's facts."""
+    for attempt in reversed(record.get("attempts") or []):
+        per_rank = (attempt.get("facts") or {}).get("weights_gib")
+        if attempt.get("outcome") == "verified" and isinstance(per_rank, (int, float)):
+            total = per_rank * ranks
+            each = f"{per_rank:.2f} GiB per rank x {ranks} ranks" if ranks > 1 else f"{per_rank:.2f} GiB"
+            return total, f"weights {total:.1f} GiB ({each}, vLLM's \"Model loading took\" line)"
+    return None, "vLLM printed no weights figure"
 
 
 def _longest_ttft(probe: dict) -> float | None:
@@ -258,23 +323,6 @@ def typed(value: object) -> object:
 # Probes and comments
 # ---------------------------------------------------------------------------
 
-def probes(dep: Deployment) -> Probes:
-    """Startup: 3x the measured boot, at least 2 minutes (the weights' first download on a new
-    node is not in it). Liveness: /health may stay silent for twice the slowest first token the
-    probe measured (a full-length prefill), at least 3 periods."""
-    if dep.boot_s:
-        budget = max(3 * dep.boot_s, 120.0)
-        why = f"boot measured {dep.boot_s:.1f} s ({dep.boot_from}): startup allows {math.ceil(budget)} s (3x, at least 120)"
-    else:
-        budget = 600.0
-        why = f"{dep.boot_from}: startup allows 600 s"
-    silent = 2 * dep.longest_ttft_s if dep.longest_ttft_s else 0.0
-    liveness = max(3, math.ceil(silent / LIVENESS_PERIOD_S))
-    if dep.longest_ttft_s:
-        why += f"; slowest first token {dep.longest_ttft_s:.1f} s: liveness allows {liveness * LIVENESS_PERIOD_S} s"
-    return Probes(math.ceil(budget / STARTUP_PERIOD_S), liveness, why)
-
-
 def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -> list[str]:
     """The comment lines every file starts with: the stamp, how to use it, what to set, and the
     warnings that belong to this run."""
@@ -283,6 +331,7 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
         lines.append(f"# replayed: autotune's replaying vLLM (profile {dep.replay_profile}) stood in for vLLM; "
                      "its figures are the profile's, not a measured GPU's")
     lines += [f"# {line}" for line in usage]
+    lines.append(f"# {clients_line(dep.served_name)}")
     if runtime_vllm:
         lines.append(f"# WARNING: {runtime_vllm}")
     if dep.secrets:
@@ -291,6 +340,7 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
         lines.append(f"# the model is the local folder {dep.model_host_path} on the machine that verified it: "
                      f"put it at {dep.model} where this runs")
     lines += [f"# note: {n}" for n in dep.notes]
+    lines += [f"# {line}" for line in pinned_note(dep)]
     return lines
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 import shlex
 
-from autotune.store.deploy import settings, yamltext
-from autotune.store.deploy.settings import Deployment
+from autotune.store.deploy import kube, settings, yamltext
+from autotune.store.deploy.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 from autotune.store.verified import shell_word
 
@@ -29,6 +29,13 @@ def accelerator_name(nvml_name: str, memory_gib: float | None = None) -> str:
     return f"{base}-80GB" if base == "A100" and big else base
 
 
+HF_CACHE_MOUNT = "/hf-cache"
+
+
+def cache_bucket(dep: Deployment) -> str:
+    return f"vllm-hf-cache-{kube.name_of(dep).removeprefix('vllm-')}"[:63]
+
+
 def task(dep: Deployment, gpu_memory_gib: float | None) -> dict:
     resources: dict = {"image_id": f"docker:{dep.image}", "ports": dep.port}
     if dep.cpu:
@@ -38,19 +45,23 @@ def task(dep: Deployment, gpu_memory_gib: float | None) -> dict:
                      **resources}
     out: dict = {"name": f"vllm-{re.sub(r'[^a-z0-9-]+', '-', dep.served_name.split('/')[-1].lower()).strip('-')}",
                  "resources": resources}
-    if dep.env:
-        out["envs"] = dict(dep.env)
+    envs = {"HF_HOME": HF_CACHE_MOUNT} if not dep.model_host_path else {}
+    envs.update(dep.env)
+    if envs:
+        out["envs"] = envs
     if dep.secrets:
         out["secrets"] = {s: None for s in dep.secrets}  # given at launch: sky launch --secret NAME
     if dep.model_host_path:
         out["file_mounts"] = {dep.model: dep.model_host_path}
+    else:  # the Hub downloads land in a bucket: a relaunch (or another cluster) reads them from there
+        out["file_mounts"] = {HF_CACHE_MOUNT: {"name": cache_bucket(dep), "mode": "MOUNT_CACHED"}}
     words = ["vllm", "serve", *settings.serve_args(dep), "--port", str(dep.port)]
     out["run"] = " ".join(shell_word(w) for w in words) + "\n"
     return out
 
 
-def render_skypilot(record: RunRecord, verifier: RunRecord | None = None, engine_flags: dict | None = None) -> str:
-    dep = settings.from_record(record, verifier, engine_flags)
+def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
+    dep = settings.from_record(record, found)
     gpus = (record.get("machine") or {}).get("gpus") or []
     memory = next((g.get("memory_total_gib") for g in gpus if g.get("name") == dep.gpu_name), None)
     secrets = " ".join(f"--secret {s}" for s in dep.secrets)
@@ -58,4 +69,9 @@ def render_skypilot(record: RunRecord, verifier: RunRecord | None = None, engine
              f"verified on {settings.describe_gpus(dep)}; {shlex.quote(dep.image)} pins vLLM {dep.vllm_version}"]
     if not dep.cpu:
         usage.append(f"accelerators: SkyPilot's name for the {dep.gpu_name} (check it with `sky show-gpus`)")
+    usage.append("where: add `infra: aws` (or aws/us-east-1, gcp, k8s) under resources: SkyPilot 0.14's one key for "
+                 "cloud, region and zone")
+    if not dep.model_host_path:
+        usage.append(f"Hugging Face downloads go to the bucket {cache_bucket(dep)} (SkyPilot creates it on the first "
+                     f"launch; bucket names are global: rename it if taken), at HF_HOME={HF_CACHE_MOUNT}")
     return yamltext.document(settings.header(dep, usage), task(dep, memory))

@@ -5,11 +5,11 @@ engine config line, a sweep's plot). `sources` does that reading; the renderers 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.store import artifact
-from autotune.store.deploy import helm, kube, ray, report, skypilot
+from autotune.store.deploy import helm, kube, llmisvc, ray, report, skypilot
+from autotune.store.deploy.settings import Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import logpatterns
 
@@ -17,39 +17,31 @@ HELM = "values-production-stack.yaml"
 RAY_SERVE = "ray-serve.yaml"
 RAYSERVICE = "rayservice.yaml"
 KSERVE = "kserve-inferenceservice.yaml"
+LLMISVC = "kserve-llminferenceservice.yaml"
 K8S = "k8s-deployment.yaml"
 SKYPILOT = "skypilot.yaml"
 REPORT = "sizing-report.md"
 # `autotune show --emit KIND`
-KINDS = {"helm": HELM, "ray-serve": RAY_SERVE, "rayservice": RAYSERVICE, "kserve": KSERVE, "k8s": K8S,
+KINDS = {"helm": HELM, "ray-serve": RAY_SERVE, "rayservice": RAYSERVICE, "kserve": KSERVE, "llmisvc": LLMISVC, "k8s": K8S,
          "skypilot": SKYPILOT, "report": REPORT}
 RENDERERS = {HELM: helm.render_helm, RAY_SERVE: ray.render_ray_serve, RAYSERVICE: ray.render_rayservice,
-             KSERVE: kube.render_kserve, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
+             KSERVE: kube.render_kserve, LLMISVC: llmisvc.render_llmisvc, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
 FILE_NAMES = (*RENDERERS, REPORT)
 SWEEP_PLOT = "sweep.png"
 
 
-@dataclass
-class Sources:
-    """What the files read besides the run record."""
-
-    verifier: RunRecord | None = None  # the lever run whose boot verified the final command
-    engine_flags: dict = field(default_factory=dict)  # the verified boot's engine config line
-    plot: str | None = None  # a plot beside the run (its sweep's), relative to the run folder
-
-
 def render(record: RunRecord, name: str, found: Sources | None = None) -> str:
     """One file's text; NotEmittable (store/verified.py) says why this run cannot give it."""
-    found = found or Sources()
     if name == REPORT:
-        return report.render_report(record, found.verifier, found.engine_flags, found.plot)
-    return RENDERERS[name](record, found.verifier, found.engine_flags)
+        return report.render_report(record, found)
+    return RENDERERS[name](record, found)
 
 
-def sources(run_dir: Path | None, record: RunRecord) -> Sources:
-    """Read what the files need from the runs folder; whatever cannot be read is left out."""
+def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None) -> Sources:
+    """Read what the files need from the runs folder; whatever cannot be read is left out.
+    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth)."""
     if run_dir is None:
-        return Sources()
+        return Sources(pull_mb_s=pull_mb_s)
     run_dir = Path(run_dir)
     verifier, verifier_dir = None, run_dir
     lever_run = (record.get("result") or {}).get("reached_with_levers")
@@ -60,20 +52,28 @@ def sources(run_dir: Path | None, record: RunRecord) -> Sources:
             pass
     sweep = record.link("sweep_id")
     plot = f"../{sweep}/{SWEEP_PLOT}" if sweep and (run_dir.parent / sweep / SWEEP_PLOT).exists() else None
-    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot)
+    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s)
 
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
-    """enable_prefix_caching / enable_chunked_prefill as the verified boot's engine config line
-    shows them ({} when its log or the line is not there)."""
+    """enable_prefix_caching / enable_chunked_prefill (booleans) and load_format as the verified
+    boot's engine config line shows them ({} when its log or the line is not there)."""
     attempt = report.verified_attempt(record)
+    recorded = (attempt.get("facts") or {}).get("engine_settings") if attempt is not None else None
+    if isinstance(recorded, dict):
+        return dict(recorded)  # the parser's fact (run.json); older records: read from the log below
     if attempt is None or not attempt.get("log"):
         return {}
     try:
         with open(Path(run_dir) / attempt.log, encoding="utf-8", errors="replace") as log:
             for line in log:
                 if logpatterns.ENGINE_VERSION_RE.search(line) and "with config" in line:
-                    return {m.group(1): m.group(2) == "True" for m in logpatterns.ENGINE_CONFIG_FLAG_RE.finditer(line)}
+                    flags: dict = {m.group(1): m.group(2) == "True"
+                                   for m in logpatterns.ENGINE_CONFIG_FLAG_RE.finditer(line)}
+                    load_format = logpatterns.ENGINE_LOAD_FORMAT_RE.search(line)
+                    if load_format:
+                        flags["load_format"] = load_format.group(1)
+                    return flags
     except OSError:
         return {}
     return {}

@@ -2,9 +2,10 @@
 `make_arg_parser(FlexibleArgumentParser())` in vllm.entrypoints.launchers.cli_args), without their dashes,
 and how many values each takes.
 
-The replaying vLLM (fake_args.py) refuses any other option as argparse does (exit status 2). One list
-serves every replayed version: an older vLLM lacks some of these (vllm/versions.py says which flags came
-when, and fake_args.py refuses those per version). Regenerated with the installed vLLM by
+The replaying vLLM (testing/fake_args.py) refuses any other option as argparse does (exit status 2), and a
+fleet plan takes a bare key (`gpu_memory_utilization`, as vLLM config files write flags) only when it is one
+of these. One list serves every version: an older vLLM lacks some of these (vllm/versions.py says
+which flags came when, and fake_args.py refuses those per version). Regenerated with the installed vLLM by
 
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
