@@ -28,8 +28,8 @@ import re
 
 from autotune.vllm.logpatterns import prefilter
 
-__all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "level_of", "line_kind", "is_continuation",
-           "KIND_NEEDLES"]
+__all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "collapsed_records", "level_of", "line_kind",
+           "is_continuation", "KIND_NEEDLES"]
 
 # Every escape sequence: CSI (ESC [ ... final; also the 8-bit CSI 0x9b), OSC (ESC ] ... BEL or
 # ESC \), other ESC-initiated two/three-byte sequences (charset selection ESC ( B, keypad
@@ -188,6 +188,34 @@ def message_start(line: str) -> int:
             break
         at = found.end()
     return at
+
+
+# --- a paste whose newlines were collapsed -----------------------------------------------------
+# A thread's renderer or a form field that takes one line joins a traceback's lines with spaces:
+# "(APIServer pid=1)   File ... in f (APIServer pid=1)     raise E( (APIServer pid=1) E: ...". Each
+# record still starts with the prefix the first one starts with: the records are cut apart there.
+_COLLAPSED_HEAD = 12  # the first characters of a line, found again further on: a cheap first test
+_COLLAPSED_PREFIX_MIN = 8  # a record's first prefix this long at least ("(raylet) "), so that it is one
+
+
+def collapsed_records(line: str) -> list[str] | None:
+    """The records of a line whose newlines a paste collapsed: a new one wherever the line's first
+    prefix (a process prefix, vLLM's logger prefix, a time stamp) starts again after a space, each
+    without the space the newline became. None for a line that is one record (nearly all)."""
+    head = line[:_COLLAPSED_HEAD]
+    if len(head) < _COLLAPSED_HEAD or line.find(head, _COLLAPSED_HEAD) < 0:
+        return None
+    found = _PREFIX_RE.match(line)
+    prefix = found.group(0).rstrip() if found is not None else ""
+    if len(prefix) < _COLLAPSED_PREFIX_MIN:
+        return None
+    records, start, at = [], 0, line.find(prefix, len(prefix))
+    while at >= 0:
+        if line[at - 1].isspace() and line[start:at].strip():
+            records.append(line[start:at].rstrip())
+            start = at
+        at = line.find(prefix, at + len(prefix))
+    return [*records, line[start:]] if records else None
 
 
 def level_of(line: str, start: int) -> str:

@@ -19,7 +19,7 @@ import re
 
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logcarry import Carried, carried_text
-from autotune.vllm.logclean import clean_line, is_continuation, message_start, unescape_html, unwrap
+from autotune.vllm.logclean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
 from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
 from autotune.vllm.logread import MAX_LINE_BYTES
 
@@ -104,6 +104,10 @@ class RowReader:
         if self._parts and not self._in_record:
             self._flush_parts()  # a line's parts whose last record never came (a cut log)
         text = unwrap(text)
+        records = collapsed_records(text)
+        if records is not None:  # a paste that collapsed its newlines: its records, each a line at this number
+            self._carried(Carried(records, True, whole=True), cut)
+            return
         if cut:
             self._boot_touch()
             self._set("line_cut", self._line_no)
