@@ -202,14 +202,25 @@ def collapsed_records(line: str) -> list[str] | None:
     """The records of a line whose newlines a paste collapsed: a new one wherever the line's first
     prefix (a process prefix, vLLM's logger prefix, a time stamp) starts again after a space, each
     without the space the newline became. None for a line that is one record (nearly all)."""
-    head = line[:_COLLAPSED_HEAD]
-    if len(head) < _COLLAPSED_HEAD or line.find(head, _COLLAPSED_HEAD) < 0:
-        return None
-    found = _PREFIX_RE.match(line)
-    prefix = found.group(0).rstrip() if found is not None else ""
-    if len(prefix) < _COLLAPSED_PREFIX_MIN:
-        return None
-    records, start, at = [], 0, line.find(prefix, len(prefix))
+    if len(line) < 2 * _COLLAPSED_HEAD or line.find(line[:_COLLAPSED_HEAD], _COLLAPSED_HEAD) < 0 and (
+            line.find(line[line.find(" ") + 1:][:_COLLAPSED_HEAD], _COLLAPSED_HEAD + line.find(" ") + 1) < 0):
+        return None  # neither its start nor what follows its first word is found again (nearly every line)
+    at = 0
+    for _ in range(3):  # a prefix a carrier put before the paste (kubectl's time stamp) is there once
+        found = _PREFIX_RE.match(line, at)
+        if found is None or found.end() == at:
+            return None
+        prefix, at = found.group(0).rstrip(), found.end()
+        if len(prefix) >= _COLLAPSED_PREFIX_MIN and line.find(prefix, at) >= 0:
+            records = _cut_at(line, prefix, found.start())
+            if records is not None:
+                return records
+    return None
+
+
+def _cut_at(line: str, prefix: str, first: int) -> list[str] | None:
+    """``line`` cut before each later ``prefix`` that follows a space (None: none does)."""
+    records, start, at = [], 0, line.find(prefix, first + len(prefix))
     while at >= 0:
         if line[at - 1].isspace() and line[start:at].strip():
             records.append(line[start:at].rstrip())

@@ -154,7 +154,9 @@ class RowReader:
                 joined += (" " if _glued(row, after) and 0 < width - len(row) <= _TRIMMED_MAX else "") + after
             plain = plain + text
             plain = joined if plain == joined else plain
-        kind = self._process(joined, head_no, full=True)
+        records = collapsed_records(joined)  # (a collapsed paste a terminal wrapped: its records)
+        for record in records or (joined,):
+            kind = self._process(record, head_no, full=True)
         if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self._new):
             # (arguments read whole from this reading: another adds nothing, and they are long to read)
             if plain != joined:
