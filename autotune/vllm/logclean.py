@@ -202,9 +202,8 @@ def collapsed_records(line: str) -> list[str] | None:
     """The records of a line whose newlines a paste collapsed: a new one wherever the line's first
     prefix (a process prefix, vLLM's logger prefix, a time stamp) starts again after a space, each
     without the space the newline became. None for a line that is one record (nearly all)."""
-    if len(line) < 2 * _COLLAPSED_HEAD or line.find(line[:_COLLAPSED_HEAD], _COLLAPSED_HEAD) < 0 and (
-            line.find(line[line.find(" ") + 1:][:_COLLAPSED_HEAD], _COLLAPSED_HEAD + line.find(" ") + 1) < 0):
-        return None  # neither its start nor what follows its first word is found again (nearly every line)
+    if line.find(line[:_COLLAPSED_HEAD], _COLLAPSED_HEAD) < 0 and not (line[:1].isdigit() and _stamped_repeats(line)):
+        return None  # its start is not found again (nearly every line), nor what follows a time stamp
     at = 0
     for _ in range(3):  # a prefix a carrier put before the paste (kubectl's time stamp) is there once
         found = _PREFIX_RE.match(line, at)
@@ -216,6 +215,12 @@ def collapsed_records(line: str) -> list[str] | None:
             if records is not None:
                 return records
     return None
+
+
+def _stamped_repeats(line: str) -> bool:
+    """What follows the first word of a line that starts with a time stamp is found again."""
+    after = line.find(" ") + 1
+    return after > 0 and line.find(line[after:after + _COLLAPSED_HEAD], after + _COLLAPSED_HEAD) >= 0
 
 
 def _cut_at(line: str, prefix: str, first: int) -> list[str] | None:
