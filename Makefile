@@ -22,16 +22,20 @@ $(DEMO_MODEL)/config.json: | setup
 demo: setup $(DEMO_MODEL)/config.json
 	$(VENV)/bin/autotune --target $(DEMO_TARGET) -- $(DEMO_SERVE)
 
+# Every run prints its slowest tests (over 1 s); pytest-timeout bounds each test (pyproject.toml).
+DURATIONS := --durations=30 --durations-min=1
+
 # Everything but the 100k-example fuzz run (marked slow); real vLLM boots included.
 test: setup
-	$(PY) -m pytest -m "not slow" -ra
+	$(PY) -m pytest -m "not slow" -ra $(DURATIONS)
 
-# The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/).
+# The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/), one
+# pytest-xdist worker per core, each test module whole on one worker.
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q
+	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q -n auto --dist loadfile $(DURATIONS)
 
 test-all: setup
-	$(PY) -m pytest -ra
+	$(PY) -m pytest -ra $(DURATIONS)
 
 # Side by side on the embedded default: bare auto boot, autotune auto/refusal, naive bisection;
 # and a 100 MB log parse. Writes bench/RESULTS.md (about 30 minutes on 2 cores with 3 repetitions).

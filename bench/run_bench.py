@@ -51,8 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.run import launch  # noqa: E402
-from autotune.run import verify
+from autotune.host import processes  # noqa: E402
+from autotune.server import health
 from autotune.vllm.logparse import BootLogParser  # noqa: E402
 
 TARGETS = {"b_over_a": 1.15, "c_over_a": 2.0, "kill_delay_s": 1.0, "cpu_share": 0.02}
@@ -80,11 +80,11 @@ def _env() -> dict[str, str]:
 
 
 def run_bare(model: Path, python: str, work: Path, rep: int) -> dict:
-    port = launch.free_port()
+    port = processes.free_port()
     argv = serve_argv(model, python) + ["--max-model-len", "auto", "--port", str(port)]
     parser = BootLogParser()
     t0 = time.monotonic()
-    server = launch.ServerProcess(argv, _env(), work / f"bare-{rep}.log")
+    server = processes.ServerProcess(argv, _env(), work / f"bare-{rep}.log")
     healthy_at = None
     try:
         while time.monotonic() - t0 < BOOT_TIMEOUT_S:
@@ -92,12 +92,12 @@ def run_bare(model: Path, python: str, work: Path, rep: int) -> dict:
                 parser.feed(line)
             if server.poll() is not None:
                 break
-            if verify.health_ok(port):
+            if health.health_ok(port):
                 healthy_at = time.monotonic()
                 break
         served = None
         if healthy_at is not None:
-            models = verify.served_models(port)
+            models = health.served_models(port)
             served = models[0].max_model_len if models else None
     finally:
         report = server.stop()
@@ -171,7 +171,7 @@ def run_autotune(strategy: str, model: Path, python: str, target: int, work: Pat
 
 def naive_boot(model: Path, python: str, length: int, log_path: Path) -> tuple[bool, float]:
     """Boot at `length`; True when /health answers 200, False when the server exits first."""
-    port = launch.free_port()
+    port = processes.free_port()
     argv = serve_argv(model, python) + ["--max-model-len", str(length), "--port", str(port)]
     with open(log_path, "wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env(),
@@ -189,7 +189,7 @@ def naive_boot(model: Path, python: str, length: int, log_path: Path) -> tuple[b
         while time.monotonic() - t0 < BOOT_TIMEOUT_S:
             if proc.poll() is not None:
                 break
-            if verify.health_ok(port):
+            if health.health_ok(port):
                 ok = True
                 break
             time.sleep(POLL_S)
@@ -197,7 +197,7 @@ def naive_boot(model: Path, python: str, length: int, log_path: Path) -> tuple[b
     finally:
         # A script would send Ctrl-C and wait; the tree stop does that to every process of the
         # server, so that nothing is left to skew the next boot on a shared machine.
-        launch.stop_tree(proc.pid, create_time)
+        processes.stop_tree(proc.pid, create_time)
         proc.wait(timeout=30)
     return ok, known_at
 

@@ -1,4 +1,7 @@
+import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +23,48 @@ def _runs_dir(tmp_path, monkeypatch):
     """Every test writes runs into its own temporary folder, never the repo's runs/."""
     monkeypatch.setenv("AUTOTUNE_RUNS_DIR", str(tmp_path / "runs"))
     return tmp_path / "runs"
+
+
+@pytest.fixture
+def short_tmp():
+    """A fresh folder with a short path, for AF_UNIX sockets: their path may not exceed 107 bytes,
+    and tmp_path under a pytest-xdist worker (.../pytest-N/popen-gw0/test_name0/) comes close alone."""
+    folder = Path(tempfile.mkdtemp(prefix="at-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_server():
+    """fake_server(*profile_argv) -> a started FakeServer (helpers/fake_server.py); all are stopped after the test."""
+    from tests.helpers.fake_server import FakeServer
+
+    servers = []
+
+    def start(*argv: str) -> FakeServer:
+        servers.append(FakeServer(*argv))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+@pytest.fixture
+def tuned(_runs_dir, monkeypatch):
+    """A verified tune of the replaying vLLM 0.33 at 16,384 (in-process), its server kept serving; stopped after."""
+    from autotune.testing import profiles
+    from tests.helpers.cli import invoke_autotune
+    from tests.helpers.replay import fake
+
+    inventory = profiles.by_name("v1-0.33.0").nvml_inventory()
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    result = invoke_autotune("tune", "--target", "16384", "--strategy", "refusal", "--keep-serving", "--json",
+                             "--quiet", "--", *fake("v1-0.33.0", scale="0"))
+    record = json.loads(result.stdout)
+    assert record["result"]["verdict"] == "verified" and record["result"]["ceiling"] == 16384
+    yield record
+    invoke_autotune("stop", record["run_id"])
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +93,13 @@ def vllm_serve_argv(model, *extra):
             "--dtype", "bfloat16", "--enforce-eager", "--max-num-seqs", "1", *extra]
 
 
+# pytest-timeout's bound for the tests that take minutes (the rest take pyproject.toml's `timeout`):
+# a real boot is about a minute on 2 cores and an e2e test runs a few; a module whose story is longer
+# still sets its own `pytest.mark.timeout`. The fuzz run (slow) is 100,000 examples.
+E2E_TIMEOUT_S = 900
+SLOW_TIMEOUT_S = 3600
+
+
 def pytest_collection_modifyitems(config, items):
     """A test that boots real vLLM lives under tests/e2e/, so `make test-fast` never boots one."""
     e2e = ROOT / "tests" / "e2e"
@@ -55,3 +107,10 @@ def pytest_collection_modifyitems(config, items):
                  if item.get_closest_marker("vllm") and e2e not in Path(str(item.fspath)).parents]
     if misplaced:
         raise pytest.UsageError("tests marked vllm must live under tests/e2e/: " + ", ".join(misplaced))
+    for item in items:
+        if item.get_closest_marker("timeout"):
+            continue
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        elif e2e in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))

@@ -9,7 +9,7 @@ import pytest
 from autotune.analysis import boot_check
 from autotune.store.record import Attempt
 from autotune.testing.tiny_model import build_kind
-from tests.test_estimate import gqa_folder
+from tests.helpers.model_folders import gqa_folder
 
 FACTS = {"vllm_version": "0.32.0", "available_kv_gib": 0.32, "kv_cache_tokens": 166144,
          "max_concurrency_tokens": 166016, "kv_cache_device": "CPU", "cpu_node_total_gib": 8.34}

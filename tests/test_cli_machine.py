@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from autotune.host import machine
 from autotune.cli.main import cli
 from autotune.cli.gpus import machine_warnings, render_gpus
-from tests.test_gpus import GTX_1660S, REFERENCE, RTX_3090
+from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090
 
 HOST = {"hostname": "rig", "os": "Linux", "python": "3.11.7", "cpu_model": "AMD Ryzen 9 5900X 12-Core Processor",
         "cpu_count_logical": 24, "cpu_count_physical": 12, "ram_total_gib": 62.7, "ram_available_gib": 48.31}

@@ -1,4 +1,4 @@
-"""client.py and verify's front-door diagnosis, against a local front door with a key and TLS
+"""server/client.py and server/health.py's front-door diagnosis, against a local front door with a key and TLS
 (tests/helpers/front_door_server.py); real vLLM: tests/e2e/test_front_door_real_vllm.py."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from autotune.run import client, probe, verify
+from autotune.server import client, probe, health
 from autotune.testing.selfsigned import make_self_signed
 from tests.helpers.front_door_server import FrontDoorServer
 
@@ -68,8 +68,8 @@ def test_a_unix_socket_replaces_host_and_port():
 def test_the_key_is_sent_as_bearer_on_v1_only_and_verifies():
     with FrontDoorServer(api_key=KEY, max_model_len=4096) as server:
         door = door_of(["--api-key", KEY], port=server.port)
-        assert verify.health(door) is True
-        ok, reason, evidence = verify.check_serving(door, 4096)
+        assert health.health(door) is True
+        ok, reason, evidence = health.check_serving(door, 4096)
         assert ok, reason
         assert server.seen_auth == [None, f"Bearer {KEY}"]  # /health is never guarded in vLLM
 
@@ -80,7 +80,7 @@ def test_the_key_is_sent_as_bearer_on_v1_only_and_verifies():
 ])
 def test_a_401_is_the_front_door_never_the_length(argv, env, says):
     with FrontDoorServer(api_key=KEY) as server:
-        ok, reason, evidence = verify.check_serving(door_of(argv, env, server.port), 4096)
+        ok, reason, evidence = health.check_serving(door_of(argv, env, server.port), 4096)
     assert not ok and says in reason and "does not serve" not in reason
     assert evidence["front_door"]["kind"] == "api_key"
     assert "--api-key` in the serve command and its --config file, then VLLM_API_KEY" in reason
@@ -91,12 +91,12 @@ def test_https_with_the_servers_own_certificate_pinned(cert):
     keyfile, certfile = cert
     with FrontDoorServer(certfile=certfile, keyfile=keyfile) as server:
         door = door_of(["--ssl-keyfile", str(keyfile), "--ssl-certfile", str(certfile)], port=server.port)
-        assert verify.health(door) is True
-        assert verify.check_serving(door, 4096)[0]
+        assert health.health(door) is True
+        assert health.check_serving(door, 4096)[0]
         # against a CA file (the self-signed certificate is its own CA)
         door = door_of(["--ssl-keyfile", str(keyfile), "--ssl-certfile", str(certfile),
                         "--ssl-ca-certs", str(certfile)], port=server.port)
-        assert verify.check_serving(door, 4096)[0]
+        assert health.check_serving(door, 4096)[0]
 
 
 def test_a_certificate_that_is_not_the_pinned_one_is_a_tls_diagnosis(cert, tmp_path):
@@ -104,25 +104,25 @@ def test_a_certificate_that_is_not_the_pinned_one_is_a_tls_diagnosis(cert, tmp_p
     _, other = make_self_signed(tmp_path, "other")
     with FrontDoorServer(certfile=certfile, keyfile=keyfile) as server:
         door = door_of(["--ssl-keyfile", str(keyfile), "--ssl-certfile", str(other)], port=server.port)
-        with pytest.raises(verify.FrontDoorRefused, match="is not the one in its --ssl-certfile") as caught:
-            verify.health(door)
+        with pytest.raises(health.FrontDoorRefused, match="is not the one in its --ssl-certfile") as caught:
+            health.health(door)
     assert caught.value.kind == "tls"
 
 
 def test_http_to_an_https_server_says_it_speaks_https(cert):
     keyfile, certfile = cert
     with FrontDoorServer(certfile=certfile, keyfile=keyfile) as server:
-        with pytest.raises(verify.FrontDoorRefused, match="speaks https, but the serve command autotune read has no"):
-            verify.health(server.port)
-        assert verify.health_ok(server.port) is False  # before the server says it listens: a plain no
+        with pytest.raises(health.FrontDoorRefused, match="speaks https, but the serve command autotune read has no"):
+            health.health(server.port)
+        assert health.health_ok(server.port) is False  # before the server says it listens: a plain no
 
 
 def test_https_to_an_http_server_is_a_tls_diagnosis(cert):
     keyfile, certfile = cert
     with FrontDoorServer() as server:
         door = door_of(["--ssl-keyfile", str(keyfile), "--ssl-certfile", str(certfile)], port=server.port)
-        with pytest.raises(verify.FrontDoorRefused, match="TLS handshake"):
-            verify.health(door)
+        with pytest.raises(health.FrontDoorRefused, match="TLS handshake"):
+            health.health(door)
 
 
 def test_the_probe_goes_through_the_same_front_door(cert):
@@ -148,13 +148,13 @@ def test_the_front_door_may_be_set_in_the_config_file(tmp_path):
     assert (door.api_key, door.key_source) == ("sk-cli", "--api-key")
 
 
-def test_a_unix_socket_front_door(tmp_path):
+def test_a_unix_socket_front_door(short_tmp):
     """--uds: vLLM listens on a unix socket instead of host:port (0.32 has it)."""
     import socketserver
 
     from tests.helpers.front_door_server import FrontDoorServer
 
-    path = str(tmp_path / "vllm.sock")
+    path = str(short_tmp / "vllm.sock")
     tcp = FrontDoorServer(api_key=KEY)  # its handler, served on the socket below
     tcp.httpd.server_close()
 
@@ -166,13 +166,13 @@ def test_a_unix_socket_front_door(tmp_path):
             return request, ("local", 0)
 
     door = door_of(["--uds", path, "--api-key", KEY], port=8000)
-    assert verify.health_ok(door) is False  # no socket yet: not up, not an error
+    assert health.health_ok(door) is False  # no socket yet: not up, not an error
     server = UnixHTTPServer(path, tcp.httpd.RequestHandlerClass)
     thread = __import__("threading").Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        assert verify.health(door) is True
-        assert verify.check_serving(door, 4096)[0]
+        assert health.health(door) is True
+        assert health.check_serving(door, 4096)[0]
     finally:
         server.shutdown()
         server.server_close()

@@ -33,7 +33,7 @@ from autotune.store import record as record_mod
 from autotune.analysis import run_row
 from autotune.analysis import estimate, next_boot  # noqa: E402
 from autotune.cli.compare import render_report  # noqa: E402
-from tests.test_compare import cpu_sweep, record  # noqa: E402
+from tests.helpers.compare_records import cpu_sweep, record  # noqa: E402
 
 
 def with_cache(rec: dict, state: str | None) -> dict:

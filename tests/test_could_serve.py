@@ -6,7 +6,7 @@ The anchor is real: vLLM 0.32's CPU backend, tiny Llama, --kv-cache-memory-bytes
 from pathlib import Path
 
 from autotune.analysis.could_serve import EXACT, LIKELY, UNKNOWN, could_serve
-from autotune.run import metrics
+from autotune.server import metrics
 
 REAL = metrics.parse((Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt").read_text())
 
@@ -65,7 +65,7 @@ def test_no_pool_figures():
 
 def test_a_sliding_window_server_accepting_more_than_its_pool_serves_only_the_pool():
     # the replaying vLLM's sliding-2xh100-gemma4-31b (vLLM 0.19.1, vllm#39734): 262,144 accepted on 4,790 blocks of
-    # 16 tokens; a request longer than the 76,640-token pool waits in the queue forever (run/queue_watch.py)
+    # 16 tokens; a request longer than the 76,640-token pool waits in the queue forever (server/queue_watch.py)
     room = could_serve(_cache(num_gpu_blocks=4790, block_size=16, gpu_memory_utilization=0.9), 262144, "0.19.1")
     assert (room.pool_tokens, room.max_model_len, room.certainty) == (76640, 76640, LIKELY)
     assert "accepts 262,144, more than the pool holds" in room.why

@@ -29,7 +29,7 @@ from autotune.store.record import RunRecord
 from autotune.store.verified import NotEmittable, final_argv, replayed
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
-from tests.test_emit import gpu_record, real
+from tests.helpers.emit_records import gpu_record, real
 
 PROFILE = "tp2-2x3090-qwen3.6-27b"
 SECRET = "sk-replay-secret-4711"

@@ -13,7 +13,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,41 +20,12 @@ import yaml
 from autotune.store import emit, verified
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
-
-RECORDS = Path(__file__).resolve().parent / "fixtures" / "progress"
-
-
-def real(name: str = "cpu-0.32.0-refused-then-verified.run.json") -> dict:
-    return json.loads((RECORDS / name).read_text())
+from tests.helpers.emit_records import gpu_record, real
 
 
 def typed(rec: dict) -> RunRecord:
     """The record as the renderers take it (artifact.load gives the same)."""
     return RunRecord.from_dict(rec)
-
-
-def gpu_record() -> dict:
-    """A real record moved to a pinned GPU, with secrets and the options GPU users pass."""
-    rec = real()
-    argv = ["vllm", "serve", "Qwen/Qwen3.6-27B-AWQ", "--quantization", "awq_marlin",
-            "--gpu-memory-utilization", "0.95", "--max-num-seqs", "1", "--enable-prefix-caching",
-            "--no-enable-log-requests", "-tp", "1", "--kv-cache-dtype", "auto", "--revision", "1.10",
-            "--compilation-config", '{"cudagraph_mode": "FULL_AND_PIECEWISE", "max_cudagraph_capture_size": 32}',
-            "--api-key", "key-one", "key-two", "--served-model-name", "qwen 27b",
-            "--max_num_batched_tokens=2048", "--port", "8011", "--max-model-len", "61152"]
-    rec["result"]["final_argv"] = argv
-    rec["result"]["ceiling"] = 61152
-    rec["model"] = "Qwen/Qwen3.6-27B-AWQ"
-    rec["command"]["argv"] = argv[:-2]
-    rec["command"]["port_chosen_by_autotune"] = False
-    rec["command"]["cwd"] = "/home/me/llm"
-    rec["environment"] = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1", "HF_TOKEN": "***",
-                          "VLLM_ATTENTION_BACKEND": "FLASH_ATTN", "OMP_NUM_THREADS": "8",
-                          "VLLM_CACHE_ROOT": "/data/vllm 100%$cache"}
-    rec["machine"]["gpus"] = [
-        {"index": 0, "uuid": "GPU-1660aaaa", "name": "NVIDIA GeForce GTX 1660 SUPER"},
-        {"index": 1, "uuid": "GPU-3090bbbb", "name": "NVIDIA GeForce RTX 3090"}]
-    return rec
 
 
 RECORDS_UNDER_TEST = {

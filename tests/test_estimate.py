@@ -10,49 +10,19 @@ import shlex
 import pytest
 from click.testing import CliRunner
 
-from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.cli.main import cli
+from tests.helpers.calibration import NODE, argv_for, record
+from tests.helpers.model_folders import gqa_folder
 
 GIB = 2**30
-NODE = 8742684 * 1024  # MemTotal of node 0 here, 8.34 GiB as vLLM prints it
 
 
 @pytest.fixture(scope="module")
 def gqa(tmp_path_factory):
     return gqa_folder(tmp_path_factory.mktemp("m") / "gqa")
-
-
-def gqa_folder(root):
-    """The tiny GQA model the recorded boot served (4 layers, 8 heads sharing 2 KV heads of 64: 2 KiB
-    per token), as config.json and a small safetensors file (only the headers are read)."""
-    import json as _json
-
-    from tests.test_model_files import write_safetensors
-
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text(_json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 4,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "hidden_size": 512, "torch_dtype": "bfloat16",
-        "max_position_embeddings": 1048576}))
-    write_safetensors(root / "model.safetensors", {"embed": ("BF16", [441, 512])})
-    return root
-
-
-def argv_for(model, gmu):
-    return ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--dtype", "bfloat16",
-            "--enforce-eager", "--max-num-seqs", "1", "--gpu-memory-utilization", str(gmu)]
-
-
-def record(model, gmu=0.14, kv_gib=0.32, tokens=166144, length=166016, run_id="r1", verdict="verified"):
-    argv = argv_for(model, gmu) + ["--max-model-len", "auto"]
-    facts = {"vllm_version": "0.32.0", "available_kv_gib": kv_gib, "kv_cache_tokens": tokens,
-             "max_concurrency_tokens": length, "cpu_node_total_gib": 8.34}
-    return {"run_id": run_id, "kind": "tune", "model": str(model), "vllm_version": "0.32.0",
-            "command": {"argv": argv}, "environment": {}, "machine": {"host": {"ram_total_gib": 23.4}, "gpus": []},
-            "attempts": [{"argv": argv, "facts": facts, "outcome": "verified"}],
-            "result": {"verdict": verdict, "verified": verdict == "verified", "ceiling": length,
-                       "available_kv_gib": kv_gib, "kv_cache_tokens": tokens}}
 
 
 def shape_settings(model, length=166016):

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 import signal
 from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from autotune.analysis import compare as cmp
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode, exit_code_of, exits
+from autotune.errors import AutotuneError
 from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
-from autotune.run.signals import Interrupted
+from autotune.host.signals import Interrupted
 from autotune.store.artifact import ArtifactError
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"
@@ -30,6 +33,7 @@ def test_reproduce_verdict_codes_are_the_enum_values():
     assert cmp.EXIT_SAME_OR_BETTER == ExitCode.OK
     assert cmp.EXIT_ERROR == ExitCode.FAILED
     assert cmp.EXIT_REGRESSION == ExitCode.REGRESSION
+    assert cmp.EXIT_UNDETERMINED == ExitCode.UNDETERMINED
 
 
 def test_verdicts_map_to_codes():
@@ -68,3 +72,40 @@ def test_other_errors_are_not_swallowed():
     with pytest.raises(KeyError):
         with exits("x"):
             raise KeyError("a bug stays a traceback")
+
+
+# Every error the user can act on, by its module: each is an AutotuneError, and the ValueError
+# ones stay ValueErrors (code that catches ValueError still catches them).
+DOMAIN_ERRORS = [
+    ("autotune.store.artifact", "ArtifactError"), ("autotune.host.gpus", "GpuSelectorError"),
+    ("autotune.server.client", "FrontDoorError"), ("autotune.store.redact", "MissingSecret"),
+    ("autotune.run.margin", "MarginError"), ("autotune.fleet.plan", "PlanError"),
+    ("autotune.fleet.errors", "FleetError"), ("autotune.model.files", "ModelFilesError"),
+    ("autotune.analysis.device_memory", "NoDevice"), ("autotune.run.reproduce", "NotReproducible"),
+    ("autotune.analysis.plot", "PlotUnavailable"), ("autotune.store.kept", "NotKept"),
+]
+WERE_VALUE_ERRORS = {"GpuSelectorError", "FrontDoorError", "MissingSecret", "MarginError", "PlanError",
+                     "ModelFilesError", "NoDevice"}
+
+
+@pytest.mark.parametrize("module, name", DOMAIN_ERRORS)
+def test_each_domain_error_exits_1_with_its_message(module, name):
+    error_class = getattr(importlib.import_module(module), name)
+    assert issubclass(error_class, AutotuneError)
+    assert issubclass(error_class, ValueError) == (name in WERE_VALUE_ERRORS)
+    with pytest.raises(click.ClickException, match="no such thing") as raised:
+        with exits("x"):
+            raise error_class("no such thing")
+    assert raised.value.exit_code == ExitCode.INPUT
+
+
+def test_an_error_with_its_own_exit_code_exits_with_it():
+    @click.command()
+    def command():
+        with exits("x"):
+            raise AutotuneError("the server turned us away", exit_code=ExitCode.FRONT_DOOR)
+
+    result = CliRunner().invoke(command, [])
+    assert result.exit_code == ExitCode.FRONT_DOOR
+    assert result.stderr == "Error: the server turned us away\n"
+    assert result.stdout == ""

@@ -14,25 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.run import launch
+from autotune.host import processes
 from autotune.testing import fake_vllm, profiles
 from autotune.testing.truth import truth
 from autotune.testing.profiles import GIB, Settings
 from autotune.vllm import logparse, versions
-
-SEED = "seed-3090-qwen3.6-27b"
-SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
-               "--enable-chunked-prefill"]
-
-
-def boot(*argv, env=None):
-    """(exit status or (served length, KV tokens), parsed result, the lines) of one in-process boot."""
-    out = io.StringIO()
-    req = fake_vllm.read_request(["--time-scale", "0", *argv], env or {})
-    outcome = fake_vllm.Boot(req, out).run()
-    lines = out.getvalue().splitlines()
-    return outcome, logparse.parse_lines(lines).result(), lines
-
+from tests.helpers.replay import SEED, SEED_LEVERS, boot
 
 # ---- the seed machine's figures (issue 12) -------------------------------------------------------
 
@@ -211,7 +198,7 @@ def test_autotune_sees_the_profiles_version():
 
 
 def test_the_server_answers_like_vllm_and_stops_on_sigint(tmp_path):
-    port = launch.free_port()
+    port = processes.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", "v1-0.21.0",
                              "--time-scale", "0", "--port", str(port), "--max-model-len", "4096"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

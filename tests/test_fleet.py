@@ -7,14 +7,12 @@ compare's node check. The leaves are real `autotune tune` programs booting the r
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from click.testing import CliRunner
 
@@ -22,14 +20,7 @@ from autotune.analysis import node_outliers
 from autotune.cli import cli
 from autotune.fleet import collect, plan as plan_mod
 from autotune.store import artifact
-
-FAKE = f"{sys.executable} -m autotune.testing.fake_vllm"
-
-
-def write_plan(tmp_path: Path, text: str, name: str = "plan.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
+from tests.helpers.fleet_plans import FAKE, fakes, no_overlap, write_plan
 
 
 def grid_plan(tmp_path: Path, marker: str, scale: float = 0.01, profiles=("seed-3090-qwen3.6-27b", "v1-0.33.0"),
@@ -44,33 +35,6 @@ probe: none
 grid:
   --gpu-memory-utilization: [{", ".join(map(str, gmus))}]
 """)
-
-
-def fakes(marker: str) -> list[psutil.Process]:
-    """The replaying vLLM servers of one test (their --served-model-name is the marker; the leaves'
-    autotune, whose command holds the same words after `--`, is not one, nor are tune's questions
-    to it, `--print-version` and `--print-gpus`, which serve nothing)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info["cmdline"] or []
-        questions = {"--print-version", "--print-gpus"}
-        if cmd[1:3] == ["-m", "autotune.testing.fake_vllm"] and marker in cmd and not questions & set(cmd):
-            found.append(proc)
-    return found
-
-
-def no_overlap(state: collect.FleetState) -> None:
-    """Never two leaves on one slot at once, from the recorded slots and times."""
-    spans = []
-    for entry in state.data["leaves"]:
-        for t in entry["tries"]:
-            where = ((t["node"] or {}).get("node_id") or (t["node"] or {}).get("hostname"),
-                     tuple(t["gpu"].get("ids") or []) or t["gpu"].get("slot"))
-            spans.append((where, t["started_at"], t["ended_at"]))
-    for i, (where, start, end) in enumerate(spans):
-        for other, start2, end2 in spans[i + 1:]:
-            if other == where:
-                assert end <= start2 or end2 <= start, f"two leaves on {where} at once"
 
 
 # ---- the plan -----------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ each name is the log's file number there).
 """
 import pytest
 
-from autotune.analysis import kv_pool
-from autotune.analysis import model_files as mf
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.vllm import versions
 
 MIB128 = 128 * 2**20

@@ -5,17 +5,10 @@ tune, lever search or sweep; a bare --target the command of the newest tune."""
 
 import json
 
-from click.testing import CliRunner
-
-from autotune.cli import cli
 from autotune.cli.resume import what_to_resume
 from autotune.run import deployed
 from autotune.store import artifact, latest
-from tests.test_verify_cli import tuned  # noqa: F401 - the fixture: a verified tune of the replaying vLLM, kept serving
-
-
-def autotune(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False, env={"VLLM_API_KEY": None})
+from tests.helpers.cli import invoke_autotune
 
 
 def a_run(runs_dir, run_id, state="finished", kind="tune", argv=None, **fields):
@@ -29,33 +22,33 @@ def a_run(runs_dir, run_id, state="finished", kind="tune", argv=None, **fields):
 
 def test_after_a_verification_latest_is_still_the_tune_for_show_emit_compare_and_verify(tuned, _runs_dir):
     url, run_id = tuned["result"]["serving"]["url"], tuned["run_id"]
-    assert autotune("verify", url, "--run", run_id, "--probe", "none").exit_code == 0
-    assert autotune("verify", url, "--probe", "none").exit_code == 0  # a second one, verifying no run
+    assert invoke_autotune("verify", url, "--run", run_id, "--probe", "none").exit_code == 0
+    assert invoke_autotune("verify", url, "--probe", "none").exit_code == 0  # a second one, verifying no run
     newest = artifact.list_runs(_runs_dir)[0].name
     assert artifact.load(_runs_dir / newest).kind == "verify"  # the newest folder is a verification
 
-    shown = autotune("show")
+    shown = invoke_autotune("show")
     assert shown.exit_code == 0, shown.output
     assert shown.stdout.startswith("Verified: --max-model-len 16,384 (the target)")  # the tune's card
     check = deployed.verifications_of(_runs_dir, run_id)[0]
     assert f"  deployed at {url}, verified" in shown.stdout and check.run_id in shown.stdout
     assert f"verification {newest} of {url} is newer" in shown.stderr and f"autotune show {newest}" in shown.stderr
-    assert json.loads(autotune("show", "latest", "--json").stdout)["run_id"] == run_id
-    emitted = autotune("show", "latest", "--emit", "command")
+    assert json.loads(invoke_autotune("show", "latest", "--json").stdout)["run_id"] == run_id
+    emitted = invoke_autotune("show", "latest", "--emit", "command")
     assert emitted.exit_code == 0, emitted.output
     assert "--max-model-len 16384" in emitted.stdout
 
-    compared = autotune("compare", "latest", "--json")
+    compared = invoke_autotune("compare", "latest", "--json")
     assert compared.exit_code == 0, compared.output
     assert [r["run_id"] for r in json.loads(compared.stdout)["runs"]] == [run_id]
-    again = autotune("verify", url, "--run", "latest", "--probe", "none")
+    again = invoke_autotune("verify", url, "--run", "latest", "--probe", "none")
     assert again.exit_code == 0, again.output
     assert f"(verifies {run_id})" in again.stdout
 
 
 def test_only_verifications_is_a_clear_error_naming_them(_runs_dir):
     a_run(_runs_dir, "20260101T000001Z-m", kind="verify")
-    result = autotune("show")
+    result = invoke_autotune("show")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "no run that booted vLLM" in result.output and "20260101T000001Z-m" in result.output
 
@@ -82,14 +75,14 @@ def test_resume_latest_is_the_newest_interrupted_run_past_finished_runs_and_veri
 def test_resume_latest_with_nothing_interrupted_says_so(_runs_dir):
     a_run(_runs_dir, "20260101T000001Z-m")
     a_run(_runs_dir, "20260101T000002Z-m", kind="verify")
-    result = autotune("resume")
+    result = invoke_autotune("resume")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "nothing to resume" in result.output
 
 
 def test_resume_latest_leaves_a_fleets_leaf_to_its_fleet(_runs_dir):
     a_run(_runs_dir, "20260101T000001Z-m", state="interrupted", fleet={"fleet_id": "20260101T000000Z-fleet-p"})
-    result = autotune("resume")
+    result = invoke_autotune("resume")
     assert result.exit_code == 1 and "nothing to resume" in result.output
     assert "autotune fleet resume 20260101T000000Z-fleet-p" in result.output
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.run import launch
+from autotune.host import processes
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -21,7 +21,7 @@ def _wait_lines(server, n, timeout=10):
 
 def test_merged_stream_is_logged_and_read(tmp_path):
     code = "import sys; print('out1', flush=True); print('err1', file=sys.stderr, flush=True); print('out2', flush=True)"
-    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "a.log")
+    server = processes.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "a.log")
     lines = _wait_lines(server, 3)
     server.proc.wait(timeout=10)  # let it exit by itself: a stop signal now would add a traceback to the log
     server.stop()
@@ -29,9 +29,20 @@ def test_merged_stream_is_logged_and_read(tmp_path):
     assert (tmp_path / "a.log").read_bytes().split() == [b"out1", b"err1", b"out2"]
 
 
+def test_the_log_file_holds_each_line_as_the_caller_scrubs_it_and_the_reader_gets_it_as_printed(tmp_path):
+    code = "print('key=sk-123', flush=True)"
+    server = processes.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "a.log",
+                                     scrub=lambda line: line.replace(b"sk-123", b"***"))
+    lines = _wait_lines(server, 1)
+    server.proc.wait(timeout=10)
+    server.stop()
+    assert [l.strip() for l in lines] == [b"key=sk-123"]
+    assert (tmp_path / "a.log").read_bytes() == b"key=***\n"
+
+
 def test_staged_stop_escalates_to_sigkill_over_the_whole_tree(tmp_path):
-    server = launch.ServerProcess([sys.executable, str(HELPERS / "stubborn_server.py")], env={},
-                                  log_path=tmp_path / "s.log")
+    server = processes.ServerProcess([sys.executable, str(HELPERS / "stubborn_server.py")], env={},
+                                     log_path=tmp_path / "s.log")
     lines = _wait_lines(server, 3)
     assert any(b"grandchild up" in l for l in lines)
     tree = server.tree()
@@ -53,39 +64,39 @@ def test_orphans_left_in_the_session_are_found(tmp_path):
     code = ("import subprocess,sys,time;"
             "subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']);"
             "print('spawned', flush=True)")
-    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "o.log")
+    server = processes.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "o.log")
     _wait_lines(server, 1)
     server.proc.wait(timeout=10)
-    orphans = launch.process_tree(server.pid)
+    orphans = processes.process_tree(server.pid)
     assert len(orphans) == 1
     report = server.stop(stages=((signal.SIGTERM, 5),))
     assert report.leftover_pids == []
 
 
 def test_missing_program_is_a_launch_error(tmp_path):
-    with pytest.raises(launch.LaunchError, match="cannot run 'no-such-vllm-binary'"):
-        launch.ServerProcess(["no-such-vllm-binary", "serve"], env={}, log_path=tmp_path / "x.log")
+    with pytest.raises(processes.LaunchError, match="cannot run 'no-such-vllm-binary'"):
+        processes.ServerProcess(["no-such-vllm-binary", "serve"], env={}, log_path=tmp_path / "x.log")
 
 
 def test_pid_reuse_guard(tmp_path):
-    server = launch.ServerProcess([sys.executable, "-c", "import time; time.sleep(30)"], env={},
+    server = processes.ServerProcess([sys.executable, "-c", "import time; time.sleep(30)"], env={},
                                   log_path=tmp_path / "g.log")
     try:
         # A different start time means "not our process": nothing is signalled.
-        assert launch.process_tree(server.pid, server.create_time + 100) == []
-        assert len(launch.process_tree(server.pid, server.create_time)) == 1
+        assert processes.process_tree(server.pid, server.create_time + 100) == []
+        assert len(processes.process_tree(server.pid, server.create_time)) == 1
     finally:
         server.stop()
 
 
 def test_segments_left_by_a_killed_tree_are_removed_unless_in_use(tmp_path):
     (tmp_path / "psm_old").write_bytes(b"x")
-    before = launch.shm_segments(tmp_path)
+    before = processes.shm_segments(tmp_path)
     (tmp_path / "psm_new_orphan").write_bytes(b"x")
     (tmp_path / "psm_new_in_use").write_bytes(b"x")
     (tmp_path / "other_file").write_bytes(b"x")
     (tmp_path / "sem.mp-abc123").write_bytes(b"x")  # a multiprocessing semaphore of the killed tree
-    removed = launch.remove_orphaned_segments(before, tmp_path, in_use=lambda name: name == "psm_new_in_use")
+    removed = processes.remove_orphaned_segments(before, tmp_path, in_use=lambda name: name == "psm_new_in_use")
     assert removed == ["psm_new_orphan", "sem.mp-abc123"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other_file", "psm_new_in_use", "psm_old"]
 
@@ -96,31 +107,31 @@ def test_a_mapped_segment_is_seen_as_in_use(tmp_path):
     path = tmp_path / "psm_mapped_here"
     path.write_bytes(b"\0" * 4096)
     with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 4096):
-        assert launch._mapped_by_any_process("psm_mapped_here")
-    assert not launch._mapped_by_any_process("psm_mapped_here")
+        assert processes._mapped_by_any_process("psm_mapped_here")
+    assert not processes._mapped_by_any_process("psm_mapped_here")
 
 
-def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_them(tmp_path):
+def test_files_a_killed_vllm_leaves_in_tmp_are_removed_unless_a_process_holds_them(short_tmp):
     import socket as socketlib
 
-    dirs = launch.leftover_dirs({"TMPDIR": str(tmp_path)})
-    assert tmp_path in dirs and launch.SHM_DIR in dirs
-    only_tmp = {tmp_path: dirs[tmp_path]}
-    (tmp_path / ("vllm_dist_" + "1" * 32)).write_text("old")
-    before = launch.snapshot_leftovers(only_tmp)
-    store = tmp_path / ("vllm_dist_" + "a" * 32)
+    dirs = processes.leftover_dirs({"TMPDIR": str(short_tmp)})
+    assert short_tmp in dirs and processes.SHM_DIR in dirs
+    only_tmp = {short_tmp: dirs[short_tmp]}
+    (short_tmp / ("vllm_dist_" + "1" * 32)).write_text("old")
+    before = processes.snapshot_leftovers(only_tmp)
+    store = short_tmp / ("vllm_dist_" + "a" * 32)
     store.write_text("x")
-    dead_socket = tmp_path / "3f2b1c4d-1111-4abc-8def-0123456789ab"
-    live_socket = tmp_path / "9e8d7c6b-2222-4abc-8def-0123456789ab"
-    other = tmp_path / "not-vllm.txt"
+    dead_socket = short_tmp / "3f2b1c4d-1111-4abc-8def-0123456789ab"
+    live_socket = short_tmp / "9e8d7c6b-2222-4abc-8def-0123456789ab"
+    other = short_tmp / "not-vllm.txt"
     other.write_text("x")
     with socketlib.socket(socketlib.AF_UNIX) as dead:
         dead.bind(str(dead_socket))
     with socketlib.socket(socketlib.AF_UNIX) as live:
         live.bind(str(live_socket))
-        removed = launch.remove_orphaned_leftovers(before, only_tmp)
+        removed = processes.remove_orphaned_leftovers(before, only_tmp)
         assert sorted(removed) == sorted([str(store), str(dead_socket)])
-        assert live_socket.exists() and other.exists() and (tmp_path / ("vllm_dist_" + "1" * 32)).exists()
+        assert live_socket.exists() and other.exists() and (short_tmp / ("vllm_dist_" + "1" * 32)).exists()
 
 
 def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
@@ -129,33 +140,33 @@ def test_a_killed_tree_counts_as_gone_once_its_processes_are_zombies(tmp_path):
     code = ("import subprocess,sys,time;"
             "subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']);"
             "print('spawned', flush=True); time.sleep(600)")
-    server = launch.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "z.log")
+    server = processes.ServerProcess([sys.executable, "-c", code], env={}, log_path=tmp_path / "z.log")
     _wait_lines(server, 1)
-    report = server.stop(launch.STAGES_FAST)
+    report = server.stop(processes.STAGES_FAST)
     assert [s["signal"] for s in report.steps] == ["SIGKILL"]
     assert report.leftover_pids == [] and report.duration_s < 1.0
 
 
-def test_a_killed_tree_takes_only_its_own_files_with_it_never_a_neighbours(tmp_path):
+def test_a_killed_tree_takes_only_its_own_files_with_it_never_a_neighbours(short_tmp):
     # The child holds a ZeroMQ-like socket and torch's file store in TMPDIR, as vLLM does; a
     # neighbour's files appear beside them during the boot and must survive the kill, even unheld.
     import socket as socketlib
     import uuid
 
-    sock_path = tmp_path / str(uuid.uuid4())
-    store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    sock_path = short_tmp / str(uuid.uuid4())
+    store = short_tmp / ("vllm_dist_" + uuid.uuid4().hex)
     code = ("import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
             "f = open(sys.argv[2], 'w'); print('up', flush=True); time.sleep(600)")
-    server = launch.ServerProcess([sys.executable, "-c", code, str(sock_path), str(store)],
-                                  env={"TMPDIR": str(tmp_path)}, log_path=tmp_path / "h.log")
+    server = processes.ServerProcess([sys.executable, "-c", code, str(sock_path), str(store)],
+                                  env={"TMPDIR": str(short_tmp)}, log_path=short_tmp / "h.log")
     _wait_lines(server, 1)
-    neighbour_store = tmp_path / ("vllm_dist_" + uuid.uuid4().hex)
+    neighbour_store = short_tmp / ("vllm_dist_" + uuid.uuid4().hex)
     neighbour_store.write_text("x")  # a booting neighbour's store, between two operations: held by nobody
-    neighbour_socket = tmp_path / str(uuid.uuid4())
+    neighbour_socket = short_tmp / str(uuid.uuid4())
     with socketlib.socket(socketlib.AF_UNIX) as s:
         s.bind(str(neighbour_socket))  # bound, then closed: a leftover of someone else
-    held = launch.files_held_by([server.pid], launch.leftover_dirs({"TMPDIR": str(tmp_path)}))
+    held = processes.files_held_by([server.pid], processes.leftover_dirs({"TMPDIR": str(short_tmp)}))
     assert held == {str(sock_path), str(store)}
-    report = server.stop(launch.STAGES_FAST)
+    report = server.stop(processes.STAGES_FAST)
     assert sorted(report.removed_shm) == sorted([str(sock_path), str(store)])
     assert neighbour_store.exists() and neighbour_socket.exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm.logparse import parse_lines
-from tests.test_logparse_messy import FIXTURES, TEXT_LOGS, _facts, _lines
+from tests.helpers.real_logs import FIXTURES, TEXT_LOGS, boot_facts, log_lines
 
 NEEDLES = ("To serve at least one request", "The model's max seq len (", "User-specified max_model_len (",
            "max_num_seqs (", "Free memory on device", "max_num_batched_tokens (", "The draft model's max_model_len (")
@@ -27,7 +27,7 @@ _SENTENCE = re.compile(r"(?<=[.)]) (?=[A-Z])")  # after a sentence's end, at the
 _CLAUSE = re.compile(r"(?<=[.,)]) (?=\S)")  # after a sentence's or a clause's end, at the space
 # The real logs with such a message on one line (not those that show it broken already: 601).
 BROKEN_LOGS = [p for p in TEXT_LOGS if p.stem not in NOT_TAKEN_BACK
-               and any(n in line and _SENTENCE.search(line) for line in _lines(p) for n in NEEDLES)]
+               and any(n in line and _SENTENCE.search(line) for line in log_lines(p) for n in NEEDLES)]
 # vLLM's logger prefix, repeated by a viewer before each piece
 _PREFIX = re.compile(r"^(?:\([\w-]+ pid=\d+\) )?[A-Z]+ \d\d-\d\d \d\d:\d\d:\d\d \[[\w.]+:\d+\] ")
 
@@ -52,14 +52,14 @@ SPLITS = {"sentences": _SENTENCE, "clauses": _CLAUSE}
 
 
 def _boots(lines: list[str]) -> list[dict]:
-    return [_facts(boot["result"]) for boot in parse_lines(lines).boots()]
+    return [boot_facts(boot["result"]) for boot in parse_lines(lines).boots()]
 
 
 @pytest.mark.parametrize("split", SPLITS)
 @pytest.mark.parametrize("dress", DRESSES)
 @pytest.mark.parametrize("log", BROKEN_LOGS, ids=lambda p: p.stem)
 def test_a_message_broken_over_lines_reads_as_the_one_line(log: Path, dress: str, split: str):
-    lines = _lines(log)
+    lines = log_lines(log)
     broken = [piece for line in lines for piece in _broken(line, DRESSES[dress], SPLITS[split])]
     assert len(broken) > len(lines)
     assert _boots(broken) == _boots(lines)
@@ -111,7 +111,7 @@ def test_a_second_refusal_of_another_length_is_not_read_into_the_first():
 # The refusal as people paste it (issue 28)
 # ---------------------------------------------------------------------------
 
-REFUSAL_LOGS = [p for p in BROKEN_LOGS if any("KV cache is needed" in line for line in _lines(p))]
+REFUSAL_LOGS = [p for p in BROKEN_LOGS if any("KV cache is needed" in line for line in log_lines(p))]
 PASTED = FIXTURES / "601-kaito-h100-refusal-without-stray-paren-three-lines.log"  # as pasted: no "(", three lines
 
 
@@ -122,7 +122,7 @@ def _without_stray_paren(lines: list[str]) -> list[str]:
 
 
 def test_there_are_real_refusals_of_every_wording():
-    lines = [line for log in REFUSAL_LOGS for line in _lines(log) if "KV cache is needed" in line]
+    lines = [line for log in REFUSAL_LOGS for line in log_lines(log) if "KV cache is needed" in line]
     assert len(REFUSAL_LOGS) >= 5
     assert {"models's", "model's"} <= {w for line in lines for w in ("models's", "model's") if w in line}
     assert {"16.0", "8.0"} & {figure for line in lines for figure in re.findall(r"\(?([0-9]+\.[0-9]) GiB KV", line)}
@@ -132,7 +132,7 @@ def test_there_are_real_refusals_of_every_wording():
 def test_the_refusal_as_pasted_reads_its_four_figures_however_its_lines_are_dressed(dress: str):
     """kaito#2132: no "(" before the needed figure, one-decimal 22.5, three lines; its second and third
     lines bare, indented, stamped, prefixed, spaced or quoted; and the same sentence on one line."""
-    first, *rest = _lines(PASTED)
+    first, *rest = log_lines(PASTED)
     want = {"max_model_len_requested": 1048576, "kv_needed_gib": 22.5, "refusal_available_kv_gib": 17.39,
             "estimated_max_model_len": 810208, "outcome": "refused", "error_kind": "kv_cache_insufficient"}
     for lines in ([first, *(p for piece in rest for p in DRESSES[dress](piece, ""))], [" ".join([first, *rest])],
@@ -147,7 +147,7 @@ def test_the_refusal_as_pasted_reads_its_four_figures_however_its_lines_are_dres
 def test_a_refusal_without_the_stray_paren_reads_as_with_it(log: Path, dress: str, split: str):
     """Every real V1 refusal, written without the "(" before the needed figure: whole, and broken at its
     sentences or clauses with its pieces bare, indented, stamped, prefixed again, spaced or quoted."""
-    lines = _lines(log)
+    lines = log_lines(log)
     bare = _without_stray_paren(lines)
     assert _boots(bare) == _boots(lines)
     broken = [piece for line in bare for piece in _broken(line, DRESSES[dress], SPLITS[split])]
@@ -157,7 +157,7 @@ def test_a_refusal_without_the_stray_paren_reads_as_with_it(log: Path, dress: st
 @pytest.mark.parametrize("log", BROKEN_LOGS, ids=lambda p: p.stem)
 def test_a_quoted_log_with_its_message_broken_reads_as_the_one_line(log: Path):
     """A log quoted whole in a thread ("> " before every line), its error message broken at its clauses."""
-    lines = _lines(log)
+    lines = log_lines(log)
     broken = [piece for line in lines for piece in _broken(line, DRESSES["plain"], _CLAUSE)]
     assert _boots(["> " + line for line in broken]) == _boots(lines)
 
@@ -171,7 +171,7 @@ def _padded(line: str, width: int = 160) -> list[str]:
 def test_a_broken_message_padded_by_its_viewer_reads_as_the_one_line(log: Path, split: str):
     """A viewer pads each piece to its width with spaces: the padding is no text, and the break it
     hides ends the figure before it (refusals and the limit lines alike: one rule, in Wording.find)."""
-    lines = _lines(log)
+    lines = log_lines(log)
     broken = []
     for line in lines:
         pieces = _broken(line, DRESSES["plain"], SPLITS[split])
@@ -193,13 +193,13 @@ def test_a_limit_line_broken_anywhere_at_a_space_reads_as_the_one_line(line: str
     """The non-memory limits (a draft model's length, batched tokens below the length) broken at any
     space after their first words, the first piece padded or not, the rest bare, indented or quoted:
     the same figures."""
-    whole = _facts(parse_lines([line]).result())
+    whole = boot_facts(parse_lines([line]).result())
     assert whole.get("draft_max_model_len") == 65536 or whole.get("batched_tokens_limit") == 4096
     start = line.index(" (", line.index("] ")) + 2
     for at in (m.end() for m in re.finditer(" ", line[start:])):
         first, rest = line[: start + at], line[start + at:]
         for dress in ("", "    ", "> "):
-            assert _facts(parse_lines([first + padding, dress + rest]).result()) == whole, (first[-30:], dress)
+            assert boot_facts(parse_lines([first + padding, dress + rest]).result()) == whole, (first[-30:], dress)
 
 
 # ---------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def _collapsed(lines: list[str]) -> list[str]:
     return out
 
 
-COLLAPSIBLE_LOGS = [p for p in TEXT_LOGS if len(_collapsed(_lines(p))) < len(_lines(p)) - 3]
+COLLAPSIBLE_LOGS = [p for p in TEXT_LOGS if len(_collapsed(log_lines(p))) < len(log_lines(p)) - 3]
 
 
 def test_there_are_collapsible_real_logs():
@@ -231,7 +231,7 @@ def test_there_are_collapsible_real_logs():
 
 @pytest.mark.parametrize("log", COLLAPSIBLE_LOGS, ids=lambda p: p.stem)
 def test_a_log_whose_newlines_were_collapsed_reads_as_the_log(log: Path):
-    lines = _lines(log)
+    lines = log_lines(log)
     collapsed = _collapsed(lines)
     assert _boots(collapsed) == _boots(lines)
 
@@ -240,8 +240,8 @@ def test_a_collapsed_traceback_that_ends_in_an_exception_is_an_error():
     """vllm#31883 (fixture 602): a NotImplementedError at the end of a collapsed traceback is the boot's
     failure and its stated cause, not an incomplete log."""
     log = FIXTURES / "602-v013-rtx4070-draft-model-notimplemented-newlines-collapsed.log"
-    parser = parse_lines(_lines(log))
-    assert len(_lines(log)) == 1 and parser.outcome == "error"
+    parser = parse_lines(log_lines(log))
+    assert len(log_lines(log)) == 1 and parser.outcome == "error"
     assert parser.result()["exception"].startswith("NotImplementedError: Speculative decoding with draft model")
     one = "ValueError: x (APIServer pid=1) y"  # a prefix that is not the line's first: one record
     assert parse_lines([one]).result().get("exception", "").endswith("pid=1) y")

@@ -17,13 +17,13 @@ import pytest
 
 from autotune.vllm.logparse import BootLogParser, parse_lines
 from tests.helpers import log_carriers as carry
-from tests.test_logparse_messy import ALL_LOGS, FIXTURES, _facts, _facts_of, _lines
+from tests.helpers.real_logs import ALL_LOGS, FIXTURES, boot_facts, boot_facts_of, log_lines
 
 SMALL = 61  # a buffer far smaller than a line: most lines split, inside words, numbers and UTF-8 characters
 
 
 def _boots(lines: list[str]) -> list[dict]:
-    return [_facts(boot["result"]) for boot in parse_lines(lines).boots()]
+    return [boot_facts(boot["result"]) for boot in parse_lines(lines).boots()]
 
 
 def fluent_bit_cri(lines: list[str], split: int = carry.SPLIT) -> list[str]:
@@ -53,7 +53,7 @@ CARRIERS = {
 @pytest.mark.parametrize("carrier", CARRIERS)
 @pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.stem)
 def test_a_carried_log_reads_as_the_log_vllm_printed(log: Path, carrier: str):
-    lines = _lines(log)
+    lines = log_lines(log)
     carried = CARRIERS[carrier](lines)
     assert carried != lines
     assert _boots(carried) == _boots(lines)
@@ -109,8 +109,8 @@ def test_json_pretty_reads_its_message_at_the_message_row():
 def test_a_grafana_row_is_no_number_of_its_own():
     """Grafana's epoch and ISO time before the entry are no part of vLLM's line."""
     row = "1764600000123\t2025-12-01T14:40:00.123Z\tINFO 12-01 14:40:00 [api_server.py:1] vLLM API server version 0.9.1"
-    assert _facts_of([row])["vllm_version"] == "0.9.1"
-    assert _facts_of(carry.grafana_download([(FIXTURES / "208-v09x-4xh100-qwen3-235b-trimmed-two-lines.log")
+    assert boot_facts_of([row])["vllm_version"] == "0.9.1"
+    assert boot_facts_of(carry.grafana_download([(FIXTURES / "208-v09x-4xh100-qwen3-235b-trimmed-two-lines.log")
                                              .read_text().splitlines()[1]], newest_first=False))["kv_cache_tokens"] == 178880
 
 

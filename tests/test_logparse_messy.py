@@ -18,27 +18,7 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm.logparse import parse_file, parse_lines
-
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-ALL_LOGS = sorted(FIXTURES.glob("*.log"))
-TEXT_LOGS = [p for p in ALL_LOGS if "json-logging" not in p.name]
-
-
-def _lines(path: Path) -> list[str]:
-    lines = path.read_bytes().decode("utf-8", "replace").replace("\r", "").split("\n")  # lines end at \n only
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
-def _facts(result: dict) -> dict:
-    """What a log says about its boot: outcome, failure, every figure and word (not the echoed
-    arguments, the model they name and the stated exception text, which quote user input)."""
-    return {k: v for k, v in result.items()
-            if k not in ("non_default_args", "args_namespace", "model", "exception") and not isinstance(v, (dict, list))}
-
-
-def _facts_of(lines: list[str]) -> dict:
-    return _facts(parse_lines(lines).result())
-
+from tests.helpers.real_logs import ALL_LOGS, FIXTURES, TEXT_LOGS, boot_facts, boot_facts_of, log_lines
 
 # ---------------------------------------------------------------------------
 # Lines cut short: the figures before the cut, never a figure the cut shortened
@@ -56,11 +36,11 @@ def _figure_lines() -> list[str]:
     """Each distinct real line that shows a figure by itself."""
     seen, out = set(), []
     for log in TEXT_LOGS:
-        for line in _lines(log):
+        for line in log_lines(log):
             if line in seen or len(line) > 3000:
                 continue
             seen.add(line)
-            if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in _facts_of([line]).values()):
+            if any(isinstance(v, (int, float)) and not isinstance(v, bool) for v in boot_facts_of([line]).values()):
                 out.append(line)
     return out
 
@@ -75,7 +55,7 @@ def _cuts(line: str) -> list[int]:
 
 
 def test_there_are_real_figure_lines_of_every_kind():
-    keys = {k for line in FIGURE_LINES for k in _facts_of([line])}
+    keys = {k for line in FIGURE_LINES for k in boot_facts_of([line])}
     assert len(FIGURE_LINES) > 100
     assert {"kv_cache_tokens", "max_concurrency", "max_concurrency_tokens", "available_kv_gib", "weights_gib",
             "max_model_len_requested", "kv_needed_gib", "refusal_available_kv_gib", "estimated_max_model_len",
@@ -85,10 +65,10 @@ def test_there_are_real_figure_lines_of_every_kind():
 
 @pytest.mark.parametrize("line", FIGURE_LINES, ids=lambda line: line[:60])
 def test_a_line_cut_anywhere_reads_the_figures_before_the_cut_and_never_a_shortened_one(line: str):
-    whole = _facts_of([line])
+    whole = boot_facts_of([line])
     read_at: dict[str, int] = {}
     for cut in _cuts(line):
-        got = _facts_of([line[:cut]])
+        got = boot_facts_of([line[:cut]])
         for key, value in got.items():
             if key in ENDS_THE_MESSAGE or key in ("outcome", "error_kind"):
                 continue
@@ -107,11 +87,11 @@ def test_a_line_cut_anywhere_reads_the_figures_before_the_cut_and_never_a_shorte
 def test_the_cut_lines_of_the_issue():
     """The cases issue 20 found on real logs: a figure before the cut is read, a cut number is none."""
     prefix = "(EngineCore pid=2390) INFO 05-16 10:08:44 [kv_cache_utils.py:1710] "
-    assert _facts_of([prefix + "Maximum concurrency for 10000 tokens pe"])["max_concurrency_tokens"] == 10000
+    assert boot_facts_of([prefix + "Maximum concurrency for 10000 tokens pe"])["max_concurrency_tokens"] == 10000
     engine = "(EngineCore pid=30945) INFO 11-29 10:08:16 [core.py:133] Initializing a V1 LLM engine (v0.29.0) with co"
-    assert _facts_of([engine])["vllm_version"] == "0.29.0"
-    refusal = next(line for line in _lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log") if "is 18176." in line)
-    cut = _facts_of([refusal[: refusal.index("18176") + 3]])  # "... model length is 181"
+    assert boot_facts_of([engine])["vllm_version"] == "0.29.0"
+    refusal = next(line for line in log_lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log") if "is 18176." in line)
+    cut = boot_facts_of([refusal[: refusal.index("18176") + 3]])  # "... model length is 181"
     assert "estimated_max_model_len" not in cut
     assert (cut["max_model_len_requested"], cut["kv_needed_gib"], cut["refusal_available_kv_gib"]) == (1048576, 8.0, 0.14)
 
@@ -122,7 +102,7 @@ def test_a_line_cut_before_its_figure_changes_nothing_else():
     kv = "(EngineCore pid=2390) INFO 05-16 10:08:44 [kv_cache_utils.py:1710] GPU KV cache size: 41,776 tokens"
     for cut in range(kv.index("GPU"), kv.index("41,776") + 6):
         assert parse_lines([kv[:cut]]).outcome == "incomplete", kv[:cut]
-    cpu = next(line for line in _lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log") if "Auto set (" in line)
+    cpu = next(line for line in log_lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log") if "Auto set (" in line)
     cut = "(Worker pid=1) INFO 11-29 10:08:27 [gpu_worker.py:1] Available KV cache memory: 0."
     assert parse_lines([cpu, cut]).result()["available_kv_gib"] == 0.14
 
@@ -135,7 +115,7 @@ REFUSAL_KEYS = ("max_model_len_requested", "kv_needed_gib", "refusal_available_k
 _SENTENCE = re.compile(r"(?<=[.)]) (?=[A-Z])")
 # (not a refusal pasted broken already, 601: no line of it holds two sentences)
 REFUSAL_LOGS = [p for p in TEXT_LOGS if "estimated_max_model_len" in parse_file(p).result()
-                and any("To serve at least one request" in line and _SENTENCE.search(line) for line in _lines(p))]
+                and any("To serve at least one request" in line and _SENTENCE.search(line) for line in log_lines(p))]
 
 
 def _sentences(line: str, dress) -> list[str]:
@@ -152,7 +132,7 @@ def _sentences(line: str, dress) -> list[str]:
 ), ids=("plain", "indented", "stamped"))
 @pytest.mark.parametrize("log", REFUSAL_LOGS, ids=lambda p: p.stem)
 def test_a_refusal_broken_at_its_sentences_keeps_its_four_figures(log: Path, dress):
-    lines = _lines(log)
+    lines = log_lines(log)
     broken = [piece for line in lines for piece in _sentences(line, dress)]
     assert len(broken) > len(lines)
     whole, got = parse_lines(lines).result(), parse_lines(broken).result()
@@ -161,9 +141,9 @@ def test_a_refusal_broken_at_its_sentences_keeps_its_four_figures(log: Path, dre
 
 
 def test_an_estimate_sentence_far_from_a_refusal_is_no_estimate():
-    lines = _lines(FIXTURES / "cpu-0.32.0-ready-at-estimate-130944.log")
+    lines = log_lines(FIXTURES / "cpu-0.32.0-ready-at-estimate-130944.log")
     stray = "Based on the available memory, the estimated maximum model length is 999."
-    assert "estimated_max_model_len" not in _facts_of(lines[:40] + [stray] + lines[40:])
+    assert "estimated_max_model_len" not in boot_facts_of(lines[:40] + [stray] + lines[40:])
 
 
 # ---------------------------------------------------------------------------
@@ -185,8 +165,8 @@ def _capture(lines: list[str], width: int) -> list[str]:
 @pytest.mark.parametrize("width", (80, 100, 120, 132))
 @pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.stem)
 def test_a_terminal_capture_with_trimmed_wraps_joins_back(log: Path, width: int):
-    lines = _lines(log)
-    expected, got = _facts_of(lines), _facts_of(_capture(lines, width))
+    lines = log_lines(log)
+    expected, got = boot_facts_of(lines), boot_facts_of(_capture(lines, width))
     if log.stem in FIRST_LINE_WRAPPED:
         expected.pop("attention_fallback_reason"), got.pop("attention_fallback_reason")
     assert got == expected
@@ -206,10 +186,10 @@ def _as_html(lines: list[str], quote: str) -> list[str]:
 @pytest.mark.parametrize("quote", ("&#39;", "&#x27;"))
 @pytest.mark.parametrize("log", TEXT_LOGS, ids=lambda p: p.stem)
 def test_an_html_escaped_paste_reads_as_its_text(log: Path, quote: str):
-    lines = _lines(log)
+    lines = log_lines(log)
     pasted = _as_html(lines, quote)
     assert any("&" in line for line in pasted[1:-1]) or not any(c in "".join(lines) for c in "<>&'\"")
-    assert _facts(parse_lines(pasted).result()) == _facts_of(lines)
+    assert boot_facts(parse_lines(pasted).result()) == boot_facts_of(lines)
     assert parse_lines(pasted).result().get("non_default_args") == parse_lines(lines).result().get("non_default_args")
 
 
@@ -249,27 +229,27 @@ def _as_journal(lines: list[str]) -> list[str]:
     return out
 
 
-VLLM_TEXT_LOGS = [p for p in TEXT_LOGS if sum(bool(_VLLM_PREFIX.match(line)) for line in _lines(p)) >= 3]
+VLLM_TEXT_LOGS = [p for p in TEXT_LOGS if sum(bool(_VLLM_PREFIX.match(line)) for line in log_lines(p)) >= 3]
 
 
 @pytest.mark.parametrize("log", VLLM_TEXT_LOGS, ids=lambda p: p.stem)
 def test_vllm_json_logging_reads_as_the_text_log(log: Path):
-    lines = _lines(log)
+    lines = log_lines(log)
     as_json = _as_vllm_json(lines)
     assert sum(line.startswith('{"') for line in as_json) >= 3
-    assert _facts_of(as_json) == _facts_of(lines)
+    assert boot_facts_of(as_json) == boot_facts_of(lines)
 
 
 @pytest.mark.parametrize("log", ALL_LOGS, ids=lambda p: p.stem)
 def test_journalctl_json_reads_as_the_text_log(log: Path):
-    lines = _lines(log)
-    assert _facts_of(_as_journal(lines)) == _facts_of(lines)
+    lines = log_lines(log)
+    assert boot_facts_of(_as_journal(lines)) == boot_facts_of(lines)
 
 
 def test_the_real_json_log_carries_the_traceback_in_exc_info():
     log = FIXTURES / "cpu-0.32.0-refused-json-logging.log"
     parser = parse_file(log)
-    line = _lines(log)[parser.provenance()["estimated_max_model_len"]["line"] - 1]
+    line = log_lines(log)[parser.provenance()["estimated_max_model_len"]["line"] - 1]
     record = json.loads(line)
     assert record["message"] == "EngineCore failed to start." and "To serve at least one" in record["exc_info"]
     assert parser.provenance()["vllm_version"]["text"].endswith("vLLM server version 0.32.0, serving model ./tiny2")
@@ -288,8 +268,8 @@ def test_journal_fields_that_are_no_text():
 def test_json_that_is_no_log_record_stays_text():
     config = ('(EngineCore pid=1) INFO 01-01 00:00:00 [core.py:1] Initializing a V1 LLM engine (v0.9.1) with config: '
               'model=\'m\', compilation_config={"level":0,"cudagraph_capture_sizes":[]}')
-    assert _facts_of([config])["vllm_version"] == "0.9.1"
-    assert _facts_of(['{"note": "GPU KV cache size: 41,776 tokens"}']) == {"outcome": "incomplete"}
+    assert boot_facts_of([config])["vllm_version"] == "0.9.1"
+    assert boot_facts_of(['{"note": "GPU KV cache size: 41,776 tokens"}']) == {"outcome": "incomplete"}
 
 
 # ---------------------------------------------------------------------------
@@ -310,9 +290,9 @@ def test_a_restart_that_runs_the_same_command_again_is_a_second_boot(stamps: str
     """A crash, then the same command again (its arguments line repeats the first's): two boots, the
     second with its own figures and outcome. Its time stamps may not sort after the first's: the same
     second in a paste of one log twice, or a restart across the new year."""
-    first = _without_banner(_lines(CRASHED))
+    first = _without_banner(log_lines(CRASHED))
     args = next(line for line in first if "non-default args" in line)
-    second = [args if "non-default args" in line else line for line in _without_banner(_lines(READY))]
+    second = [args if "non-default args" in line else line for line in _without_banner(log_lines(READY))]
     at = second.index(args)
     if stamps == "new year":
         first = [_STAMP.sub(lambda m: f"12-31 {m.group(1)}", line) for line in first]
@@ -321,7 +301,7 @@ def test_a_restart_that_runs_the_same_command_again_is_a_second_boot(stamps: str
     assert parser.boots_in_log == 2
     one, two = parser.boots()
     assert one["result"]["outcome"] == "error" and two["result"]["outcome"] == "ready"
-    assert _facts(two["result"]) == _facts_of(second)
+    assert boot_facts(two["result"]) == boot_facts_of(second)
     assert two["first_line"] == len(first) + at + 1
 
 
@@ -330,19 +310,19 @@ BANNER_LOGS = [p for p in TEXT_LOGS if p.name.startswith("cpu-0.32.0-") and "con
 
 @pytest.mark.parametrize("first", BANNER_LOGS, ids=lambda p: p.stem)
 def test_a_second_boot_begins_at_its_banners_first_line(first: Path):
-    second = _lines(READY)
+    second = log_lines(READY)
     banner = next(i for i, line in enumerate(second) if "█" in line) - 1  # the blank logger line above the logo
     assert second[banner].endswith("] ") and "version" in second[banner + 2]
-    parser = parse_lines(_lines(first) + second)
+    parser = parse_lines(log_lines(first) + second)
     one, two = parser.boots()
-    assert two["first_line"] == len(_lines(first)) + banner + 1
+    assert two["first_line"] == len(log_lines(first)) + banner + 1
     assert one["last_line"] == two["first_line"] - 1
     assert one["result"]["outcome"] == parse_file(first).result()["outcome"]
 
 
 def test_a_one_line_banner_boot_begins_at_the_platform_line_before_it():
-    first = _lines(FIXTURES / "225-v073-pixtral-namespace-args-address-in-use-loop.log")
-    lines = _lines(READY)[:80] + first
+    first = log_lines(FIXTURES / "225-v073-pixtral-namespace-args-address-in-use-loop.log")
+    lines = log_lines(READY)[:80] + first
     two = parse_lines(lines).boots()[-1]
     assert "Automatically detected platform" in lines[two["first_line"] - 1]
     assert "vLLM API server version 0.7.3" in lines[two["first_line"]]

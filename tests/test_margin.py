@@ -12,8 +12,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.run import margin
 from autotune.store.record import RunRecord
-from autotune.testing import profiles
-from tests.test_loop_against_profiles import SEED, SEED_LEVERS, fake
+from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
 GIB = 2**30
 

@@ -1,4 +1,4 @@
-"""run/metrics.py: a vLLM server's /metrics read into typed figures; the replaying vLLM serves them
+"""server/metrics.py: a vLLM server's /metrics read into typed figures; the replaying vLLM serves them
 in its version's words. The real figures: a vLLM 0.32 CPU server's /metrics, captured whole
 (tests/fixtures/metrics/cpu-0.32.0-tiny-llama.txt: tiny Llama, --kv-cache-memory-bytes 128M,
 --max-model-len 8192, boot log 'CPU KV cache size: 16,384 tokens ... 8,192 tokens per request: 2.00x')."""
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import client, launch, metrics
+from autotune.server import client, metrics
+from autotune.host import processes
 from autotune.testing import fake_metrics
-from tests.helpers.fake_server import fake_server  # noqa: F401 - the fixture
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 
@@ -96,7 +96,7 @@ def test_the_fake_queue_counts_running_up_to_max_num_seqs():
 
 def test_nothing_listening_is_metrics_unavailable():
     with pytest.raises(metrics.MetricsUnavailable, match="GET /metrics: ConnectionRefusedError"):
-        metrics.read(client.plain(launch.free_port()), timeout=2)
+        metrics.read(client.plain(processes.free_port()), timeout=2)
 
 
 def test_a_server_without_vllms_metrics_says_so():

@@ -9,20 +9,8 @@ import struct
 
 import pytest
 
-from autotune.analysis import model_files as mf
-
-
-def write_safetensors(path, tensors: dict[str, tuple[str, list[int]]]):
-    """A real safetensors file: header + zero bytes for each tensor."""
-    header, offset = {}, 0
-    for name, (dtype, shape) in tensors.items():
-        size = int(mf.DTYPE_BYTES[dtype] * __import__("math").prod(shape))
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    header["__metadata__"] = {"format": "pt"}
-    blob = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(blob)) + blob + b"\0" * offset)
-    return offset
+from autotune.model import files as mf
+from tests.helpers.model_folders import write_safetensors
 
 
 def test_weights_sum_every_tensor_of_every_shard_from_the_headers(tmp_path):

@@ -16,7 +16,7 @@ from autotune.cli.compare import render_report
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode
 from autotune.analysis import compare as cmp
 from autotune.store import artifact
-from tests.test_compare import record
+from tests.helpers.compare_records import record
 
 SEED = "seed-3090-qwen3.6-27b"
 

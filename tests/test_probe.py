@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.run import launch
-from autotune.run import probe, probe_memory, prompt
-from autotune.run.probe_memory import growth_summary
-from autotune.run.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
+from autotune.host import processes
+from autotune.server import probe, probe_memory, prompt
+from autotune.server.probe_memory import growth_summary
+from autotune.server.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
                                  within_margin)
 
 CEILING = 16256
@@ -148,7 +148,7 @@ def test_cpu_memory_is_the_rss_of_the_whole_process_tree(tmp_path):
         deadline = time.monotonic() + 20
         reader = probe_memory.MemoryReader(parent.pid, None)
         while time.monotonic() < deadline:
-            tree = launch.process_tree(parent.pid)
+            tree = processes.process_tree(parent.pid)
             if len(tree) == 2 and (reader.read_bytes() or 0) > 64 << 20:
                 break
             time.sleep(0.1)
@@ -156,7 +156,7 @@ def test_cpu_memory_is_the_rss_of_the_whole_process_tree(tmp_path):
         total = reader.read_bytes()
         assert reader.device == "cpu" and total > own + (60 << 20)
     finally:
-        launch.stop_tree(parent.pid, None, stages=((signal.SIGKILL, 5.0),))
+        processes.stop_tree(parent.pid, None, stages=((signal.SIGKILL, 5.0),))
     assert probe_memory.MemoryReader(parent.pid, None).read_bytes() is None  # gone: unknown, not zero
 
 
@@ -176,7 +176,7 @@ def test_gpu_memory_without_nvml_is_unavailable_not_an_error():
 # ---- failures without a server -----------------------------------------------------------
 
 def test_nothing_listening_is_a_failed_probe_not_an_exception():
-    port = launch.free_port()
+    port = processes.free_port()
     rec = probe.probe(port, 4096, "quick", server_pid=os.getpid(), request_timeout_s=5, small_timeout_s=5)
     assert rec["ok"] is False
     assert "GET /v1/models" in rec["reason"] and "refused" in rec["reason"]

@@ -14,9 +14,11 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.cli.summary import render_summary
-from autotune.run import launch, metrics, probe, queue_watch, strategy, verify
+from autotune.run import strategy
+from autotune.server import metrics, probe, queue_watch, health
+from autotune.host import processes
 from autotune.testing import profiles
-from tests.test_fake_vllm import boot
+from tests.helpers.replay import boot
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]
@@ -107,12 +109,12 @@ def test_with_the_whole_prompt_rule_off_the_length_is_served():
 
 @pytest.fixture(scope="module")
 def server_at_262144():
-    port = launch.free_port()
+    port = processes.free_port()
     proc = subprocess.Popen([*fake(*TP2), "--max-model-len", "262144", "--port", str(port), "--time-scale", "0"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
-        while not verify.health_ok(port) and time.monotonic() < deadline:
+        while not health.health_ok(port) and time.monotonic() < deadline:
             time.sleep(0.1)
         yield port, proc.pid
     finally:

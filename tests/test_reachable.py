@@ -2,7 +2,8 @@
 import pytest
 
 from autotune.analysis import estimate, reachable
-from tests.test_estimate import NODE, argv_for, gqa_folder, record
+from tests.helpers.calibration import NODE, argv_for, record
+from tests.helpers.model_folders import gqa_folder
 
 DEVICE = estimate.Device("cpu", NODE, "test")
 
@@ -34,7 +35,10 @@ def test_no_calibrating_run_or_a_fixed_pool_refuses_nothing(gqa):
                              DEVICE) is None
 
 
-def test_tune_refuses_before_booting_with_the_figures(tmp_path, monkeypatch):
+def test_tune_notes_the_prediction_and_boots_anyway(tmp_path, monkeypatch):
+    """Issue 28: a calibrated prediction that the target cannot fit at any gmu refused the tune (exit 8,
+    and a sweep skipped the value). The tune is there to find the ceiling: the prediction is a note and
+    the boot goes ahead (here a program that is not installed, so the boot itself fails at once)."""
     import json
 
     from click.testing import CliRunner
@@ -49,7 +53,34 @@ def test_tune_refuses_before_booting_with_the_figures(tmp_path, monkeypatch):
     (runs / "r1").mkdir(parents=True)
     (runs / "r1" / "run.json").write_text(json.dumps({**record(model), "schema_version": 1, "state": "finished"}))
     monkeypatch.setattr(device_memory, "detect", lambda *a, **k: DEVICE)
-    result = CliRunner().invoke(cli, ["--runs-dir", str(runs), "tune", "--target", "50000000", "--probe", "none", "--",
-                                      *argv_for(model, 0.5)], env={"AUTOTUNE_RUNS_DIR": str(runs)})
-    assert result.exit_code == 8, result.output
-    assert "target_beyond_prediction" in result.output and "a ceiling of at most" in result.output
+    argv = ["autotune-test-no-such-python", *argv_for(model, 0.5)[1:]]
+    result = CliRunner().invoke(cli, ["--runs-dir", str(runs), "tune", "--target", "50000000", "--probe", "none",
+                                      "--max-boots", "1", "--", *argv], env={"AUTOTUNE_RUNS_DIR": str(runs)})
+    assert "target_beyond_prediction (a note, booting anyway)" in result.output, result.output
+    assert "a ceiling of at most" in result.output and "Not booting" not in result.output
+    assert result.exit_code != 8, result.output
+    run = next(p for p in runs.iterdir() if p.name != "r1")
+    recorded = json.loads((run / "run.json").read_text())
+    assert recorded["preflight"]["notes"][0]["kind"] == "target_beyond_prediction"
+    assert len(recorded["attempts"]) == 1
+
+
+def test_a_target_above_a_local_models_maximum_boots_as_for_a_remote_one(tmp_path):
+    """Issue 28: `--target 1M` on a local model of 4,096 tokens exited 8 (preflight), where the same
+    command naming a hub model booted, vLLM named the maximum and the tune verified it (exit 0). Now the
+    local one is a note and boots the same way (the program here is not installed: the boot fails)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from autotune.cli.main import cli
+
+    model = gqa_folder(tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 4096}))
+    runs = tmp_path / "runs"
+    argv = ["autotune-test-no-such-python", *argv_for(model, 0.5)[1:]]
+    result = CliRunner().invoke(cli, ["--runs-dir", str(runs), "tune", "--target", "1M", "--probe", "none",
+                                      "--max-boots", "1", "--", *argv], env={"AUTOTUNE_RUNS_DIR": str(runs)})
+    assert "target_above_model_max (a note, booting anyway)" in result.output, result.output
+    assert "so vLLM derives 4,096" in result.output and result.exit_code != 8, result.output

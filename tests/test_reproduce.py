@@ -2,7 +2,7 @@
 import pytest
 
 from autotune.analysis import reproduce as rep
-from tests.test_compare import record
+from tests.helpers.compare_records import record
 
 # ---- reproduce -------------------------------------------------------------------------------------
 

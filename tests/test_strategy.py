@@ -82,12 +82,16 @@ def test_start_at_boots_the_prediction_first():
     assert next_step(T, [], start_at=T * 2).max_model_len == T  # never above the target
 
 
-def test_a_predicted_boot_is_accepted_only_without_room():
+def test_a_predicted_boot_is_accepted_only_at_the_ceiling_its_pool_shows():
+    """Issue 28: exact, not 'within 1%'. Without a slack the pool itself boots next: vLLM serves no
+    request longer than its pool, so it is the ceiling if it boots, and a refusal names vLLM's own."""
     tight = AttemptSummary(16256, VERIFIED, basis="start_at", kv_cache_tokens=16384)
-    assert next_step(T, [tight]).verdict == "verified"
+    assert next_step(T, [tight]) == Launch(16384, next_step(T, [tight]).reason, "room")
+    at_pool = AttemptSummary(16384, VERIFIED, basis="room", kv_cache_tokens=16384)
+    assert (next_step(T, [tight, at_pool]).verdict, next_step(T, [tight, at_pool]).ceiling) == ("verified", 16384)
     roomy = AttemptSummary(12000, VERIFIED, basis="start_at", kv_cache_tokens=16384)
     step = next_step(T, [roomy])
-    assert isinstance(step, Launch) and step.max_model_len == int(16384 / 1.005) and step.basis == "room"
+    assert isinstance(step, Launch) and step.max_model_len == 16384 and step.basis == "room"
     # a boot at vLLM's own estimate is accepted whatever the capacity line says
     from_estimate = AttemptSummary(12000, VERIFIED, basis="ceiling", kv_cache_tokens=16384)
     assert next_step(T, [from_estimate]).verdict == "verified"
@@ -117,11 +121,14 @@ def test_a_failed_probe_stops_or_backs_off_ten_percent():
 
 
 def test_with_the_groups_slack_a_predicted_boot_reads_the_ceiling_from_its_own_pool():
-    # The issue's sweep: predicted 25,590, vLLM's ceiling 25,600 (pool 26,368, slack 768): accepted.
+    # The issue's sweep: predicted 25,590, vLLM's ceiling 25,600 (pool 26,368, slack 768): 25,600 boots
+    # next (issue 28: it was accepted 'within 1%'); at 25,600 it is the ceiling.
     close = AttemptSummary(25_590, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
     step = next_step(1_048_576, [close], slack=768)
-    assert (step.verdict, step.ceiling) == ("verified", 25_590) and "of the 26,368" not in step.reason
-    assert "within 1% of the 25,600 its KV pool shows (26,368 tokens less vLLM's 768-token slack" in step.reason
+    assert step == Launch(25_600, step.reason, "room") and "26,368 tokens less vLLM's 768-token slack" in step.reason
+    exact = AttemptSummary(25_600, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
+    step = next_step(1_048_576, [exact], slack=768)
+    assert (step.verdict, step.ceiling) == ("verified", 25_600) and "is the ceiling its KV pool shows" in step.reason
     # Further below: the next boot is the pool less the slack, not just under the pool (refused).
     low = AttemptSummary(24_000, VERIFIED, basis="start_at", kv_cache_tokens=26_368)
     step = next_step(1_048_576, [low], slack=768)

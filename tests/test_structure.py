@@ -1,5 +1,6 @@
 """The house rules of the package, checked: small functions and modules, no import cycle
-(function-level imports included), and no run record passed around as a bare dict.
+(function-level imports included), floors that only go down, and no run record passed
+around as a bare dict.
 
 The allow-lists name what still broke a rule when this test was written, each with the issue
 whose work it is; shorten them as that work lands, never lengthen them.
@@ -20,6 +21,20 @@ DATA_TABLES = {"autotune/vllm/catalog.py"}
 MODULES_OVER: set[str] = set()  # none left
 FUNCTIONS_OVER: set[str] = set()  # none left
 RECORD_DICT_PARAMS: set[str] = set()  # none left
+
+# The floors of the package, top first: a module imports only from its own floor or one below
+# (function-level imports included). "autotune" is the package's own modules (__init__, errors).
+LAYERS = [
+    {"cli", "__main__"},  # the face: commands, options, exit codes
+    {"fleet", "testing"},  # many tunes; the replaying vLLM and other aids for tests
+    {"run"},  # one tune: the loop, boots, strategy, recovery, sweeps
+    {"analysis"},  # pure over records: compare, fits, predictions
+    {"store", "server"},  # the runs folder and its words; a running vLLM over HTTP
+    {"host"},  # this machine: GPUs, memory, processes, signals
+    {"vllm"},  # what vLLM is: its log, its failures, its versions, its KV accounting
+    {"model"},  # the model's own files
+    {"autotune"},  # the package itself: its version, its error base and exit codes
+]
 
 
 def modules() -> dict[str, Path]:
@@ -98,6 +113,37 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+def floor_of(name: str) -> str:
+    """The floor a module lives on: its folder under autotune/, or "autotune" for the package's own."""
+    parts = name.split(".")
+    if len(parts) == 1:
+        return "autotune"
+    return parts[1] if parts[1] == "__main__" or len(parts) > 2 or (PACKAGE / parts[1]).is_dir() else "autotune"
+
+
+def climbing(graph: dict[str, set[str]], floor: dict[str, str], layers: list[set[str]]) -> list[str]:
+    """Every import that reaches a floor above its own module's, as "module -> imported"."""
+    level = {folder: i for i, folders in enumerate(layers) for folder in folders}
+    return sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
+                  if level[floor[target]] < level[floor[name]])
+
+
+def test_every_folder_has_a_floor():
+    assert {floor_of(name) for name in modules()} - set().union(*LAYERS) == set()
+
+
+def test_no_import_climbs_a_floor_even_inside_a_function():
+    known = modules()
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    assert climbing(graph, {name: floor_of(name) for name in known}, LAYERS) == []
+
+
+def test_the_floor_check_finds_an_import_that_climbs():
+    graph = {"p.store.a": {"p.run.b", "p.host.c"}, "p.run.b": {"p.store.a"}, "p.host.c": set()}
+    floor = {"p.store.a": "store", "p.run.b": "run", "p.host.c": "host"}
+    assert climbing(graph, floor, [{"run"}, {"store"}, {"host"}]) == ["p.store.a -> p.run.b"]
+
+
 def test_no_import_cycle_even_through_function_level_imports():
     known = modules()
     graph = {name: imports_of(name, path, known) for name, path in known.items()}
@@ -128,3 +174,55 @@ def test_no_run_record_parameter_is_a_bare_dict():
                 if arg.arg == "record" and arg.annotation is not None and ast.unparse(arg.annotation) == "dict":
                     found.add(f"{rel(path)}:{f.name}")
     assert found - RECORD_DICT_PARAMS == set()
+
+
+TESTS = PACKAGE.parent / "tests"
+
+
+def imported_test_modules(source: str, package: str) -> set[str]:
+    """The test modules (`test_*`) an import in `source` names, at any level, relative ones resolved
+    against `package` (the importing file's dotted package, e.g. tests.e2e)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(n for n in names if n.rsplit(".", 1)[-1].startswith("test_"))
+    return found
+
+
+def test_no_test_module_imports_another():
+    """Shared builders live in tests/helpers/ and fixtures in conftest.py: a test module imported by
+    another runs its import-time work twice and ties two files together under pytest-xdist."""
+    found = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        package = ".".join(path.relative_to(TESTS.parent).parts[:-1])
+        imported = imported_test_modules(path.read_text(), package)
+        if imported:
+            found[str(path.relative_to(TESTS.parent))] = sorted(imported)
+    assert found == {}
+
+
+def test_the_test_import_finder_finds_every_spelling():
+    source = ("from tests.test_compare import record\nimport tests.e2e.test_reach\nfrom tests.e2e import test_reach\n"
+              "from .test_gpus import gpu\nfrom tests.helpers.cli import run_autotune\nimport json\n")
+    assert imported_test_modules(source, "tests.e2e") == {
+        "tests.test_compare", "tests.e2e.test_reach", "tests.e2e.test_gpus"}
+
+
+def test_ruff_finds_nothing():
+    """pyproject.toml's [tool.ruff] rules over autotune/ and tests/ (ruff comes with the test extra)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "autotune", "tests"],
+                          cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
+    assert "No module named ruff" not in proc.stderr, "ruff is not installed: pip install -e '.[test]'"
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -40,7 +40,7 @@ def test_a_failure_outside_the_catalog_shows_its_exception_exit_status_and_log(t
     result, run_dir, record = tune(tmp_path, log, 1, monkeypatch)
     assert result.exit_code == 3, result.output
     card = result.stdout.splitlines()
-    assert card[0] == "No verified ceiling: error. the boot at auto failed (unknown), not for lack of KV cache"
+    assert card[0] == "No verified ceiling: error. the boot at 4096 failed (unknown), not for lack of KV cache"
     assert card[1] == ("  failed:   pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig  "
                        "(attempt-1.log line 54)")
     assert card[2].startswith("            Value error, Model architectures ['FrobnicatorForCausalLM'] are not "
@@ -61,7 +61,11 @@ def test_a_failure_without_an_exception_shows_the_logs_last_line(tmp_path: Path,
 
 
 def test_a_flag_this_vllm_does_not_know_is_named_with_the_installed_version(tmp_path: Path, monkeypatch):
-    # vLLM 0.32's real argparse refusal, exit 2; the installed vLLM (package metadata) is 0.32.0.
+    # vLLM 0.32's real argparse refusal, exit 2; the installed vLLM (package metadata) is 0.32.0. The
+    # replay stands in for `python -m vllm...` on this interpreter (a bare `python -c` is not asked its vLLM).
+    from autotune.vllm import versions
+
+    monkeypatch.setattr(versions, "python_of", lambda argv, env: sys.executable)
     result, run_dir, record = tune(tmp_path, FIXTURES / "cpu-0.32.0-error-unrecognized-argument.log", 2,
                                    monkeypatch)
     assert result.exit_code == 3, result.output

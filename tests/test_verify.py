@@ -1,4 +1,4 @@
-"""verify.py against a local HTTP server whose first answers break (tests/helpers/resetting_server.py)."""
+"""server/health.py against a local HTTP server whose first answers break (tests/helpers/resetting_server.py)."""
 import json
 import socket
 import subprocess
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from autotune.run import launch
-from autotune.run import verify
+from autotune.host import processes
+from autotune.server import health
 
 HELPER = Path(__file__).parent / "helpers" / "resetting_server.py"
 
@@ -19,7 +19,7 @@ def resetting_server():
     procs = []
 
     def start(resets: int, status: int | None = None, max_model_len: int = 4096) -> int:
-        port = launch.free_port()
+        port = processes.free_port()
         argv = [sys.executable, str(HELPER), "--port", str(port), "--max-model-len", str(max_model_len),
                 "--resets", str(resets)] + (["--status", str(status)] if status else [])
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -39,14 +39,14 @@ def resetting_server():
 
 def test_nothing_listening_is_not_up_yet_and_not_retried():
     retries = []
-    assert verify.with_retries(lambda: verify.health(launch.free_port()), "/health", retries.append) is False
+    assert health.with_retries(lambda: health.health(processes.free_port()), "/health", retries.append) is False
     assert retries == []
 
 
 def test_a_reset_health_endpoint_is_asked_again_and_each_retry_is_reported(resetting_server):
     port = resetting_server(resets=2)
     retries = []
-    assert verify.with_retries(lambda: verify.health(port), "/health", retries.append) is True
+    assert health.with_retries(lambda: health.health(port), "/health", retries.append) is True
     assert [r["try"] for r in retries] == [1, 2]
     assert [r["wait_s"] for r in retries] == [0.5, 1.0]  # exponential backoff
     assert all(r["endpoint"] == "/health" and "GET /health" in r["error"] for r in retries)
@@ -56,23 +56,23 @@ def test_a_reset_health_endpoint_is_asked_again_and_each_retry_is_reported(reset
 def test_a_5xx_while_starting_is_transient_too(resetting_server):
     port = resetting_server(resets=1, status=503)
     retries = []
-    assert verify.with_retries(lambda: verify.health(port), "/health", retries.append) is True
+    assert health.with_retries(lambda: health.health(port), "/health", retries.append) is True
     assert len(retries) == 1 and "503" in retries[0]["error"]
 
 
 def test_retries_are_bounded(resetting_server, monkeypatch):
-    monkeypatch.setattr(verify, "RETRY_WAIT_FIRST_S", 0.01)
+    monkeypatch.setattr(health, "RETRY_WAIT_FIRST_S", 0.01)
     port = resetting_server(resets=100)
     retries = []
-    with pytest.raises(verify.Transient):
-        verify.with_retries(lambda: verify.health(port), "/health", retries.append)
-    assert len(retries) == verify.HTTP_RETRIES
+    with pytest.raises(health.Transient):
+        health.with_retries(lambda: health.health(port), "/health", retries.append)
+    assert len(retries) == health.HTTP_RETRIES
 
 
 def test_check_serving_retries_a_reset_models_endpoint(resetting_server):
     port = resetting_server(resets=1, max_model_len=8192)
     retries = []
-    ok, reason, evidence = verify.check_serving(port, 8192, retries.append)
+    ok, reason, evidence = health.check_serving(port, 8192, retries.append)
     assert ok, reason
     assert evidence["models"][0]["max_model_len"] == 8192
     assert len(retries) == 1 and retries[0]["endpoint"] == "/v1/models"
@@ -80,8 +80,8 @@ def test_check_serving_retries_a_reset_models_endpoint(resetting_server):
 
 def test_health_ok_stays_a_plain_yes_or_no(resetting_server):
     port = resetting_server(resets=1)
-    assert verify.health_ok(port) is False  # the reset
-    assert verify.health_ok(port) is True
+    assert health.health_ok(port) is False  # the reset
+    assert health.health_ok(port) is True
 
 
 def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
@@ -107,14 +107,14 @@ def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
 def test_a_tune_whose_health_never_recovers_is_not_verified(tmp_path, monkeypatch):
     from autotune.run import tune as tune_mod
 
-    monkeypatch.setattr(verify, "RETRY_WAIT_FIRST_S", 0.01)
+    monkeypatch.setattr(health, "RETRY_WAIT_FIRST_S", 0.01)
     opts = tune_mod.TuneOptions(
         target=4096, runs_dir=tmp_path, strategy="refusal", max_boots=1,
         serve_argv=[sys.executable, str(HELPER), "--resets", "1000", "--max-model-len", "4096"])
     record = tune_mod.tune(opts, lambda kind, **d: None)
     (attempt,) = record["attempts"]
     assert attempt["outcome"] == "booted_not_verified"
-    assert len(attempt["http_retries"]) == verify.HTTP_RETRIES
+    assert len(attempt["http_retries"]) == health.HTTP_RETRIES
     assert "still after 4 retries" in attempt["verification"]["reason"]
     json.dumps(record)  # whole and serialisable
 

@@ -5,42 +5,20 @@ tests/e2e/test_verify_real_vllm.py."""
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from autotune.cli import cli
 from autotune.run import deployed
 from autotune.store import artifact
 from autotune.testing.selfsigned import make_self_signed
-from tests.helpers.fake_server import fake_server  # noqa: F401 - the fixture
+from tests.helpers.cli import invoke_autotune
 from tests.helpers.front_door_server import FrontDoorServer
-from tests.test_loop_against_profiles import fake
 
 V033 = "v1-0.33.0"
 SEED = "seed-3090-qwen3.6-27b"
 
 
-def autotune(*args, env=None):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False, env={"VLLM_API_KEY": None, **(env or {})})
-
-
-@pytest.fixture
-def tuned(_runs_dir, monkeypatch):
-    """A verified tune of the replaying vLLM 0.33 at 16,384, its server kept serving; stopped after."""
-    from autotune.testing import profiles
-
-    inventory = profiles.by_name(V033).nvml_inventory()
-    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
-    result = autotune("tune", "--target", "16384", "--strategy", "refusal", "--keep-serving", "--json", "--quiet",
-                      "--", *fake(V033, scale="0"))
-    record = json.loads(result.stdout)
-    assert record["result"]["verdict"] == "verified" and record["result"]["ceiling"] == 16384
-    yield record
-    autotune("stop", record["run_id"])
-
-
 def test_a_deployed_server_at_the_runs_ceiling_is_verified_and_shown_on_the_run(tuned, _runs_dir):
     url = tuned["result"]["serving"]["url"]
-    result = autotune("verify", url, "--run", tuned["run_id"])
+    result = invoke_autotune("verify", url, "--run", tuned["run_id"])
     assert result.exit_code == 0, result.output
     card = result.stdout
     assert card.startswith(f"Verified: {url} serves --max-model-len 16,384, the 16,384 run {tuned['run_id']} "
@@ -52,15 +30,15 @@ def test_a_deployed_server_at_the_runs_ceiling_is_verified_and_shown_on_the_run(
     assert (check.kind, check.link("verifies"), check.result.verdict, check.result.ceiling) == \
         ("verify", tuned["run_id"], "verified", 16384)
     assert check.result.probe["max_model_len"] == 16384 and check.deployment["run_ceiling"] == 16384
-    shown = autotune("show", tuned["run_id"]).stdout
+    shown = invoke_autotune("show", tuned["run_id"]).stdout
     assert f"  deployed at {url}, verified {check.ended_at[:10]}, vLLM 0.33.0 (run {check.run_id})" in shown
-    listed = autotune("runs").stdout
+    listed = invoke_autotune("runs").stdout
     assert f"verified; deployed at {url}, verifies {tuned['run_id']}" in listed
 
 
 def test_a_server_started_shorter_than_the_run_is_not_verified_with_both_numbers(tuned, fake_server):
     short = fake_server("--profile", V033, "--max-model-len", "8192")
-    result = autotune("verify", short.url, "--run", tuned["run_id"])
+    result = invoke_autotune("verify", short.url, "--run", tuned["run_id"])
     assert result.exit_code == 4
     assert result.stdout.startswith(f"Not verified: {short.url} serves --max-model-len 8,192, below the 16,384 run "
                                     f"{tuned['run_id']} verified.\n")
@@ -74,12 +52,12 @@ def test_without_a_run_the_seeds_story_without_a_single_boot(fake_server):
     # the seed machine serving 16,384 at gmu 0.98 (vLLM 0.20.2): its pool holds 61,152 tokens
     seed = fake_server("--profile", SEED, "--gpu-memory-utilization", "0.98", "--max-num-seqs", "1",
                        "--max-num-batched-tokens", "512", "--enable-chunked-prefill", "--max-model-len", "16384")
-    result = autotune("verify", seed.url, "--probe", "none", "--json")
+    result = invoke_autotune("verify", seed.url, "--probe", "none", "--json")
     assert result.exit_code == 0
     record, = json.loads(result.stdout)
     room = record["deployment"]["room"]
     assert (room["pool_tokens"], room["max_model_len"], room["certainty"]) == (61152, 61152, "likely")
-    text = autotune("verify", seed.url, "--probe", "none").stdout
+    text = invoke_autotune("verify", seed.url, "--probe", "none").stdout
     assert ("  could:    serves 16,384; its KV pool holds 61,152 tokens: restart with --max-model-len 61152 "
             "(or verify it first with `autotune --target 61152 -- YOUR SERVE COMMAND`)") in text
 
@@ -87,7 +65,7 @@ def test_without_a_run_the_seeds_story_without_a_single_boot(fake_server):
 def test_a_sliding_window_server_is_told_its_requests_over_the_pool_wait_forever(fake_server):
     # vLLM 0.19.1 serving Gemma 4 at 262,144 on a 76,640-token pool (vllm#39734): 262,144 is accepted, not served
     gemma = fake_server("--profile", "sliding-2xh100-gemma4-31b", "--tensor-parallel-size", "2")
-    result = autotune("verify", gemma.url, "--probe", "none")
+    result = invoke_autotune("verify", gemma.url, "--probe", "none")
     assert ("  could:    serves 262,144; its KV pool holds 76,640 tokens: a request longer than 76,640 tokens waits "
             "in vLLM's queue forever: restart with --max-model-len 76640 (or add --no-scheduler-reserve-full-isl "
             "and verify 262,144 with `autotune --target 262144 -- YOUR SERVE COMMAND`)") in result.stdout
@@ -98,16 +76,16 @@ def test_a_sliding_window_server_is_told_its_requests_over_the_pool_wait_forever
 def test_a_server_behind_a_key_is_verified_with_the_key_and_turned_away_without(tmp_path):
     with FrontDoorServer(api_key="sk-test-1", max_model_len=4096) as server:
         url = f"http://127.0.0.1:{server.port}"
-        refused = autotune("verify", url)
+        refused = invoke_autotune("verify", url)
         assert refused.exit_code == 9
         assert refused.stdout.startswith(f"Turned away: GET /v1/models answered 401: {url} wants an API key and "
                                          "VLLM_API_KEY is not set")
         assert "  Warning: fix: export VLLM_API_KEY=<the key> before running autotune verify" in refused.stdout
-        result = autotune("verify", url, env={"VLLM_API_KEY": "sk-test-1"})
+        result = invoke_autotune("verify", url, env={"VLLM_API_KEY": "sk-test-1"})
         assert result.exit_code == 0, result.output
         assert "  pool:     unknown: GET /metrics answered 404" in result.stdout
         assert "Bearer sk-test-1" in server.seen_auth
-        wrong = autotune("verify", url, env={"VLLM_API_KEY": "sk-wrong"})
+        wrong = invoke_autotune("verify", url, env={"VLLM_API_KEY": "sk-wrong"})
         assert wrong.exit_code == 9 and "refused the API key in VLLM_API_KEY" in wrong.stdout
     for path in artifact.list_runs(tmp_path / "runs"):
         assert "sk-test-1" not in (path / "run.json").read_text()
@@ -117,10 +95,10 @@ def test_tls_is_checked_against_the_ca_given(tmp_path):
     keyfile, certfile = make_self_signed(tmp_path / "tls")
     with FrontDoorServer(certfile=certfile, keyfile=keyfile, max_model_len=4096) as server:
         url = f"https://127.0.0.1:{server.port}"
-        untrusted = autotune("verify", url, "--probe", "none")
+        untrusted = invoke_autotune("verify", url, "--probe", "none")
         assert untrusted.exit_code == 9 and "the TLS handshake with" in untrusted.stdout
         assert "give --ssl-ca-certs FILE" in untrusted.stdout
-        trusted = autotune("verify", url, "--probe", "none", "--ssl-ca-certs", str(certfile))
+        trusted = invoke_autotune("verify", url, "--probe", "none", "--ssl-ca-certs", str(certfile))
         assert trusted.exit_code == 0, trusted.output
 
 
@@ -128,7 +106,7 @@ def test_a_fleet_from_a_file_exits_with_the_first_failure(fake_server, tmp_path)
     good = fake_server("--profile", V033, "--max-model-len", "4096")
     listing = tmp_path / "fleet.txt"
     listing.write_text(f"# the fleet\n{good.url}\n\nhttp://127.0.0.1:9  # nothing listens\n")
-    result = autotune("verify", "--endpoints", str(listing), "--probe", "none", "--json")
+    result = invoke_autotune("verify", "--endpoints", str(listing), "--probe", "none", "--json")
     assert result.exit_code == 3
     first, second = json.loads(result.stdout)
     assert first["result"]["verdict"] == "verified" and second["result"]["verdict"] == "error"
@@ -141,7 +119,7 @@ def test_a_fleet_from_a_file_exits_with_the_first_failure(fake_server, tmp_path)
     (["verify", "http://127.0.0.1:9", "--run", "nope"], 1, "no run 'nope'"),
 ])
 def test_bad_input(args, code, says):
-    result = autotune(*args)
+    result = invoke_autotune(*args)
     assert result.exit_code == code and says in result.output
 
 
@@ -149,15 +127,15 @@ def test_a_run_without_a_verified_ceiling_is_bad_input(_runs_dir):
     run_dir = artifact.create_run_dir(_runs_dir, "m")
     artifact.save_run(run_dir, {"run_id": run_dir.name, "kind": "tune", "state": "finished",
                                 "result": {"verdict": "refused_no_ceiling", "ceiling": None, "verified": False}})
-    result = autotune("verify", "http://127.0.0.1:9", "--run", run_dir.name)
+    result = invoke_autotune("verify", "http://127.0.0.1:9", "--run", run_dir.name)
     assert result.exit_code == 1
     assert f"run {run_dir.name} has no verified ceiling to compare with (verdict: refused_no_ceiling)" in result.output
 
 
 def test_verifications_are_left_out_of_comparisons(fake_server, _runs_dir):
     server = fake_server("--profile", V033, "--max-model-len", "4096")
-    autotune("verify", server.url, "--probe", "none")
-    assert autotune("compare").exit_code == 1  # "no runs": the verification is not one
+    invoke_autotune("verify", server.url, "--probe", "none")
+    assert invoke_autotune("compare").exit_code == 1  # "no runs": the verification is not one
 
 
 def test_ctrl_c_during_a_long_probe_says_what_was_kept(fake_server, tmp_path):

@@ -15,7 +15,9 @@ def test_auto_fit_mode_by_version(version, mode):
 
 def test_python_of_commands(tmp_path):
     assert vllminfo.python_of(["python3", "-m", "vllm.entrypoints.openai.api_server"], {}) == "python3"
-    assert vllminfo.python_of(["/opt/venv/bin/python3.11", "-m", "x"], {}) == "/opt/venv/bin/python3.11"
+    assert vllminfo.python_of(["/opt/venv/bin/python3.11", "-m", "vllm.entrypoints.cli.main", "serve"], {}) == \
+        "/opt/venv/bin/python3.11"
+    assert vllminfo.python_of(["/opt/venv/bin/python3.11", "-m", "x"], {}) is None  # its vLLM says nothing of x
     assert vllminfo.python_of(["docker", "run", "vllm/vllm-openai"], {}) is None
     script = tmp_path / "vllm"
     script.write_text("#!/opt/venv/bin/python3\nimport sys\n")

@@ -1,4 +1,4 @@
-"""The second witness (run/witness.py): /metrics' KV pool beside the log's figures and the
+"""The second witness (server/witness.py): /metrics' KV pool beside the log's figures and the
 command's settings; a disagreement is a warning on the card. The real figures: a vLLM 0.32
 CPU server's /metrics (tests/fixtures/metrics/) and the log line of the same boot,
 'CPU KV cache size: 16,384 tokens, Maximum concurrency for 8,192 tokens per request: 2.00x'."""
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.cli.summary import render_summary
-from autotune.run import metrics, witness
+from autotune.server import metrics, witness
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 REAL_LOG_FACTS = {"kv_cache_tokens": 16384, "max_concurrency": 2.0}

@@ -1,6 +1,6 @@
 """Every boot checks the prediction: vLLM's KV figures against what the model's files say.
 
-After a boot has sized its KV cache, the files' figures (model_files: bytes per token per
+After a boot has sized its KV cache, the files' figures (model/files.py: bytes per token per
 layer; kv_pool: how vLLM turns the available bytes into blocks and a token count) are set
 against vLLM's: the "KV cache size" token count and available / tokens. A difference beyond
 rounding is a warning with its likely cause. For hybrid and sliding-window models vLLM's
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 
-from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.vllm import versions
 
 GIB = 2**30
@@ -96,7 +97,7 @@ def warning(shape: mf.KVShape, serve: estimate.ServeSettings, tokens: int, predi
 
 
 def _local(model: str):
-    from autotune.run.modelconfig import local_model_dir
+    from autotune.model.files import local_model_dir
 
     return local_model_dir(model, None, None)
 

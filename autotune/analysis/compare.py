@@ -127,3 +127,4 @@ def compile_cache_change(nc: dict, groups: list[Group], rows: dict[str, Row]) ->
 EXIT_SAME_OR_BETTER = 0
 EXIT_ERROR = 3
 EXIT_REGRESSION = 7
+EXIT_UNDETERMINED = 10  # --outdated: which vLLM some recorded command starts now could not be told

@@ -1,6 +1,6 @@
 """What a running server's KV pool could serve, from its /metrics alone (pure): no boot, no restart.
 
-vLLM's `vllm:cache_config_info` (run/metrics.py) gives the pool: num_gpu_blocks blocks of
+vLLM's `vllm:cache_config_info` (server/metrics.py) gives the pool: num_gpu_blocks blocks of
 block_size tokens. A length is accepted while one request of it fits in the pool less the null
 block vLLM's check holds back from 0.29 on (versions.check_holds_back_null_block): for a model whose
 layers are all full attention a request of L tokens takes ceil(L / block_size) blocks, so the
@@ -21,7 +21,7 @@ How sure that is depends on what the version serves:
 
 A server that accepts more than num_gpu_blocks x block_size is not all full attention (vLLM's boot
 check counts sliding-window layers at their window). From 0.19 its scheduler admits a request only
-when the pool holds the whole prompt: a longer one waits forever (run/queue_watch.py, vllm#39734),
+when the pool holds the whole prompt: a longer one waits forever (server/queue_watch.py, vllm#39734),
 so the pool is what it serves (likely: /metrics does not say whether the server was started with
 --no-scheduler-reserve-full-isl). Before 0.19, or on an unknown version: unknown.
 """
@@ -31,8 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from autotune.run import queue_watch
-from autotune.run.metrics import CacheConfig
+from autotune.server import queue_watch
+from autotune.server.metrics import CacheConfig
 from autotune.vllm import versions
 
 EXACT = "exact"
@@ -90,7 +90,7 @@ def could_serve(cache: CacheConfig | None, served_len: int | None, vllm_version:
 def _over_the_pool(pool: int, longest: int, layout: str, served_len: int, vllm_version: str | None) -> Room:
     """A server that accepts more than its pool holds with every layer full attention: vLLM's boot check
     counted sliding-window layers at their window. Where the scheduler admits a request only when the
-    pool holds its whole prompt (run/queue_watch.py), a longer one waits forever: the pool is the limit."""
+    pool holds its whole prompt (server/queue_watch.py), a longer one waits forever: the pool is the limit."""
     over = f"{layout}; it accepts {served_len:,}, more than the pool holds with every layer full attention"
     if queue_watch.waits_over_pool(pool, served_len, [], vllm_version):
         return Room(pool, longest, LIKELY, f"{over}: sliding-window or hybrid layers, and vLLM {vllm_version} admits "

@@ -9,11 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.analysis.estimate import GIB, Device
+from autotune.errors import AutotuneError
 
 NODE_MEMINFO = "/sys/devices/system/node/node{node}/meminfo"
 
 
-class NoDevice(ValueError):
+class NoDevice(AutotuneError, ValueError):
     """The device's memory cannot be read here; the message says what to give instead."""
 
 

@@ -14,7 +14,7 @@ figure the files cannot give. Verified runs of the same model, vLLM version, dev
 settings measure it (overhead = memory x gmu - available KV, per run; their spread is the
 band). Without one, a prior: the weights plus a fixed allowance, with a wide band.
 
-Nothing here starts a process; model files are read through model_files.
+Nothing here starts a process; model files are read through model/files.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from autotune.analysis import kv_pool
-from autotune.analysis.model_files import KVShape, Weights
+from autotune.vllm import kv_pool
+from autotune.model.files import KVShape, Weights
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).

@@ -89,6 +89,9 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
             ceiling, upper = tokens, True
             warnings.append("no measured run was limited by KV (each reached its target): "
                             "the ceiling is at most the KV token count")
+        if group.model_maximum is not None and ceiling > group.model_maximum:
+            ceiling = group.model_maximum  # vLLM serves no more than the model's own maximum
+            basis += f"; capped at the model's own maximum, {group.model_maximum:,}"
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,

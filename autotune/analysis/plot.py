@@ -10,9 +10,10 @@ from pathlib import Path
 
 from autotune.analysis.compare import Report
 from autotune.analysis.gmu_predict import predict
+from autotune.errors import AutotuneError
 
 
-class PlotUnavailable(Exception):
+class PlotUnavailable(AutotuneError):
     """matplotlib is missing (or unusable); the message says how to get it."""
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 
-from autotune.analysis import estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.vllm import versions
 
 GIB = 2**30
@@ -25,7 +26,7 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[dic
             allow_risky_gmu: bool = False) -> dict | None:
     """{kind, saw, why, fix} when a calibrated prediction says `target` cannot fit at the highest gmu."""
     from autotune.analysis import run_row
-    from autotune.run.modelconfig import local_model_dir
+    from autotune.model.files import local_model_dir
 
     try:
         serve = estimate.serve_settings(argv)

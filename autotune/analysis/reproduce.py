@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER
+from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED
 from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
 from autotune.analysis.run_row import run_row
 from autotune.store.record import RunRecord, as_run_record
@@ -257,9 +257,16 @@ def configurations(records: list[dict]) -> list[tuple[dict, RunRecord]]:
     return list(newest.values())
 
 
+def undetermined(records: list[dict], installed_version) -> list[str]:
+    """The run ids of the verified configurations whose command's vLLM now cannot be told (a wrapper
+    script, a container, a Python that is not here): `--outdated` checked nothing for them."""
+    return [record.get("run_id") for record, typed in configurations(records) if installed_version(typed) is None]
+
+
 def worst_exit(codes: list[int]) -> int:
-    """One exit code for several reproduces: any regression 7, else any failure 3, else 0."""
-    for code in (EXIT_REGRESSION, EXIT_ERROR):
+    """One exit code for several reproduces: any regression 7, else any failure 3, else any
+    configuration that could not be told 10, else 0."""
+    for code in (EXIT_REGRESSION, EXIT_ERROR, EXIT_UNDETERMINED):
         if code in codes:
             return code
     return EXIT_SAME_OR_BETTER

@@ -74,6 +74,7 @@ class Group:
     tokens_per_gib: float | None
     tokens_per_gib_source: str | None
     ceiling_slack_tokens: int | None  # KV tokens minus the verified ceiling, where KV was the limit
+    model_maximum: int | None = None  # the model's own maximum, where a run's vLLM named it
 
 
 def expectation_for(rows: list[Row], fit: Fit | None) -> Expectation:
@@ -224,7 +225,8 @@ def build_group(group_id: str, rows: list[Row]) -> Group:
     return Group(group_id=group_id, key=rows[0].key(), run_ids=[r.run_id for r in rows],
                  gmu_sets_kv=all(r.gmu_sets_kv for r in rows), fit=fit, expectation=expectation, spread=spread,
                  pairs=pairs, tokens_per_gib=tpg, tokens_per_gib_source=tpg_source,
-                 ceiling_slack_tokens=_ceiling_slack(rows))
+                 ceiling_slack_tokens=_ceiling_slack(rows),
+                 model_maximum=min((r.model_maximum for r in rows if r.model_maximum), default=None))
 
 
 def _hashable(key: dict) -> tuple:

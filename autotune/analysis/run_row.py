@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from autotune.host import gpus as gpus_mod
-from autotune.run import strategy
+from autotune.store import outcomes
 from autotune.store.record import RunRecord
 from autotune.vllm import servecmd, versions
 
@@ -70,6 +70,10 @@ class Row:
     # The KV cache's block size (tokens per page): the second witness's /metrics, else --block-size;
     # vLLM's ceilings are whole blocks, so a predicted one is too.
     block_size: int | None = None
+    # What set the verified ceiling (store/outcomes.py LIMITS): only a ceiling the KV cache set says
+    # where the pool ends; one at the model's maximum, batched tokens or a draft model does not.
+    limit: str | None = None
+    model_maximum: int | None = None  # the model's own maximum, where vLLM named it
 
     @property
     def budget_gib(self) -> float | None:
@@ -80,8 +84,10 @@ class Row:
 
     @property
     def kv_limited(self) -> bool:
-        """The ceiling is where the KV cache ran out (not the target, which fitted)."""
-        return self.ceiling is not None and self.target is not None and self.ceiling < self.target
+        """The ceiling is where the KV cache ran out (not the target, which fitted, nor a limit that is
+        not memory: the model's maximum, batched tokens, a draft model)."""
+        return (self.ceiling is not None and self.target is not None and self.ceiling < self.target
+                and self.limit in (None, outcomes.KV_CACHE))
 
     def key(self) -> dict:
         """What must be equal for two runs to be compared (gmu is allowed to differ).
@@ -193,8 +199,11 @@ def tokens_per_gib_of(record: RunRecord, facts: dict) -> tuple[float | None, str
 def run_row(record: RunRecord) -> Row:
     """One run record (as artifact.load returns it) as a comparison row."""
     command = record.get("command") or {}
-    argv = servecmd.with_config(list(command.get("argv") or []), command.get("cwd"))  # --config's values count
     result = record.get("result") or {}
+    # The settings of the command that was verified: a recovery (Mamba blocks lowering --max-num-seqs,
+    # --margin's gmu) changed the user's, and the figures are that command's.
+    verified_argv = result.get("final_argv") if result.get("verified") else None
+    argv = servecmd.with_config(list(verified_argv or command.get("argv") or []), command.get("cwd"))
     attempts = record.get("attempts") or []
     facts = dict((attempts[-1].get("facts") or {}) if attempts else {})
     for key in ("available_kv_gib", "kv_cache_tokens", "weights_gib"):
@@ -248,11 +257,24 @@ def run_row(record: RunRecord) -> Row:
         verdict=result.get("verdict"),
         tokens_per_gib=tpg,
         tokens_per_gib_source=tpg_source,
-        ceiling_from_vllm=final_basis not in strategy.PREDICTED,
+        ceiling_from_vllm=final_basis not in outcomes.PREDICTED,
         links=dict(record.get("links") or {}),
         compile_cache=facts.get("compile_cache"),
         block_size=_block_size(attempts, argv),
+        limit=result.get("limit") if verified else None,
+        model_maximum=_model_maximum(attempts, result if verified else {}),
     )
+
+
+def _model_maximum(attempts: list, result: dict) -> int | None:
+    """The model's own maximum as vLLM named it (a refusal above it, auto-fit's 'reduced from'), or
+    the verified ceiling it set."""
+    for attempt in attempts:
+        facts = attempt.get("facts") or {}
+        for key in ("derived_max_model_len", "autofit_from"):  # auto-fit starts from the model's maximum
+            if isinstance(facts.get(key), int) and facts[key] > 0:
+                return facts[key]
+    return result.get("ceiling") if result.get("limit") == "model_maximum" else None
 
 
 def _block_size(attempts: list, argv: list[str]) -> int | None:

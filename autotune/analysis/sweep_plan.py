@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from autotune.analysis.gmu_predict import Prediction
@@ -11,14 +10,12 @@ from autotune.store.record import RunRecord
 # How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
 # keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its
 # estimate verifies next (2 boots, as without a prediction); when L verifies, the boot's own pool K
-# says where the ceiling is, K - s, and L is accepted when within ROOM_TOLERANCE of it; further
-# below, the next boot is at K - s (2 boots). One boot is saved inside the window
-# [C / (1 + ROOM_TOLERANCE), C], whatever the size of the pool; both misses cost one boot more.
+# says where the ceiling is, K - s, and L is accepted only when it is that ceiling; below it, the
+# next boot is at K - s (2 boots). So a prediction saves a boot only when it is vLLM's ceiling to the
+# token, and costs none when it misses: the aim is the predicted ceiling itself.
 #
-# So the aim is never above the prediction (a good prediction is vLLM's ceiling, and a boot just
-# above it is a refusal): it sits d tokens under the predicted ceiling, where d = min(W/2, 2 sigma)
-# for a window W wide and a prediction error sigma: a precise prediction is booted almost as is
-# (refused with ~2% chance), a vague one at the middle of the window.
+# Where the target may fit (the prediction is within its error of the target), the target boots
+# first, as without a prediction: a boot under a target that fits would cost one boot more.
 #
 # The error of a prediction is the token line's residual spread where 3 or more runs show it;
 # from fewer runs it is not known, and a prior is used, as a fraction of the pool. On vLLM's CPU
@@ -26,7 +23,7 @@ from autotune.store.record import RunRecord
 # 25,000-178,000 (up to 0.4%, when the memory the node reports moved); the prior is 0.2%. On GPUs
 # the profiling of activation memory varies between boots (vllm#54383 reports up to ~5%): 1%.
 SWEEP_PRIOR_ERROR_FRACTION = {"cpu": 0.002, "gpu": 0.01}
-AIM_SIGMAS = 2.0  # how far under the predicted ceiling a boot aims, in prediction errors (at most W/2)
+AIM_SIGMAS = 2.0  # a target within this many prediction errors above the prediction may fit: booted first
 
 
 @dataclass(frozen=True)
@@ -36,33 +33,26 @@ class SweepAim:
     slack_tokens: int | None = None  # for the tune: the ceiling a verified boot's pool shows is pool - slack
 
 
-def _phi_cdf(z: float) -> float:
-    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
-
-
-def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float) -> SweepAim:
-    """The length a sweep point boots first (None: the target), why, and the slack to read its pool with."""
+def sweep_aim(prediction: Prediction | None, target: int, room_tolerance: float = 0.0) -> SweepAim:
+    """The length a sweep point (or a tune) boots first (None: the target), why, and the slack to read
+    its pool with. room_tolerance is no longer used: a boot is accepted only at its pool's ceiling."""
     if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
         return SweepAim(None, "no prediction: booting the target")
     if prediction.ceiling_is_upper_bound:
         return SweepAim(None, "no measured run was limited by KV, so the ceiling is not predicted: booting the target")
-    if prediction.ceiling >= target:
-        return SweepAim(None, f"the target {target:,} is predicted to fit: booting it")
-    slack = prediction.slack_tokens if prediction.slack_tokens is not None else \
-        prediction.kv_cache_tokens - prediction.ceiling
-    window = prediction.ceiling * room_tolerance / (1 + room_tolerance)
     prior = SWEEP_PRIOR_ERROR_FRACTION["cpu" if prediction.device.startswith("cpu") else "gpu"]
     sigma = prediction.error_tokens or prior * prediction.kv_cache_tokens
-    below = min(window / 2, AIM_SIGMAS * sigma)
-    aim = int(prediction.ceiling - below)
-    if aim <= 0:
-        return SweepAim(None, f"the aim {aim:,} is not a length: booting the target")
-    p_one = _phi_cdf((window - below) / sigma) - _phi_cdf(-below / sigma) if sigma > 0 else 1.0
-    p_refused = _phi_cdf(-below / sigma) if sigma > 0 else 0.0
-    return SweepAim(aim, (f"{below:,.0f} tokens under the predicted ceiling {prediction.ceiling:,}: a boot within "
-                          f"{room_tolerance:.0%} under vLLM's ceiling is accepted at once (~{p_one:.0%} with a "
-                          f"prediction error of {sigma:,.0f} tokens); above it vLLM refuses (~{p_refused:.0%}), "
-                          f"further below its pool less the {slack:,}-token slack is booted next"), slack)
+    if prediction.ceiling + AIM_SIGMAS * sigma >= target:
+        return SweepAim(None, f"the target {target:,} may fit (predicted ceiling {prediction.ceiling:,}, give or take "
+                              f"{sigma:,.0f} tokens): booting it")
+    if prediction.ceiling <= 0:
+        return SweepAim(None, f"the predicted ceiling {prediction.ceiling:,} is not a length: booting the target")
+    slack = prediction.slack_tokens if prediction.slack_tokens is not None else \
+        prediction.kv_cache_tokens - prediction.ceiling
+    return SweepAim(prediction.ceiling, (
+        f"the predicted ceiling {prediction.ceiling:,} (give or take {sigma:,.0f} tokens): if it is vLLM's ceiling "
+        f"this boot is the last; above it vLLM refuses and names its own, below it the boot's pool less the "
+        f"{slack:,}-token slack is booted next (2 boots at most, as without a prediction)"), slack)
 
 
 def sweep_start_at(prediction: Prediction | None, target: int, room_tolerance: float) -> tuple[int | None, str]:
@@ -100,8 +90,8 @@ def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
                 + (f" (its estimate: {est:,}, {start_at - est:+,} tokens off)" if est else "")
                 + "; no boot saved")
     elif first.get("outcome") == "verified":
-        note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat more than 1% "
-                f"under the ceiling its KV pool shows: booted again higher; no boot saved")
+        note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat under the "
+                f"ceiling its KV pool shows: booted again there; no boot saved")
     else:
         note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.get('outcome')}"
     outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,

@@ -1,40 +1,21 @@
-"""The exit codes of every command, and the one place exceptions become exit codes.
+"""The exit codes of every command (the ExitCode enum, autotune/errors.py), and the one place
+exceptions become exit codes.
 
-docs/exit-codes.md is this enum as a table (tests/test_exitcodes.py checks it).
+docs/exit-codes.md is the enum as a table (tests/test_exitcodes.py checks it).
 """
 
 from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from enum import IntEnum
 from typing import Callable, Mapping
 
 import click
 
-from autotune.host.gpus import GpuSelectorError
+from autotune.errors import AutotuneError, ExitCode
+from autotune.host.signals import Interrupted
 from autotune.run.errors import PreflightFailed
-from autotune.run.signals import Interrupted
-from autotune.run.client import FrontDoorError
-from autotune.run.margin import MarginError
-from autotune.store.artifact import ArtifactError
 from autotune.store.record import RunRecord
-from autotune.store.redact import MissingSecret
-
-
-class ExitCode(IntEnum):
-    OK = 0  # tune/resume: a verified ceiling; sweep: every value verified; reproduce: same or better
-    INPUT = 1  # bad input: unreadable file, no command to reuse, unknown run, bad --gpu, command not found
-    USAGE = 2  # click's own: a bad option or argument
-    FAILED = 3  # vLLM failed for a reason other than KV size (tune: see error_kind); a sweep value or
-    #             reproduce's relaunch did not verify (or a preflight check refused it)
-    NOT_VERIFIED = 4  # booted but not serving the asked length
-    HUNG = 5  # no output for --stall-timeout seconds
-    NO_CEILING = 6  # refused and no ceiling could be read or computed; or nothing fits; or --max-boots spent
-    REGRESSION = 7  # reproduce: less KV, fewer tokens or a lower ceiling than recorded, beyond tolerance
-    PREFLIGHT = 8  # tune: a preflight check refused the boot before it started (nothing booted)
-    FRONT_DOOR = 9  # tune: the server booted but turned autotune away: an API key it wants, TLS that does not match
-    INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
 
 
 # A run's verdict (result.verdict in run.json) -> the exit code of tune and resume.
@@ -48,9 +29,6 @@ VERDICT_EXIT = {
     "max_boots": ExitCode.NO_CEILING,
     "front_door": ExitCode.FRONT_DOOR,
 }
-
-# Exceptions that mean bad input: the message is printed as "Error: ..." and the exit code is 1.
-INPUT_ERRORS = (ArtifactError, GpuSelectorError, FrontDoorError, MissingSecret, MarginError)
 
 PREFLIGHT_REFUSED = "Not booting: a preflight check says this cannot work (--force boots anyway)."
 
@@ -74,7 +52,7 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
 
     Interrupted     -> "interrupted (SIGINT); <interrupted>" on stderr, exit 128 + signal
     PreflightFailed -> preflight_head and each problem on stderr, exit preflight_code
-    INPUT_ERRORS    -> click's "Error: <message>", exit 1
+    AutotuneError   -> click's "Error: <message>", exit its exit_code (1: bad input)
 
     `interrupted` says what became of the work (a callable is asked only when it happens).
     """
@@ -89,5 +67,12 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
         for problem in exc.problems:
             click.echo(problem.render(), err=True)
         sys.exit(preflight_code)
-    except INPUT_ERRORS as exc:
-        raise click.ClickException(str(exc))
+    except AutotuneError as exc:
+        raise as_click_error(exc)
+
+
+def as_click_error(exc: AutotuneError) -> click.ClickException:
+    """click's "Error: <message>" on stderr, exiting with the error's own code."""
+    error = click.ClickException(str(exc))
+    error.exit_code = exc.exit_code
+    return error

@@ -225,6 +225,7 @@ class FleetProgress:
 
     def __init__(self, quiet: bool, runs_dir: Path, capacity: int):
         self.quiet = quiet
+        self.runs_dir = Path(runs_dir)  # where the leaves' run folders land (--runs-dir)
         self.tty = is_tty(sys.stderr)
         self.capacity = capacity
         self.eta = report.Eta(_earlier_durations(runs_dir), command_key)
@@ -264,7 +265,7 @@ class FleetProgress:
         ceiling = f" {entry['ceiling']:,}" if isinstance(entry.get("ceiling"), int) else ""
         what = entry.get("verdict") or ("error: " + (entry.get("error") or "?"))
         self.say(f"{leaf.id} {what}{ceiling} after {report.duration(entry.get('duration_s'))}, "
-                 f"{entry.get('boots', 0)} boot(s): runs/{entry.get('run_id') or '-'}")
+                 f"{entry.get('boots', 0)} boot(s): {self.runs_dir / entry['run_id'] if entry.get('run_id') else '-'}")
 
     def on_leaf_interrupted(self, leaf, entry) -> None:
         self.say(f"{leaf.id} interrupted: its server was stopped; run {entry.get('run_id') or '-'} marked interrupted")

@@ -1,7 +1,7 @@
 """`autotune predict --model DIR` / `--command '...'`: the prediction from the model's files, with no boot.
 
-Wiring and rendering only: the figures come from analysis/model_files.py (the files),
-analysis/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
+Wiring and rendering only: the figures come from model/files.py (the files),
+vllm/kv_pool.py (vLLM's accounting) and analysis/estimate.py (calibration, bands, labels).
 The machine's memory is read by analysis/device_memory.py unless --device-memory names it.
 """
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import click
 
-from autotune.analysis import device_memory, estimate, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import device_memory, estimate
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
 from autotune.vllm import versions
 
@@ -55,7 +56,7 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
     predicted for (--gmu, the command's, else its vLLM's default)."""
     from autotune.analysis import run_row
-    from autotune.run.modelconfig import local_model_dir
+    from autotune.model.files import local_model_dir
 
     try:
         serve = estimate.serve_settings(argv)
@@ -92,11 +93,32 @@ def run(records: list[dict], argv: list[str], gmu: float | None, target: int | N
     measured = next((r for r in chosen if use_gmu is not None and r.gmu == use_gmu), None)
     prediction = estimate.predict(str(folder), shape, weights, device, settings, calibration, use_gmu,
                                   serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured)
-    prediction.notes.extend(line if line.startswith("calibrated on") else f"not calibrated on {line}"
-                            for line in skipped)
+    prediction.notes.extend(skipped_notes(skipped))
     if why:
         prediction.notes.insert(0, why)
     return prediction, use_gmu
+
+
+# Why a run is left out that says it never could calibrate this command: counted, not listed one a line.
+UNRELATED = ("another model", "another device", "not a verified run")
+
+
+def skipped_notes(skipped: list[str]) -> list[str]:
+    """The notes for the runs a calibration left out ("RUN: why" lines): one a run where it might
+    have counted (other settings, an older vLLM, a compile cache), one a reason with its count for
+    runs of another model or device or without a verified KV figure (a runs folder holds hundreds)."""
+    notes, unrelated = [], {}
+    for line in skipped:
+        run_id, _, why = line.partition(": ")
+        if line.startswith("calibrated on") or not why:
+            notes.append(line)
+        elif why.startswith(UNRELATED):
+            unrelated.setdefault(why, []).append(run_id)
+        else:
+            notes.append(f"not calibrated on {line}")
+    for why, run_ids in unrelated.items():
+        notes.append(f"not calibrated on {run_ids[0] if len(run_ids) == 1 else f'{len(run_ids)} runs'}: {why}")
+    return notes
 
 
 LABELS = {"weights": "weights", "kv_bytes_per_token": "KV per token", "state_bytes_per_sequence": "state per sequence",

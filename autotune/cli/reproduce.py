@@ -59,15 +59,14 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
     \b
     Exit codes (for gating an upgrade in a script; --outdated: the worst of its runs):
       0 same or better (or, with --outdated, nothing recorded on another vLLM)
+     10 --outdated: for some run, which vLLM its command starts now could not be told
+        (a wrapper script, a container): it was not checked (`reproduce RUN` re-tunes it)
       7 regression beyond tolerance (less KV, fewer tokens, a lower ceiling, a failed probe,
         or a probe 1.5x slower)
       3 the re-tune failed (did not boot, hung, not verified)
       1 bad input (no such run, or the run has no verified configuration to reproduce)
       130/143 interrupted
     """
-    from autotune.analysis import reproduce as rep
-    from autotune.run import reproduce as reproduce_mod
-
     if outdated and run:
         raise click.UsageError("name a RUN or give --outdated, not both")
     if not outdated and not run:
@@ -75,26 +74,7 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
                                "for every configuration measured on another vLLM")
     env_now = dict(os.environ)
     if outdated:
-        from autotune.cli.records import load_records
-
-        records = [r.to_dict() if hasattr(r, "to_dict") else r for r in _all_records(load_records, runs_dir)]
-        installed = reproduce_mod.installed_version_finder(env_now)
-        todo = rep.outdated(records, installed)
-        if not todo:
-            click.echo(f"nothing to reproduce under {runs_dir}: {rep.nothing_outdated(records, installed)}", err=True)
-            if json_:
-                click.echo(json.dumps([], indent=2))
-            sys.exit(ExitCode.OK)
-        if not quiet:
-            click.echo(f"{len(todo)} configuration(s) measured on another vLLM: "
-                       + ", ".join(f"{r['run_id']} ({r.get('vllm_version') or '?'} -> {now})" for r, now in todo),
-                       err=True)
-        verdicts = [_reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet) for old, _ in todo]
-        if json_:
-            click.echo(json.dumps([asdict(v) for v in verdicts], indent=2, ensure_ascii=False))
-        else:
-            click.echo("\n\n".join(render_reproduction(v) for v in verdicts))
-        sys.exit(rep.worst_exit([v.exit_code for v in verdicts]))
+        _reproduce_outdated(runs_dir, env_now, stall_timeout, probe, json_, quiet)
     old = load_one(run, runs_dir)[1].to_dict()  # analysis/ reads the JSON form
     verdict = _reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet)
     if json_:
@@ -102,6 +82,34 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
     else:
         click.echo(render_reproduction(verdict))
     sys.exit(verdict.exit_code)
+
+
+def _reproduce_outdated(runs_dir, env_now: dict, stall_timeout: float, probe: str | None, json_: bool,
+                        quiet: bool) -> None:
+    """--outdated: every configuration recorded on another vLLM than its command starts now; exits."""
+    from autotune.cli.records import load_records
+    from autotune.run import reproduce as reproduce_mod
+
+    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in _all_records(load_records, runs_dir)]
+    installed = reproduce_mod.installed_version_finder(env_now)
+    todo = rep_mod.outdated(records, installed)
+    unknown = rep_mod.undetermined(records, installed)
+    if not todo:
+        click.echo(f"nothing to reproduce under {runs_dir}: {rep_mod.nothing_outdated(records, installed)}", err=True)
+    elif not quiet:
+        click.echo(f"{len(todo)} configuration(s) measured on another vLLM: "
+                   + ", ".join(f"{r['run_id']} ({r.get('vllm_version') or '?'} -> {now})" for r, now in todo),
+                   err=True)
+    verdicts = [_reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet) for old, _ in todo]
+    if json_:
+        click.echo(json.dumps([asdict(v) for v in verdicts], indent=2, ensure_ascii=False))
+    elif verdicts:
+        click.echo("\n\n".join(render_reproduction(v) for v in verdicts))
+    for run_id in unknown:
+        click.echo(f"Warning: not checked: {run_id}: which vLLM its command starts now could not be told (autotune "
+                   "asks a Python or a `vllm` script; a wrapper script or a container says nothing); "
+                   f"`autotune reproduce {run_id}` re-tunes it whatever it runs", err=True)
+    sys.exit(rep_mod.worst_exit([v.exit_code for v in verdicts] + [ExitCode.UNDETERMINED] * bool(unknown)))
 
 
 def _all_records(load_records, runs_dir) -> list:

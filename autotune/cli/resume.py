@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.exitcodes import INPUT_ERRORS, exit_code_of, exits
+from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
+from autotune.errors import AutotuneError
 from autotune.cli.options import ProgressPrinter, echo_err, runs_dir_option, sayer, warn
 from autotune.cli.card import echo_card
 from autotune.cli.sweep import run_sweep
@@ -50,8 +51,8 @@ def resume(run, runs_dir, json_, quiet):
     try:
         tune_mod.clean_leftovers(runs_dir, cleaning)  # first, so that a SIGKILLed run reads `interrupted`
         kind, path, why = what_to_resume(run, runs_dir)
-    except INPUT_ERRORS as exc:
-        raise click.ClickException(str(exc))
+    except AutotuneError as exc:
+        raise as_click_error(exc)
     finally:
         cleaning.close()
     if why:
@@ -69,7 +70,8 @@ def resume(run, runs_dir, json_, quiet):
     if json_:
         click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
-        echo_card(record, run_dir=path)
+        # A run whose command names no model was renamed for the model vLLM serves when it finished.
+        echo_card(record, run_dir=Path(path).parent / record["run_id"])
     sys.exit(exit_code_of(record))
 
 

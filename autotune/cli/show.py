@@ -96,7 +96,7 @@ def run_row(record: RunRecord) -> dict:
     result = record.result if isinstance(record.result, Result) else Result()
     started = record.get("started_at") or ""
     reproduces = (record.get("links") or {}).get("reproduces")
-    where = (record.get("deployment") or {}).get("url") if record.get("kind") == deployed.KIND else None
+    where = deployed.found_at(record) if record.get("kind") == deployed.KIND else None
     return {
         "run_id": record.get("run_id"),
         "kind": record.get("kind", "tune"),
@@ -106,7 +106,7 @@ def run_row(record: RunRecord) -> dict:
         "target": record.get("target"),
         "ceiling": result.get("ceiling"),
         "verdict": _verdict(record, result) + (f"; reproduces {reproduces}" if reproduces else "")
-        + (f"; deployed at {where}" + (f", verifies {record.link('verifies')}" if record.link("verifies") else "")
+        + (f"; {where}" + (f", verifies {record.link('verifies')}" if record.link("verifies") else "")
            if where else ""),
         "reproduces": reproduces,
         "boots": len(record.get("attempts") or []),
@@ -118,6 +118,8 @@ def run_row(record: RunRecord) -> dict:
 
 def _verdict(record: RunRecord, result: Result) -> str:
     verdict = result.get("verdict") or record.get("state") or "?"
+    if record.get("state") == "interrupted" and record.link("tried_again_as"):
+        return f"{verdict}; its fleet leaf ran again: {record.link('tried_again_as')}"
     if record.get("state") == "interrupted" and verdict != "interrupted":
         return f"{verdict}; levers interrupted" if record.get("phase") == "reach" else f"{verdict}; interrupted"
     if record.get("state") == "running" and result.get("verdict"):

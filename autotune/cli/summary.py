@@ -10,7 +10,8 @@ from typing import Mapping
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
 from autotune.run import levers as lever_rules
-from autotune.run import queue_watch, strategy, witness
+from autotune.run import strategy
+from autotune.server import queue_watch, witness
 from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
@@ -69,7 +70,7 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
             "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
             "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
                       "they may still hold device memory"})
-    for a in attempts:  # the second witness (run/witness.py); a length whose requests wait forever (queue_watch.py)
+    for a in attempts:  # the second witness (server/witness.py); a length whose requests wait forever (queue_watch.py)
         for found in (witness.card_warning(a.get("metrics"), a.get("log")), queue_watch.card_warning(a)):
             if found:
                 warnings.append(found)
@@ -280,7 +281,7 @@ def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
 
 
 def probe_lines(probe: Mapping) -> list[str]:
-    """A probe record (run/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
+    """A probe record (server/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
     lines = []
     mode = f"{probe['mode']} " if probe.get("mode") else ""
     head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"
@@ -323,6 +324,30 @@ def _context_lines(record: RunRecord) -> list[str]:
         lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
                      f"{record.get('run_id')}` puts them side by side)")
     return lines
+
+
+def _listened(argv: list[str]) -> str:
+    """Where a boot with this argv listened."""
+    uds, host = servecmd.flag_value(argv, "--uds"), servecmd.flag_value(argv, "--host")
+    if uds:
+        return f"unix:{uds}"
+    if host:
+        return f"{host} (this machine only)" if host == servecmd.LOOPBACK_HOST else host
+    return "the container's network" if servecmd.is_container(argv) else "every interface (vLLM's default)"
+
+
+def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
+    """Where the boots listened (autotune binds them to 127.0.0.1 unless the command says where), and
+    that the paste-ready command keeps the command's own host."""
+    where = [(a.get("index"), _listened(list(a.get("argv") or []))) for a in attempts if a.get("argv")]
+    if not where:
+        return []
+    distinct = list(dict.fromkeys(text for _, text in where))
+    text = distinct[0] if len(distinct) == 1 else "; ".join(f"boot {i}: {w}" for i, w in where)
+    user = list(record.command.get("argv") or []) if record.get("command") else []
+    added = any(servecmd.flag_value(a.get("argv") or [], "--host") != servecmd.flag_value(user, "--host")
+                for a in attempts if a.get("argv"))
+    return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
 
 
 def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
@@ -374,6 +399,7 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
     reach = record.reach if isinstance(record.reach, Reach) else Reach()
     more = f" (+ {reach.boots} in lever runs)" if reach.get("boots") else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
+    lines.extend(_listen_lines(record, attempts))
     lines.extend(_probe_lines(r, attempts))
     lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))

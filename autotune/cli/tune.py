@@ -22,7 +22,9 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
               help="The context length you want (65536, 64K = 65536, 64k = 64000), or `max` for the "
                    "model's own maximum.")
 @boot_options("Give up after this many boots.")
-@click.option("--keep-serving", is_flag=True, help="Leave the verified server running instead of stopping it.")
+@click.option("--keep-serving", is_flag=True,
+              help="Leave the verified command running (as command.sh says: the numeric length, your own host; "
+                   "its output in the run's kept.log).")
 @click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
               help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
                    "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "

@@ -131,13 +131,15 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     `autotune show RUN` and `autotune runs` say "deployed at URL, verified DATE, vLLM X".
 
     \b
-    Exit codes (tune's): 0 verified; 1 bad input (no URL, an unknown run, a run with no
-    verified ceiling); 3 an endpoint did not answer as vLLM does; 4 it serves less than the
-    run verified, or the probe failed; 9 it turned autotune away (API key, TLS). With several
-    endpoints: the code of the first that did not verify.
+    Exit codes (tune's): 0 verified; 1 bad input (an unknown run, a run with no verified
+    ceiling, a URL that is not a server's); 2 no URL given; 3 an endpoint did not answer as
+    vLLM does; 4 it serves less than the run verified, or the probe failed; 9 it turned
+    autotune away (API key, TLS). With several endpoints: the code of the first that did not
+    verify.
     """
-    from autotune.run import client, deployed
-    from autotune.run.signals import interruptible
+    from autotune.run import deployed
+    from autotune.server import client
+    from autotune.host.signals import interruptible
 
     targets = endpoints_of(urls, endpoints_file)
     if not targets:

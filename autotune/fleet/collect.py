@@ -109,9 +109,11 @@ def _begin(state: FleetState, backend: str) -> FleetState:
     return state
 
 
-def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict]) -> str | None:
+def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict],
+         replaces: str | None = None) -> str | None:
     """Move the try's run folder into runs_dir (its name made unique there) and write the `fleet`
-    section into its run.json; the run id, or None when the try left no run folder."""
+    section into its run.json; the run id, or None when the try left no run folder. `replaces`:
+    the leaf's run an earlier try left interrupted, now marked as tried again in this one."""
     if outcome.folder is not None:
         source = Path(unpack(outcome.folder, runs_dir / f".incoming-{fleet_id}-{leaf_id}"))
     elif outcome.run_dir is not None:
@@ -134,8 +136,26 @@ def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend:
                              **({"uploaded_to": outcome.uploaded_to} if outcome.uploaded_to else {}),
                              **({"upload_error": outcome.upload_error} if outcome.upload_error else {})}
     record.run_id = target.name
+    if record.state == "interrupted" and record.get("phase") != "reach":
+        # The leaf's tune said `autotune resume RUN`; a leaf is continued by its fleet, as a new try.
+        record.result.reason = (f"the fleet was interrupted and stopped the server; `autotune fleet resume "
+                                f"{fleet_id}` runs leaf {leaf_id} again")
     artifact.save_run(target, record)
+    if replaces and replaces != target.name:
+        _mark_tried_again(runs_dir / replaces, target.name)
     return target.name
+
+
+def _mark_tried_again(run_dir: Path, run_id: str) -> None:
+    """An interrupted leaf run whose leaf ran again: `runs` says where, `resume` no longer names its fleet."""
+    try:
+        record = artifact.load(run_dir)
+    except artifact.ArtifactError:
+        return  # gone or unreadable: nothing to mark
+    if record.state != "interrupted":
+        return
+    record.links = {**(record.links if isinstance(record.links, dict) else {}), "tried_again_as": run_id}
+    artifact.save_run(run_dir, record)
 
 
 def _free_name(runs_dir: Path, name: str) -> Path:

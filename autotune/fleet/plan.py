@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.analysis import ranks
+from autotune.errors import AutotuneError
 from autotune.vllm import servecmd
 
 KEYS = ("name", "command", "models", "target", "strategy", "probe", "grid", "leaves", "gpus_per_leaf",
@@ -46,7 +47,7 @@ PROBES = ("quick", "full", "none")
 MODEL_SLOT = "{model}"
 
 
-class PlanError(ValueError):
+class PlanError(AutotuneError, ValueError):
     """A plan that cannot be run: the message names the file, line and key."""
 
 

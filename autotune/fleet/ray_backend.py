@@ -27,7 +27,7 @@ from autotune.fleet import leaf as leaf_mod
 from autotune.fleet.errors import FleetError
 from autotune.fleet.plan import Leaf, VllmEnv
 from autotune.host.machine import gpu_facts
-from autotune.run.signals import Interrupted
+from autotune.host.signals import Interrupted
 
 INSTALL = "pip install 'vllm-autotune[ray]'"
 ACCELERATOR_LABEL = "ray.io/accelerator-type"

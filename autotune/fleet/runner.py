@@ -25,7 +25,7 @@ from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITI
 from autotune.fleet.leaf import Outcome
 from autotune.fleet.plan import Leaf, Plan
 from autotune.run.options import Emit
-from autotune.run.signals import GATE, Interrupted, interruptible
+from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
 
 MAX_TRIES = 3  # a leaf whose worker or node keeps dying is given up after this many tries
@@ -117,7 +117,7 @@ class Driver:
             self._retry_or_fail(job, entry, outcome)
             return
         run_id = collect.land(outcome, self.runs_dir, self.state.fleet_id, job.leaf.id, self.backend.name,
-                              entry["tries"])
+                              entry["tries"], replaces=entry.get("run_id"))  # an earlier try's run
         entry.update(run_id=run_id, node=outcome.node, gpu=outcome.gpu, duration_s=outcome.duration_s,
                      ended_at=outcome.ended_at, error=outcome.error,
                      state=INTERRUPTED if outcome.interrupted else FINISHED, **_result_of(self.runs_dir, run_id))

@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from autotune.errors import AutotuneError
+
 __all__ = [
     "GpuPlan",
     "resolve_selector",
@@ -122,7 +124,7 @@ def _list_gpus(inventory: Sequence[Mapping]) -> str:
 # ---------------------------------------------------------------------------
 
 
-class GpuSelectorError(ValueError):
+class GpuSelectorError(AutotuneError, ValueError):
     """A --gpu value that names no GPU here (bad input: the CLI exits 1 with the message)."""
 
 

@@ -1,1 +1,1 @@
-"""The run: the tune loop and what it composes (strategy, recovery, levers, launch, verify, probe, preflight, sweeps)."""
+"""The run: the tune loop and what it composes (strategy, recovery, levers, boot, preflight, sweeps)."""

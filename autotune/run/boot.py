@@ -17,19 +17,20 @@ from pathlib import Path
 from typing import Callable
 
 from autotune.host import memwait
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import marker
 from autotune.run import strategy
-from autotune.run import client
-from autotune.run import verify
-from autotune.run import queue_watch
-from autotune.run import witness
+from autotune.server import client
+from autotune.server import health
+from autotune.server import queue_watch
+from autotune.server import witness
 from autotune.run.options import Emit, TuneOptions
-from autotune.run.signals import GATE
+from autotune.host.signals import GATE
 from autotune.store import artifact
-from autotune.store import kept
+from autotune.store import redact
 from autotune.store.record import Attempt, given
 from autotune.vllm import catalog
+from autotune.vllm import servecmd
 from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import BootLogParser, ceiling_from
 
@@ -65,18 +66,21 @@ class Boot:
     to its outcome."""
 
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
-        self.index, self.argv, self.port = index, argv, port
+        # A tuning boot serves this machine only (no key, all night); the server --keep-serving hands
+        # over is launched afresh with the user's own host (run/handover.py), as command.sh says.
+        self.index, self.port = index, port
+        self.argv = servecmd.listening_locally(argv)
         self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
         self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
-        self.door = client.front_door_of(argv, self.env, port)  # key, TLS, root path, socket: how to reach it
+        self.door = client.front_door_of(self.argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
         self.auto = step.max_model_len == strategy.AUTO
         self.log_name = f"attempt-{index}.log"
         self.t_start = time.monotonic()
-        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=argv, log=self.log_name,
+        self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=self.argv, log=self.log_name,
                                started_at=artifact.iso(artifact.utc_now()))
         self.parser = BootLogParser()
-        self.server: launch.ServerProcess | None = None
+        self.server: processes.ServerProcess | None = None
         self.outcome: str | None = None
         self.line_no = 0
         self.rest_of_long_line = False  # the chunks after the first MAX_LINE_BYTES of a line are skipped
@@ -84,7 +88,6 @@ class Boot:
         self.listening_at: float | None = None
         self.verification: dict | None = None
         self.time_to_outcome: float | None = None
-        self.keep: launch.ServerProcess | None = None
         self.refusal_seen_at: float | None = None
         self.kill_delay: float | None = None
         self.first_signal_at: float | None = None
@@ -93,11 +96,12 @@ class Boot:
 
     # ---- the boot, start to end -----------------------------------------------------------------
 
-    def run(self) -> tuple[Attempt, launch.ServerProcess | None]:
-        """Boot once; return the attempt and the server when it is kept running (--keep-serving)."""
+    def run(self) -> Attempt:
+        """Boot once, stop the server (--keep-serving relaunches the verified command: handover.py);
+        return the attempt."""
         self.gpu_baseline = memwait.gpu_used_gib(visible_indices(self.env))
         if not self._launch():
-            return self.attempt, None
+            return self.attempt
         self.attempt.pid = self.server.pid
         while self.outcome is None:
             self._read_lines()
@@ -106,16 +110,16 @@ class Boot:
                 check()
                 if self.outcome is not None:
                     break
-        if self.keep is None:
-            self._release()
+        self._release()
         self._record()
-        return self.attempt, self.keep
+        return self.attempt
 
     def _launch(self) -> bool:
         with GATE.deferred():  # a signal now is raised only once the server is on record
             try:
-                self.server = launch.ServerProcess(self.argv, self.env, self.run_dir / self.log_name)
-            except launch.LaunchError as exc:
+                self.server = processes.ServerProcess(self.argv, self.env, self.run_dir / self.log_name,
+                                                     scrub=redact.scrub_log_line)
+            except processes.LaunchError as exc:
                 a = self.attempt
                 a.outcome, a.error_kind, a.exit_status = strategy.ERROR, "command_not_found", None
                 a.diagnosis = {"cause": str(exc),
@@ -140,7 +144,7 @@ class Boot:
         if self.rest_of_long_line:
             self.rest_of_long_line = not raw.endswith(b"\n")
             return
-        cut = len(raw) >= launch.MAX_LINE_BYTES and not raw.endswith(b"\n")
+        cut = len(raw) >= processes.MAX_LINE_BYTES and not raw.endswith(b"\n")
         self.rest_of_long_line = cut
         self.line_no += 1
         self.emit("log_line", index=self.index, line_no=self.line_no,
@@ -167,7 +171,7 @@ class Boot:
         self.refusal_seen_at = time.monotonic()
         self.emit("refused", index=self.index, result=self.parser.result())
         stop_started = time.monotonic()
-        self._stop(launch.STAGES_FAST)
+        self._stop(processes.STAGES_FAST)
         self.kill_delay = round(time.monotonic() - self.refusal_seen_at, 3)
         if self.attempt.stop["steps"]:
             self.first_signal_at = stop_started + self.attempt.stop["steps"][0]["at_s"]
@@ -179,7 +183,7 @@ class Boot:
             return
         self.time_to_outcome = self._elapsed()
         self.emit("autofit_read", index=self.index, value=self.parser.facts["autofit_max_model_len"].value)
-        self._stop(launch.STAGES_FAST)
+        self._stop(processes.STAGES_FAST)
         self.outcome = strategy.AUTOFIT_READ
 
     def _note_fatal(self) -> None:
@@ -195,13 +199,13 @@ class Boot:
         self.time_to_outcome = self.time_to_outcome or self._elapsed()
         self.outcome = strategy.REFUSED if self.parser.refused else (
             strategy.ERROR if self.parser.outcome == "error" else strategy.EXITED)
-        self._stop(launch.STAGES_FAST)  # leftovers of a dead parent
+        self._stop(processes.STAGES_FAST)  # leftovers of a dead parent
 
     def _fatal(self) -> None:
         """A fatal error in the log, and the process still there after the grace period."""
         if self.fatal_seen_at is not None and time.monotonic() - self.fatal_seen_at > ERROR_GRACE_S:
             self.outcome = strategy.ERROR
-            self._stop(launch.STAGES_FAST)
+            self._stop(processes.STAGES_FAST)
 
     def _health(self) -> None:
         if self.fatal_seen_at is not None:
@@ -209,17 +213,17 @@ class Boot:
         if self.listening_at is None:
             # Our server has not said it listens: whatever holds the port now (another process, a
             # socket that never accepts) is not a broken answer of ours, only "not up yet".
-            healthy = verify.health_ok(self.door)
+            healthy = health.health_ok(self.door)
         else:
             try:
-                healthy = verify.with_retries(lambda: verify.health(self.door), "/health", self._on_retry)
-            except verify.Transient as exc:
+                healthy = health.with_retries(lambda: health.health(self.door), "/health", self._on_retry)
+            except health.Transient as exc:
                 self.time_to_outcome = self._elapsed()
-                self._not_verified(f"{exc}, still after {verify.HTTP_RETRIES} retries")
+                self._not_verified(f"{exc}, still after {health.HTTP_RETRIES} retries")
                 return
-            except verify.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
+            except health.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
                 self.time_to_outcome = self._elapsed()
-                self._stop(launch.STAGES_GRACEFUL)
+                self._stop(processes.STAGES_GRACEFUL)
                 self.verification = {"healthy": False, "verified": False, "reason": str(exc),
                                      "front_door": exc.as_dict(), "door": self.door.describe()}
                 self.outcome = strategy.FRONT_DOOR
@@ -253,7 +257,7 @@ class Boot:
             facts = self.parser.facts
             fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
-        ok, reason, evidence = verify.check_serving(self.door, expected, self._on_retry)
+        ok, reason, evidence = health.check_serving(self.door, expected, self._on_retry)
         self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
                              "door": self.door.describe()}
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
@@ -263,11 +267,7 @@ class Boot:
             self._witnesses(expected)
         if self.outcome == strategy.VERIFIED and self.opts.probe != "none":
             self._probe(expected)
-        if self.outcome == strategy.VERIFIED and self.opts.keep_serving:
-            self.keep = self.server
-            kept.hand_over(self.run_dir, self.door.where)  # the user's now: clean leaves it running
-        else:
-            self._stop(launch.STAGES_GRACEFUL)
+        self._stop(processes.STAGES_GRACEFUL)  # --keep-serving relaunches the verified command (handover.py)
 
     def _witnesses(self, expected: int) -> None:
         """What else says whether the length is served: /metrics' KV pool beside the log's figures
@@ -283,7 +283,7 @@ class Boot:
 
     def _probe(self, expected: int) -> None:
         # Booting is not yet proof: fill the context with a real request (probe.py).
-        from autotune.run import probe as probe_mod
+        from autotune.server import probe as probe_mod
 
         length = min(expected, self.opts.target) if self.opts.target else expected
         # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
@@ -299,7 +299,7 @@ class Boot:
         if self.server.idle_s() > self.opts.stall_timeout_s:
             self.time_to_outcome = self._elapsed()
             self.emit("hung", index=self.index, idle_s=round(self.server.idle_s(), 1))
-            self._stop(launch.STAGES_GRACEFUL)
+            self._stop(processes.STAGES_GRACEFUL)
             self.outcome = strategy.HUNG
 
     def _not_ready(self) -> None:
@@ -310,18 +310,18 @@ class Boot:
 
     def _not_verified(self, reason: str) -> None:
         # Up (or saying so) but not answering as a server should: stop it; the boot is not verified.
-        self._stop(launch.STAGES_GRACEFUL)
+        self._stop(processes.STAGES_GRACEFUL)
         self.verification = {"healthy": False, "verified": False, "reason": reason}
         self.outcome = strategy.NOT_VERIFIED
 
     def _on_retry(self, retry: dict) -> None:
-        # A transient HTTP failure while the server starts (verify.with_retries): kept in run.json.
+        # A transient HTTP failure while the server starts (health.with_retries): kept in run.json.
         retry["boot_s"] = round(self._elapsed(), 2)
         if self.attempt.http_retries is None or not isinstance(self.attempt.http_retries, list):
             self.attempt.http_retries = []
         self.attempt.http_retries.append(retry)
         self.emit("warning", text=f"boot {self.index}: {retry['error']}; asking again in {retry['wait_s']:g} s "
-                                  f"(retry {retry['try']} of {verify.HTTP_RETRIES})")
+                                  f"(retry {retry['try']} of {health.HTTP_RETRIES})")
 
     # ---- after the stop -------------------------------------------------------------------------
 
@@ -400,14 +400,14 @@ def visible_indices(env: dict[str, str]) -> list[int] | None:
         return None
 
 
-def drain(server: launch.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
+def drain(server: processes.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
     deadline = time.monotonic() + limit_s
     while not server.output_closed and time.monotonic() < deadline:
         for raw in server.lines(timeout=0.1):
             feed(raw)
 
 
-def stop_server(server: launch.ServerProcess, stages, emit: Emit) -> dict:
+def stop_server(server: processes.ServerProcess, stages, emit: Emit) -> dict:
     """Stop the server's process tree; how it went, as run.json keeps it ("stop")."""
     report = server.stop(stages, on_step=lambda step: emit("stop_step", pid=server.pid, **step))
     out = {"steps": report.steps, "leftover_pids": report.leftover_pids, "duration_s": report.duration_s}

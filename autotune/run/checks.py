@@ -1,6 +1,6 @@
 """The checks around each boot: preflight and GPU pinning before the first, flag hygiene and
 the mechanical recovery after a failed one. The rules live in run/preflight.py (reading the
-model's files through run/modelconfig.py), run/flaghygiene.py, host/gpus.py and run/recovery.py;
+model's files through model/files.py and model/max_len.py), run/flaghygiene.py, host/gpus.py and run/recovery.py;
 this is the glue that records what they said."""
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from autotune.vllm import servecmd
 # --target max when the model's files are not here to say its maximum: far more than any model has,
 # so that vLLM refuses it with the maximum (or auto-fit starts from it), which then becomes the target.
 TARGET_MAX_UNKNOWN = 1 << 24
+# Preflight findings that say the target will not be reached, not that the command cannot boot.
+NOT_REFUSALS = ("target_above_model_max", "target_beyond_prediction")
 
 
 def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
@@ -23,7 +25,8 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     from autotune.host import gpus
     from autotune.host.machine import gpu_facts_for
     from autotune.analysis import reachable
-    from autotune.run import modelconfig
+    from autotune.model import files as model_files
+    from autotune.model import max_len
     from autotune.run import preflight as rules
 
     inventory, _ = gpu_facts_for(argv, env)  # the replaying vLLM's own, where it runs
@@ -32,10 +35,10 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         emit("warning", text=warning)
     pinned_env = {**env, **plan.env_changes}
     revision = servecmd.flag_value(argv, "--revision")
-    config = modelconfig.read_model_config(model, pinned_env, revision)
-    tokenizer = modelconfig.read_tokenizer_config(model, pinned_env, revision)
+    config = model_files.read_model_config(model, pinned_env, revision)
+    tokenizer = model_files.read_tokenizer_config(model, pinned_env, revision)
     if opts.target_max:
-        derived = modelconfig.derived_max_model_len(config, tokenizer)
+        derived = max_len.derived_max_model_len(config, tokenizer)
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the strategy continues there (the target becomes it: loop.py).
         opts.target = derived or TARGET_MAX_UNKNOWN
@@ -43,12 +46,20 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
     beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
                                                              opts.allow_risky_gmu, inventory)
-    problems += [rules.Problem(**beyond)] if beyond else []  # a calibrated prediction: cannot fit at any gmu
+    # What only says the target will not be reached refuses nothing: the tune is there to find the
+    # ceiling. A calibrated prediction that the target cannot fit at any gmu is a note (history
+    # chooses where to start, never what is tried), and a target above a local model's maximum boots
+    # as it does where the files are not here: vLLM names the maximum and the tune verifies it.
+    notes = [p for p in problems if p.kind in NOT_REFUSALS] + ([rules.Problem(**beyond)] if beyond else [])
+    problems = [p for p in problems if p.kind not in NOT_REFUSALS]
     if problems and not opts.force:
         raise PreflightFailed(problems)
     for problem in problems:
         emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
-    return plan, {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    for note in notes:
+        emit("warning", text=f"{note.kind} (a note, booting anyway): {note.saw}")
+    found = {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    return plan, {**found, "notes": [n.as_dict() for n in notes]} if notes else found
 
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:

@@ -3,10 +3,10 @@
 For one endpoint (the CLI loops over a fleet):
 
 1. look: GET /v1/models (the model and the length it serves), /version (vLLM's version) and
-   /metrics (its KV pool: run/metrics.py), through run/client.py's door for a URL (its key from
+   /metrics (its KV pool: server/metrics.py), through server/client.py's door for a URL (its key from
    VLLM_API_KEY, TLS checked against the system's CAs or --ssl-ca-certs);
 2. judge against the run (pure): a served length below the run's ceiling is not verified, with
-   both numbers; at or above it, the run's length is probed (run/probe.py: a near-ceiling request,
+   both numbers; at or above it, the run's length is probed (server/probe.py: a near-ceiling request,
    TTFT, memory growth where the server is a process on this machine, the head-of-line wait with
    --probe full). Without a run, the served length is probed;
 3. what the pool could serve (analysis/could_serve.py), said whenever the server serves less;
@@ -28,8 +28,8 @@ import httpx
 import psutil
 
 from autotune.analysis.could_serve import Room, could_serve
-from autotune.run import client as client_mod
-from autotune.run import metrics, probe, verify
+from autotune.server import client as client_mod
+from autotune.server import metrics, probe, health
 from autotune.run.options import Emit
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
@@ -72,18 +72,18 @@ class Judgement:
 def vllm_version_of(door: client_mod.FrontDoor) -> str | None:
     """GET /version ({"version": "0.32.0"}); None when the server does not say."""
     try:
-        status, body = verify.client_of(door).request("GET", "/version", SMALL_TIMEOUT_S)
+        status, body = health.client_of(door).request("GET", "/version", SMALL_TIMEOUT_S)
         return str(json.loads(body)["version"]) if status == 200 else None
     except (ValueError, KeyError, TypeError, OSError, httpx.HTTPError, client_mod.TlsMismatch):
         return None  # the version is a nicety: /v1/models was the check
 
 
 def look(door: client_mod.FrontDoor) -> Seen:
-    """What the server is. Raises verify.FrontDoorRefused (a key, TLS), verify.ProbeError (no
+    """What the server is. Raises health.FrontDoorRefused (a key, TLS), health.ProbeError (no
     answer, not vLLM's /v1/models)."""
-    models = verify.served_models(door, timeout=SMALL_TIMEOUT_S)
+    models = health.served_models(door, timeout=SMALL_TIMEOUT_S)
     if not models:
-        raise verify.ProbeError("GET /v1/models lists no model")
+        raise health.ProbeError("GET /v1/models lists no model")
     seen = Seen(model=models[0].id, root=models[0].root, served_len=models[0].max_model_len,
                 vllm_version=vllm_version_of(door))
     try:
@@ -143,10 +143,10 @@ def check(door: client_mod.FrontDoor, run: RunRecord | None, probe_mode: str, ru
         emit("deployed_seen", message=f"{door.where}: {judgement.reason}")
         if judgement.verdict is None:
             judgement, probe_record = _probe(door, run, judgement, probe_mode, emit)
-    except verify.FrontDoorRefused as exc:
+    except health.FrontDoorRefused as exc:
         judgement = Judgement("front_door", str(exc), None)
         judgement.warnings.append(f"fix: {exc.fix}")
-    except (verify.ProbeError, OSError) as exc:
+    except (health.ProbeError, OSError) as exc:
         judgement = Judgement("error", f"{door.where} did not answer as vLLM does: {exc}", None)
     return _record(door, run, seen, judgement, probe_record, started, time.monotonic() - t0, runs_dir)
 
@@ -188,11 +188,22 @@ def verifications_of(runs_dir: Path, run_id: str) -> list[RunRecord]:
     return [record for _, record in artifact.linked_runs(runs_dir, LINK, run_id)]
 
 
+# What a verification found at its URL, by its verdict: only a vLLM that answered is "deployed" there.
+_FOUND_AT = {"verified": "deployed at", "not_verified": "deployed at", "front_door": "turned autotune away at"}
+
+
+def found_at(record: RunRecord) -> str:
+    """"deployed at URL" where a vLLM answered; "not reached at URL" where nothing vLLM did (a
+    mistyped URL, a server that is down); "turned autotune away at URL" (a key, TLS)."""
+    result = record.result if isinstance(record.result, Result) else Result()
+    url = (record.get("deployment") or {}).get("url")
+    return f"{_FOUND_AT.get(result.get('verdict'), 'not reached at')} {url}"
+
+
 def deployed_line(record: RunRecord) -> str:
     """"deployed at URL, verified DATE, vLLM X" for a verification run (what `show` and `runs` say)."""
-    deployment = record.get("deployment") or {}
     date = (record.get("ended_at") or record.get("started_at") or "")[:10]
     result = record.result if isinstance(record.result, Result) else Result()
     state = f"verified {date}" if result.get("verified") else f"checked {date}: {result.get('verdict') or 'unknown'}"
-    return (f"deployed at {deployment.get('url')}, {state}, vLLM {record.get('vllm_version') or 'unknown'} "
-            f"(run {record.run_id})")
+    answered = f", vLLM {record.get('vllm_version') or 'unknown'}" if result.get("verdict") in _FOUND_AT else ""
+    return f"{found_at(record)}, {state}{answered} (run {record.run_id})"

@@ -1,4 +1,4 @@
-"""Why a run stops before it boots anything (Interrupted, the other early stop, is in signals.py)."""
+"""Why a run stops before it boots anything (Interrupted, the other early stop, is in host/signals.py)."""
 
 from __future__ import annotations
 

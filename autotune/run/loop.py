@@ -12,13 +12,13 @@ from pathlib import Path
 
 from autotune.analysis import boot_check
 from autotune.run import checks
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import marker
 from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run.boot import Boot, BootContext, stop_server
 from autotune.run.options import Emit, TuneOptions
-from autotune.run.signals import GATE, Interrupted
+from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.record import Attempt, RunRecord
 from autotune.vllm import servecmd
@@ -34,7 +34,7 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target
         self.user_port = None if port_chosen else port
-        self.kept: launch.ServerProcess | None = None
+        self.kept = None  # the server --keep-serving handed over (run/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, env, plan, opts, emit, installed=record.get("vllm_version_detected"))
@@ -54,6 +54,8 @@ class Loop:
                 self._interrupted(exc)
             raise
         self._named_for_model()
+        if opts.keep_serving and step.verdict == "verified" and isinstance(step.ceiling, int):
+            self.kept = self._hand_over(step.ceiling)
         results.assemble(self.record, step, self.target, self.argv, self.user_port, self.run_dir, self.kept,
                          self.port)
         self.record.state = "finished"
@@ -68,7 +70,7 @@ class Loop:
         if self.opts.target_max and step.max_model_len == checks.TARGET_MAX_UNKNOWN:
             reason = "--target max: more than any model has, so that vLLM names this one's maximum"
         emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=reason)
-        attempt, server = Boot(self.boots, index, attempt_argv, self.port, step).run()
+        attempt = Boot(self.boots, index, attempt_argv, self.port, step).run()
         attempt.reason = reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
@@ -85,8 +87,6 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         artifact.save_run(self.run_dir, record)
         emit("attempt_ended", index=index, attempt=attempt.to_dict())
-        if server is not None:
-            self.kept = server
 
     def _named_for_model(self) -> None:
         """The run folder and id of a command that names no model take the model vLLM said it serves."""
@@ -97,12 +97,25 @@ class Loop:
             self.emit("run_renamed", run_dir=str(named),
                       message=f"run folder {named}: vLLM serves {self.record.model} (the command names no model)")
 
+    def _hand_over(self, ceiling: int):
+        """--keep-serving: the verified command, launched to serve on after autotune (None: it did not
+        serve; the run's result stands, the warning says why)."""
+        from autotune.run import handover
+
+        argv = servecmd.with_max_model_len(self.argv, ceiling)
+        try:
+            return handover.relaunch(self.run_dir, argv, self.env, self.port, ceiling, self.opts.stall_timeout_s,
+                                     self.emit)
+        except handover.HandOverFailed as exc:
+            self.emit("warning", text=f"--keep-serving: nothing kept: {exc}")
+            return None
+
     def _apply(self, fix) -> None:
         """A mechanical fix (recovery.py): the next boot relaunches with it."""
         if fix.new_argv:
             self.argv = servecmd.with_flag(fix.new_argv, servecmd.PORT, self.port)
         if fix.new_port:
-            self.port = launch.free_port()
+            self.port = processes.free_port()
             self.argv = servecmd.with_flag(self.argv, servecmd.PORT, self.port)
 
     def _interrupted(self, exc: Interrupted) -> None:
@@ -111,7 +124,7 @@ class Loop:
         server = self.current.get("server")
         if server is not None:
             self.emit("stopping", reason=f"autotune got {exc}")
-            stop = stop_server(server, launch.STAGES_GRACEFUL, self.emit)
+            stop = stop_server(server, processes.STAGES_GRACEFUL, self.emit)
             marker.remove(self.run_dir)
             record.attempts.append(Attempt.interrupted(len(record.attempts) + 1, server.log_path.name, server.argv,
                                                        server.pid, stop=stop))

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from autotune.errors import AutotuneError
 from autotune.vllm import servecmd, versions
 
 GIB = 1 << 30
@@ -28,7 +29,7 @@ KV_BYTES = "--kv-cache-memory-bytes"
 CPU_KV_SPACE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 
-class MarginError(ValueError):
+class MarginError(AutotuneError, ValueError):
     """A margin this command or device cannot keep (the message says why and what to do)."""
 
 

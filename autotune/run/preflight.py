@@ -6,8 +6,8 @@ readable locally: ``read_model_config``) in; a list of ``Problem`` out, each wit
 it saw, why the boot would fail and the fix. An empty list means "boot it". A failed
 27B boot costs minutes; these checks cost nothing.
 
-The model's maximum length (``derived_max_model_len``) and its local files
-(``read_model_config``) are read by run/modelconfig.py; ``check`` refuses only a target above
+The model's maximum length (``derived_max_model_len``, model/max_len.py) and its local files
+(``read_model_config``, model/files.py) come from model/; ``check`` refuses only a target above
 every vLLM version's derived value, so it never refuses a boot some vLLM would accept. The
 flag-hygiene checks after a boot (``missing_flags``, ``disagreeing_flags``) live in
 run/flaghygiene.py; both modules' public names are re-exported here.
@@ -23,8 +23,8 @@ from typing import Mapping, Sequence
 from autotune.host import gpus
 from autotune.run.flaghygiene import (describe_disagreements, describe_missing_flags, disagreeing_flags,
                                       missing_flags)
-from autotune.run.modelconfig import (derived_max_len, derived_max_model_len, max_len_source, read_model_config,
-                                      read_tokenizer_config)
+from autotune.model.files import read_model_config, read_tokenizer_config
+from autotune.model.max_len import derived_max_len, derived_max_model_len, max_len_source
 from autotune.vllm import servecmd, versions
 
 __all__ = [

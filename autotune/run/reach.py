@@ -16,7 +16,7 @@ from typing import Callable
 from autotune.run import levers
 from autotune.run import strategy
 from autotune.run.options import Emit, TuneOptions
-from autotune.run.signals import GATE, Interrupted
+from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import ABSENT, Reach, ReachStep, Result, RunRecord
@@ -80,8 +80,13 @@ class LeverSearch:
         if not reach.reached:
             self._fp8(argv, limits, gmu)
         if not reach.reached:
-            reach.explanation.append(f"stopped at {self.result.ceiling:,}")
+            self._best_within_limits(argv, gmu)
         reach.best = best_of(self.record, self.children)
+        if not reach.reached and reach.best["run_id"] != record.run_id:
+            self._adopt(self._child(reach.best["run_id"]), f"stopped at {reach.best['ceiling']:,}, the best within "
+                                                          f"your limits (lever run {reach.best['run_id']})", reached=False)
+        elif not reach.reached:
+            reach.explanation.append(f"stopped at {reach.best['ceiling']:,}")
         reach.boots = sum(step.boots for step in reach.steps)
         reach.duration_s = round(sum(step.get("duration_s") or 0 for step in reach.steps), 2)
         record.duration_s = round((record.get("duration_s") or 0) + reach.duration_s, 2)
@@ -157,6 +162,22 @@ class LeverSearch:
             if child.result.get("target_reached"):
                 self._adopt(child, f"an fp8 KV cache reaches {self.opts.target:,} tokens")
 
+    def _best_within_limits(self, argv: list[str], gmu: float | None) -> None:
+        """Short of the target: boot every lever that helped together with gmu at --max-gmu (where gmu
+        sizes the pool), unless a lever run already booted exactly that; the most this command can serve
+        within the user's limits, which the search's headline and files then are."""
+        if gmu is None or gmu >= self.opts.max_gmu:
+            return
+        best = levers.apply(argv, "gmu", self.opts.max_gmu)
+        if any(list(c.command.argv) == best for c in self.children):
+            return
+        self.reach.explanation.append(f"booting the levers together at gpu-memory-utilization {self.opts.max_gmu} "
+                                      "(--max-gmu): the most within your limits")
+        self._try(best, "gmu", self.opts.max_gmu)
+
+    def _child(self, run_id: str) -> RunRecord:
+        return next(c for c in self.children if c.run_id == run_id)
+
     def _try(self, argv: list[str], lever: str, value=None) -> RunRecord:
         """One lever run: taken as it was, resumed, or started; recorded as a step."""
         opts = self.opts
@@ -186,13 +207,14 @@ class LeverSearch:
         artifact.save_run(self.run_dir, self.record)
         return child
 
-    def _adopt(self, child: RunRecord, how: str) -> None:
-        """The lever run that reached the target becomes this run's result."""
+    def _adopt(self, child: RunRecord, how: str, reached: bool = True) -> None:
+        """The lever run that reached the target (or, short of it, the best one) becomes this run's result."""
         r, result, reach = child.result, self.result, self.reach
-        reach.reached = True
-        reach.reached_by = child.run_id
+        if reached:
+            reach.reached = True
+            reach.reached_by = child.run_id
         reach.explanation.append(how)
-        result.ceiling, result.target_reached, result.reached_with_levers = r.ceiling, True, child.run_id
+        result.ceiling, result.target_reached, result.reached_with_levers = r.ceiling, reached, child.run_id
         result.final_argv, result.reason = r.final_argv, f"{how} (run {child.run_id})"
         for key in ("available_kv_gib", "kv_cache_tokens", "max_concurrency"):
             if getattr(r, key) is not ABSENT:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from autotune.analysis import reproduce as rep
+from autotune.errors import AutotuneError
 from autotune.run import tune as tune_mod
 from autotune.run.options import Emit, TuneOptions
 from autotune.store.record import RunRecord, as_run_record
@@ -22,7 +23,7 @@ from autotune.store.redact import MASK
 from autotune.vllm import versions as vllminfo
 
 
-class NotReproducible(Exception):
+class NotReproducible(AutotuneError):
     """The run has nothing to reproduce (no verified configuration, no recorded command)."""
 
 

@@ -7,16 +7,23 @@ a verified ceiling gets its command (final_argv) and the paste-ready files (stor
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
-from autotune.run import verify
-from autotune.run.launch import ServerProcess
+from autotune.server import health
+from autotune.host.processes import ServerProcess
 from autotune.store import kept as kept_servers
 from autotune.store.emit import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord
 from autotune.vllm import servecmd
+
+
+# A command whose boots printed no vLLM line and failed for no known reason: not a vLLM diagnosis.
+NOT_VLLM = ("the command printed no vLLM log line (no version, no engine) before it ended: if `{command} ...` "
+            "is not a vLLM server, autotune cannot tune it (it tunes `vllm serve ...`, "
+            "`python -m vllm.entrypoints.openai.api_server ...`, or a script or container that runs one)")
 
 
 def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str], user_port: int | None,
@@ -30,6 +37,9 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
                     boots=len(record.attempts))
     if verified and stop.ceiling is not None and stop.ceiling < target and stop.limit:
         result.limit = stop.limit
+    if stop.verdict == "error" and record.attempts and not any(a.fact("vllm_version") for a in record.attempts) \
+            and not record.attempts[-1].get("error_kind"):
+        result.reason = NOT_VLLM.format(command=shlex.join(argv[:2]))
     if done:
         _from_last_boot(result, done[-1], verified)
         ranks = kv_ranks.kv_by_rank(argv, done[-1].facts if isinstance(done[-1].facts, dict) else {})
@@ -46,7 +56,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
     if kept is not None:
         handed = kept_servers.kept_marker(run_dir) or {}
         result.serving = {"pid": kept.pid, "port": port,
-                          "url": (handed.get("kept") or {}).get("url") or verify.base_url(port)}
+                          "url": (handed.get("kept") or {}).get("url") or health.base_url(port)}
     record.result = result
     return result
 

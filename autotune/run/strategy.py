@@ -13,46 +13,29 @@ Three plans, chosen from the installed vLLM version (vllminfo.auto_fit_mode):
   would not serve it), then one explicit boot at min(fit, target).
 
 A first boot may also start at a predicted length instead of the target (a sweep's
-prediction). A verified boot below the target proves a ceiling only if it came from
-vLLM's own number; a predicted one is accepted only when the boot's KV capacity shows
-no room beyond it (within ROOM_TOLERANCE), otherwise the next boot goes higher. Where the
-slack vLLM keeps between its pool and its ceiling is known (a sweep's group showed it), the
-room is read against pool - slack and the next boot is exactly there; without it, just under
-the pool (which vLLM then refuses with its own estimate: one boot more).
+prediction, or a tune's from this machine's runs of the same command). History only chooses
+where to start, never what is accepted: a verified boot below the target proves a ceiling only
+if it came from vLLM's own number, or if it is the ceiling the boot's own KV pool shows (vLLM
+serves no request longer than its pool; less the slack a group showed between pool and ceiling:
+none, or the null block). Below that, the next boot is there, and vLLM serves it or refuses it
+with its own estimate. Only a length computed from a refusal's GiB figures (vLLM 0.8.4-0.9.0.1
+print no estimate) may be accepted up to ROOM_TOLERANCE under its pool.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Attempt outcomes, as recorded in run.json.
-VERIFIED = "verified"  # healthy and /v1/models reports the asked length
-NOT_VERIFIED = "booted_not_verified"  # healthy, but the server does not serve the asked length
-PROBE_FAILED = "probe_failed"  # healthy and serving the length, but a near-ceiling request failed
-QUEUED = "queued"  # healthy and reporting the length, but a request that long waits in vLLM's queue forever
-FRONT_DOOR = "front_door"  # healthy, but its front door turned autotune away (a key it wants, TLS): verify.py
-REFUSED = "refused"  # vLLM's KV-cache refusal
-AUTOFIT_READ = "autofit_read"  # auto_probe: the fitted length was read, the boot stopped
-ERROR = "error"  # another fatal failure (see error_kind)
-EXITED = "exited"  # the process ended with no known cause in its log
-HUNG = "hung"  # no output for --stall-timeout seconds
-INTERRUPTED = "interrupted"  # autotune itself was stopped
+# The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
+from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
+                                     KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
+                                     VERIFIED)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
 BACK_OFF = 0.10  # --back-off: after a failed probe, retry this fraction lower
-# The bases of a length that is not vLLM's own number: a prediction (start_at), a length aimed from a
-# boot's KV pool (room), one computed from a refusal's two-decimal GiB figures (computed; vLLM
-# 0.8.4-0.9.0.1 print no estimate). Once such a boot verifies, its own pool decides: room beyond
-# ROOM_TOLERANCE boots higher, else it is accepted (at most that much below the true ceiling).
-PREDICTED = ("start_at", "room", "computed")
 
 AUTO = "auto"  # the value of --max-model-len for an auto-fit boot
-
-# What sets a verified ceiling below the target: the KV pool, or a limit that is not memory
-# (vllm/logcheck.py LIMIT_SOURCES: vLLM refused a length above it and named it).
-KV_CACHE = "kv_cache"
-LIMITS = (KV_CACHE, "model_maximum", "max_num_batched_tokens", "draft_model")
 
 
 @dataclass(frozen=True)
@@ -204,30 +187,26 @@ def _limit_step(target: int, last: AttemptSummary, boot: int, n: int, max_boots:
 
 def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int, max_boots: int,
                slack: int | None) -> Launch | Stop | None:
-    """A predicted (or room, or computed) boot verified: does its KV pool show room beyond it?"""
+    """A predicted (or room, or computed) boot verified: is it the ceiling its own KV pool shows?
+
+    vLLM serves no request longer than its pool, so the ceiling is at most the pool's token count;
+    with the slack a group showed (what vLLM keeps between its pool and its ceiling: none, or the null
+    block) it is exactly pool - slack. A length under that is never accepted: the next boot is there
+    (or at the pool itself where the slack is unknown or does not hold: vLLM serves it, or refuses
+    it with its own estimate). Only a computed length (no estimate printed) may stay a little under."""
     pool = int(last.kv_cache_tokens)
-    if slack is not None:
-        fits = pool - slack  # the ceiling this boot's own pool shows, with the slack the group showed
-        if length * (1 + ROOM_TOLERANCE) >= fits:
-            return Stop("verified", length,
-                        f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {fits:,} its KV pool shows "
-                        f"({pool:,} tokens less vLLM's {slack:,}-token slack; {length - target:+,} against the target)",
-                        KV_CACHE)
-        if n >= max_boots:
-            return Stop("verified", length, f"{length:,} boots; its KV pool ({pool:,}) shows room for {fits:,}, "
-                                            f"but --max-boots is reached", KV_CACHE)
-        return Launch(min(target, fits), f"boot {boot} at {length:,} showed a pool of {pool:,} tokens: less vLLM's "
-                                         f"{slack:,}-token slack, {fits:,} fits", "room")
-    if pool <= length * (1 + ROOM_TOLERANCE):
+    fits = pool - slack if slack is not None and pool - slack >= length else pool
+    told = (f"{pool:,} tokens less vLLM's {slack:,}-token slack" if fits != pool else f"a pool of {pool:,} tokens")
+    if length >= min(fits, target):
+        return Stop("verified", length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
+                                        f"{length - target:+,} against the target)", KV_CACHE)
+    if last.basis == "computed" and pool <= length * (1 + ROOM_TOLERANCE):
         return Stop("verified", length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
                                         f"its KV pool shows ({length - target:+,} against the target)", KV_CACHE)
     if n >= max_boots:
-        return Stop("verified", length, f"{length:,} boots; the KV capacity ({pool:,}) shows "
-                                        f"room for more, but --max-boots is reached", KV_CACHE)
-    # Aim just under the pool: vLLM's estimate sits a block or so below it, and a boot at
-    # the pool itself would always be refused (one more boot to reach the estimate).
-    aim = int(pool / (1 + ROOM_TOLERANCE / 2))
-    return Launch(min(target, aim), f"boot {boot} at {length:,} showed KV room for {pool:,} tokens", "room")
+        return Stop("verified", length, f"{length:,} boots; its KV pool ({told}) shows room for {fits:,}, "
+                                        f"but --max-boots is reached", KV_CACHE)
+    return Launch(min(target, fits), f"boot {boot} at {length:,} showed {told}: {fits:,} fits", "room")
 
 
 def sweep_plan(requested: str, auto_fit: str | None) -> tuple[str, str]:

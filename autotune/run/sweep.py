@@ -28,7 +28,7 @@ from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
 from autotune.run.options import Emit
-from autotune.run.signals import Interrupted, interruptible
+from autotune.host.signals import Interrupted, interruptible
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
 
 Say = Callable[[str], None]

@@ -20,17 +20,17 @@ from pathlib import Path
 from autotune.host.machine import machine_facts
 from autotune.run import aim
 from autotune.run import checks
-from autotune.run import launch
+from autotune.host import processes
 from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
 from autotune.run.options import Emit, TuneOptions, from_record
-from autotune.run.signals import interruptible
+from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
 from autotune.store import cleanup
 from autotune.store.record import Command, RunRecord
-from autotune.run import client
+from autotune.server import client
 from autotune.store import redact
 from autotune.store.redact import redact_env
 from autotune.vllm import servecmd
@@ -153,7 +153,10 @@ def _options_kept(opts: TuneOptions) -> dict:
 def _after_loop(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> RunRecord:
     """With --reach, a verified ceiling short of the target goes on to the lever search."""
     result = record.result
-    if opts.reach and result.verified and result.ceiling < opts.target:
+    # Levers buy memory: where the ceiling is the model's maximum, batched tokens or a draft model,
+    # no boot of theirs can raise it (the card says what would).
+    if (opts.reach and result.verified and result.ceiling < opts.target
+            and result.get("limit") in (None, strategy.KV_CACHE)):
         reach.run_phase(record, run_dir, opts, env, emit, _tune, _resume)
     return record
 
@@ -204,7 +207,7 @@ def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
 
 def _check_front_door(argv: list[str], env: dict[str, str], port: int) -> None:
     """Before anything boots: a --host of another machine is refused (FrontDoorError); a key in the
-    command's --config file is noted as a secret (run/client.py, store/redact.py)."""
+    command's --config file is noted as a secret (server/client.py, store/redact.py)."""
     door = client.front_door_of(argv, env, port)
     redact.remember_secret(door.api_key, client.API_KEY_ENV)
 
@@ -214,7 +217,7 @@ def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
     port = servecmd.port_of(argv)
     if port is not None:
         return argv, port, False
-    port = launch.free_port()
+    port = processes.free_port()
     return servecmd.with_flag(argv, servecmd.PORT, port), port, True
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from autotune import __version__
+from autotune.errors import AutotuneError
 from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.vllm.servecmd import model_slug
@@ -28,7 +29,7 @@ RUN_FILE = "run.json"
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
 
 
-class ArtifactError(Exception):
+class ArtifactError(AutotuneError):
     """A run folder or run.json that cannot be used; the message names the file."""
 
 

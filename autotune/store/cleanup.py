@@ -20,7 +20,7 @@ from autotune.store import kept
 from autotune.store import sweeps
 from autotune.store.record import Attempt, RunRecord
 from autotune.store.server_file import MARKER, Cleaned
-from autotune.run import launch
+from autotune.host import processes
 
 def owner_stamp() -> dict:
     """Who runs a run or sweep now: kept in its record while it runs (see mark_abandoned)."""
@@ -81,15 +81,11 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
         return Cleaned(run_dir, pid, "owner_alive", f"autotune pid {marker['autotune_pid']} still runs it")
     if isinstance(marker.get("kept"), dict):  # a --keep-serving server is the user's: listed, never stopped
         return kept.leave_alone(run_dir, marker)
-    tree = launch.process_tree(pid, marker.get("create_time"))
+    tree = processes.process_tree(pid, marker.get("create_time"))
     if not tree:
-        try:
-            alive = psutil.pid_exists(pid)
-        except psutil.Error:
-            alive = False
-        cleaned = Cleaned(run_dir, pid, "pid_reused" if alive else "already_gone")
+        cleaned = Cleaned(run_dir, pid, *_gone_or_reused(pid, marker.get("create_time")))
     else:
-        report = launch.stop_tree(pid, marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
+        report = processes.stop_tree(pid, marker.get("create_time"), processes.STAGES_GRACEFUL, on_step)
         detail = ", ".join(f"{s['signal']} to {s['pids']}" for s in report.steps)
         cleaned = Cleaned(run_dir, pid, "stopped", detail)
     _mark_interrupted(run_dir, marker, cleaned)
@@ -98,6 +94,20 @@ def _clean_one(run_dir: Path, marker: dict | None, on_step) -> Cleaned:
     except FileNotFoundError:
         pass
     return cleaned
+
+
+def _gone_or_reused(pid: int, create_time: float | None) -> tuple[str, str]:
+    """(action, detail) for a marker whose server has no live process tree: the pid is free, is
+    that server exiting (a zombie not reaped yet: the same start time), or is another process."""
+    try:
+        proc = psutil.Process(pid)
+        same = create_time is None or abs(proc.create_time() - create_time) < 1.0
+        status = proc.status()
+    except psutil.Error:
+        return "already_gone", ""
+    if same:
+        return "already_gone", f"exiting ({status}): nothing left to stop"
+    return "pid_reused", ""
 
 
 def mark_abandoned(runs_dir: Path) -> list[Cleaned]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autotune.run import launch
+from autotune.errors import AutotuneError
+from autotune.host import processes
 from autotune.store import artifact
 from autotune.store.record import RunRecord
 from autotune.store.server_file import MARKER, Cleaned
 
 
-class NotKept(Exception):
+class NotKept(AutotuneError):
     """The run has no server kept serving (never kept, already stopped, or gone)."""
 
 
@@ -47,7 +48,7 @@ def kept_marker(run_dir: Path) -> dict | None:
 
 def alive(marker: dict) -> bool:
     """Is the kept server still the process that was kept (same pid, same start time)?"""
-    return bool(launch.process_tree(marker["pid"], marker.get("create_time")))
+    return bool(processes.process_tree(marker["pid"], marker.get("create_time")))
 
 
 def serving(run_dir: Path) -> dict | None:
@@ -85,7 +86,7 @@ def stop(run_dir: Path, on_step=None) -> dict:
         _remove(run_dir)
         _record_stop(run_dir, {"by": "it had already ended"})
         raise NotKept(f"the server kept by run {run_dir.name} (pid {marker['pid']}) has already ended")
-    report = launch.stop_tree(marker["pid"], marker.get("create_time"), launch.STAGES_GRACEFUL, on_step)
+    report = processes.stop_tree(marker["pid"], marker.get("create_time"), processes.STAGES_GRACEFUL, on_step)
     _remove(run_dir)
     _record_stop(run_dir, {"by": "autotune stop", "steps": report.steps, "leftover_pids": report.leftover_pids})
     return {"pid": marker["pid"], "url": url, "steps": report.steps, "leftover_pids": report.leftover_pids}

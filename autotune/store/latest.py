@@ -133,7 +133,7 @@ def _interrupted_run(folder: Path, fleets: list[str]) -> tuple[str, Path, str | 
     interrupted = record.get("state") == "interrupted"
     fleet = (record.get("fleet") or {}).get("fleet_id")
     if fleet:
-        fleets.extend([fleet] if interrupted else [])
+        fleets.extend([fleet] if interrupted and not record.link("tried_again_as") else [])
         return None
     return member_of(folder, record) or (("run", folder, None) if interrupted else None)
 

@@ -200,10 +200,10 @@ class Attempt(Part):
     log: str | None = ABSENT
     started_at: str = ABSENT
     pid: int | None = ABSENT
-    http_retries: list = ABSENT  # each broken answer asked again (verify.with_retries)
+    http_retries: list = ABSENT  # each broken answer asked again (server/health.py: with_retries)
     stop: dict = ABSENT  # how the process tree was stopped
     probe: dict = ABSENT  # the near-ceiling requests (probe.py)
-    metrics: dict = ABSENT  # the second witness: /metrics' KV pool beside the log's figures (run/witness.py)
+    metrics: dict = ABSENT  # the second witness: /metrics' KV pool beside the log's figures (server/witness.py)
     memory_release: dict = ABSENT
     outcome: str | None = ABSENT  # strategy.VERIFIED, REFUSED, ...
     exit_status: int | None = ABSENT
@@ -257,7 +257,7 @@ class Result(Part):
     target: int = ABSENT
     target_reached: bool = ABSENT
     boots: int = ABSENT
-    limit: str = ABSENT  # a verified ceiling below the target: what set it (run/strategy.py LIMITS)
+    limit: str = ABSENT  # a verified ceiling below the target: what set it (store/outcomes.py LIMITS)
     available_kv_gib: float = ABSENT
     available_kv_gib_source: dict = ABSENT
     kv_cache_tokens: int = ABSENT
@@ -347,7 +347,7 @@ class RunRecord(Part):
     plan: str = ABSENT  # auto | auto_probe | refusal
     vllm_version_detected: str | None = ABSENT
     prediction: dict = ABSENT  # the refusal path's first boot, aimed at what this machine's runs predict
-    links: dict = ABSENT  # sweep_id, sweep_index, reproduces, reach_of
+    links: dict = ABSENT  # sweep_id, sweep_index, reproduces, reach_of, verifies, tried_again_as
     machine: dict = ABSENT
     vllm_version: str | None = ABSENT
     attempts: list = ABSENT  # Attempt

@@ -23,6 +23,7 @@ import fnmatch
 import re
 from typing import Mapping, Sequence
 
+from autotune.errors import AutotuneError
 from autotune.store.record import Attempt, RunRecord
 
 MASK = "***"
@@ -244,7 +245,7 @@ def _secret_name(name: str) -> bool:
     return is_secret(stem) or stem.startswith("URL_") or secret_option_env(stem.lower().replace("_", "-")) is not None
 
 
-class MissingSecret(ValueError):
+class MissingSecret(AutotuneError, ValueError):
     """A recorded command needs a secret from the environment, and it is not set."""
 
 

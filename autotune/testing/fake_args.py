@@ -26,7 +26,7 @@ from autotune.vllm import servecmd, versions
 
 DEFAULT_TIME_SCALE = 0.01
 # The replaying vLLM's own options, with how many values each takes.
-FAKE_OPTIONS = {"profile": 1, "time-scale": 1, "print-version": 0, "print-gpus": 0}
+FAKE_OPTIONS = {"profile": 1, "time-scale": 1, "print-version": 0, "print-gpus": 0, "write-model-files": 0}
 USAGE = "usage: python -m autotune.testing.fake_vllm [MODEL] --profile NAME [vllm serve options]"
 
 

@@ -2,7 +2,7 @@
 
 Modelled on a real vLLM 0.32 CPU server's /metrics (tests/fixtures/metrics/) and vLLM's source:
 the info gauge's labels are every CacheConfig field as str(value), so which labels there are
-follows the version (run/metrics.py names when each figure came); V1 engines add an `engine`
+follows the version (server/metrics.py names when each figure came); V1 engines add an `engine`
 label to every sample, V0 has `model_name` only on the queue gauges. Only the metrics autotune
 reads are served, with the HELP text of the version.
 """
@@ -62,17 +62,20 @@ class Queue:
             return running, self._active - running
 
 
-def cache_config_labels(p: Profile, s: Settings, served_len: int, kv_tokens: int) -> dict[str, str]:
-    """The info gauge's labels as this version serves them (values as str(), like vLLM's metrics_info)."""
+def cache_config_labels(p: Profile, s: Settings, served_len: int, kv_tokens: int,
+                        concurrency: float | None = None) -> dict[str, str]:
+    """The info gauge's labels as this version serves them (values as str(), like vLLM's metrics_info):
+    kv_cache_size_tokens and kv_cache_max_concurrency are the boot log's "KV cache size: N tokens" and
+    "Maximum concurrency" (`concurrency`, the boot's; else a request's whole blocks at served_len)."""
     version = versions.parse_version(p.version) or (0, 0, 0)
     blocks = kv_tokens // p.block_size
-    per_request = math.ceil(served_len / p.block_size)
-    concurrency = blocks / per_request
+    if concurrency is None:
+        concurrency = blocks / math.ceil(served_len / p.block_size)
     values = {"block_size": p.block_size, "cache_dtype": s.kv_cache_dtype, "cpu_offload_gb": 0,
               "enable_prefix_caching": p.family != "v0", "gpu_memory_utilization": s.gmu, "num_cpu_blocks": None,
               "num_gpu_blocks": blocks, "num_gpu_blocks_override": None, "sliding_window": None,
               "swap_space_bytes": 4 << 30, "kv_cache_memory_bytes": s.kv_cache_memory_bytes,
-              "kv_cache_size_tokens": int(concurrency * served_len), "kv_cache_max_concurrency": concurrency}
+              "kv_cache_size_tokens": kv_tokens, "kv_cache_max_concurrency": concurrency}
     names = [n for since, added in _LABELS_SINCE if version >= since for n in added]
     if p.family == "v0":
         names += _V0_ONLY
@@ -86,12 +89,13 @@ def _labels(pairs: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items()) + "}"
 
 
-def exposition(p: Profile, s: Settings, model: str, served_len: int, kv_tokens: int, queue: Queue) -> str:
+def exposition(p: Profile, s: Settings, model: str, served_len: int, kv_tokens: int, queue: Queue,
+               concurrency: float | None = None) -> str:
     """The /metrics body: the queue gauges and the cache configuration info gauge."""
     v1 = p.family != "v0"
     running, waiting = queue.counts()
     queue_labels = {"engine": "0", "model_name": model} if v1 else {"model_name": model}
-    info = cache_config_labels(p, s, served_len, kv_tokens)
+    info = cache_config_labels(p, s, served_len, kv_tokens, concurrency)
     if v1:
         info = dict(sorted({**info, "engine": "0"}.items()))
     running_help = ("Number of requests in model execution batches." if v1

@@ -17,7 +17,9 @@ It is NOT vLLM: the real CPU-backend boots (tests/e2e) stay the proof that autot
 Its own options: --profile NAME (or `list`), --time-scale F (real seconds x F; default 0.01,
 so a 90 s boot takes about a second; 0 is instant), --print-version (what package metadata
 would say) and --print-gpus (the profile's GPUs as NVML would list them, JSON): it stands for
-another machine, so autotune asks it these (vllm/versions.py, host/machine.py).
+another machine, so autotune asks it these (vllm/versions.py, host/machine.py); --write-model-files
+(the profile's model's config.json and header-only safetensors into the hub cache HF_HUB_CACHE or
+HF_HOME names, as a first boot's download leaves them: testing/model_files.py).
 """
 
 from __future__ import annotations
@@ -66,7 +68,15 @@ class Boot:
         figures.update(ts=time.strftime("%m-%d %H:%M:%S"), A=api.format(**figures), C=core.format(**figures),
                        W=worker.format(**figures))
         for template in self.family[key]:
-            print(template.format(**figures), file=self.out, flush=True)
+            self.write(template.format(**figures))
+
+    def write(self, line: str) -> None:
+        """One line of output; when whoever read it is gone (a closed pipe), serve on without it, as
+        vLLM's server outlives the terminal it was started from."""
+        try:
+            print(line, file=self.out, flush=True)
+        except (BrokenPipeError, ValueError):
+            self.out = sys.stdout = sys.stderr = open(os.devnull, "w")
 
     def per_rank(self, key: str) -> None:
         for rank in range(self.req.settings.tp):
@@ -155,9 +165,13 @@ class Boot:
             self.say("failed_tail")
             return 1
         tokens = profiles.kv_cache_tokens(p, s, available)
-        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+).
-        conc = available / profiles.needed_bytes(p, s, length) if p.sliding_window else tokens / length
-        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}")
+        # vLLM's concurrency is the pool over one request's need, which the window keeps small (0.9.1+);
+        # a full-attention request takes whole blocks (get_max_concurrency_for_kv_cache_config: blocks over
+        # cdiv(length, block_size)), so off the block grid it is not tokens / length.
+        conc = (available / profiles.needed_bytes(p, s, length) if p.sliding_window
+                else (tokens // p.block_size) / math.ceil(length / p.block_size))
+        self.figures.update(L=length, L_c=f"{length:,}", tokens_c=f"{tokens:,}", conc=f"{conc:.2f}",
+                            concurrency=conc)  # /metrics serves the same figure unrounded
         self.say("kv")
         blocks = profiles.mamba_blocks(p, s, available)
         if blocks is not None and blocks < s.max_num_seqs:
@@ -227,8 +241,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, fmt, *args):  # uvicorn's access line (cpu-0.32.0 logs)
-            print(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
-                  f'{args[1] if len(args) > 1 else ""} OK', file=boot.out, flush=True)
+            boot.write(f'{prefix}INFO:     {self.client_address[0]}:{self.client_address[1]} - "{self.requestline}" '
+                       f'{args[1] if len(args) > 1 else ""} OK')
 
         def _send(self, status: int, body: bytes = b"", content_type: str | None = None) -> None:
             self.send_response(status)
@@ -252,7 +266,8 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
                 self._json(200, {"version": boot.p.version})
             elif self.path == "/metrics":
                 self._send(200, fake_metrics.exposition(boot.p, boot.req.settings, model, served_len, kv_tokens,
-                                                        queue).encode(), "text/plain; version=0.0.4; charset=utf-8")
+                                                        queue, boot.figures.get("concurrency")).encode(),
+                           "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._json(404, {"detail": "Not Found"})
 
@@ -298,9 +313,10 @@ def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     return Handler
 
 
-def bind(port: int) -> ThreadingHTTPServer:
-    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots)."""
-    server = ThreadingHTTPServer(("0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
+def bind(port: int, host: str | None = None) -> ThreadingHTTPServer:
+    """The HTTP server on its port, bound but not yet accepting (vLLM binds before it boots); on
+    --host, else every interface, as vLLM (uvicorn with no host) does."""
+    server = ThreadingHTTPServer((host or "0.0.0.0", port), BaseHTTPRequestHandler, bind_and_activate=False)
     server.daemon_threads = True
     try:
         server.server_bind()
@@ -330,7 +346,8 @@ def run(req: Request, stop: threading.Event, out=None) -> int:
     boot = Boot(req, out)
     taken: list[ThreadingHTTPServer] = []
     try:
-        outcome = boot.run(bind=lambda: taken.append(bind(req.port)))
+        host = req.options.get("host")
+        outcome = boot.run(bind=lambda: taken.append(bind(req.port, host if isinstance(host, str) else None)))
         if isinstance(outcome, int):
             boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)
             return outcome
@@ -348,6 +365,29 @@ def list_profiles() -> str:
     return "\n".join(lines)
 
 
+def write_model_files(argv: list[str], env: dict) -> int:
+    """--write-model-files: the profile's model's files into the hub cache, as a first boot's download
+    leaves them (testing/model_files.py), so that autotune reads them as on a real machine."""
+    from autotune.model.files import hub_cache
+    from autotune.testing import model_files
+
+    profile = PROFILES.get(servecmd.flag_value(argv, "--profile") or "")
+    if profile is None:
+        print(f"{USAGE}\nfake_vllm: error: --write-model-files needs --profile NAME", file=sys.stderr)
+        return 2
+    try:
+        folder = model_files.write(profile.model, hub_cache(env))
+    except (model_files.HubCacheInUse, OSError) as exc:
+        print(f"fake_vllm: error: {exc}", file=sys.stderr)
+        return 1
+    if folder is None:
+        print(f"fake_vllm: the replay carries no files of {profile.model} (its figures are fitted to real logs)",
+              file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     env = dict(os.environ if env is None else env)
@@ -359,6 +399,8 @@ def main(argv: Sequence[str] | None = None, env: dict | None = None) -> int:
     if servecmd.flag_value(argv, "--profile") == "list":
         print(list_profiles())
         return 0
+    if servecmd.has_flag(argv, "--write-model-files"):
+        return write_model_files(argv, env)
     asked = [f for f in (versions.FAKE_VERSION_FLAG, versions.FAKE_GPUS_FLAG) if servecmd.has_flag(argv, f)]
     try:
         profile = read_request(argv, env).profile if asked else None

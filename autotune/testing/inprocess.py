@@ -1,6 +1,6 @@
 """The replaying vLLM in a thread of this process, behind the launcher's interface.
 
-A tune launches its serve command as a process (run/launch.py's ServerProcess) and asks the
+A tune launches its serve command as a process (host/processes.py's ServerProcess) and asks the
 command's program its version and GPUs (vllm/versions.py). For the replaying vLLM both can
 happen without a process: ``replaying_in_process()`` makes autotune, within it, start
 `python -m autotune.testing.fake_vllm ...` as fake_vllm.run() in a thread (ThreadServer) and ask
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 from unittest import mock
 
-from autotune.run import launch
+from autotune.host import processes
 from autotune.store import redact
 from autotune.testing import fake_args, fake_vllm
 from autotune.vllm import versions
@@ -68,8 +68,8 @@ class _Exit:
     returncode: int | None = None
 
 
-class ThreadServer(launch.OutputLines):
-    """launch.ServerProcess's interface, the replaying vLLM run in a thread (fake_vllm.run)."""
+class ThreadServer(processes.OutputLines):
+    """processes.ServerProcess's interface, the replaying vLLM run in a thread (fake_vllm.run)."""
 
     QUIET_POLL_S = 0.002  # the replay says when it waits: lines() returns then, where a pipe waits it out
 
@@ -116,8 +116,8 @@ class ThreadServer(launch.OutputLines):
     def poll(self) -> int | None:
         return None if self._thread.is_alive() else self.proc.returncode
 
-    def stop(self, stages=launch.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> launch.StopReport:
-        report = launch.StopReport()
+    def stop(self, stages=processes.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> processes.StopReport:
+        report = processes.StopReport()
         started = time.monotonic()
         if self._thread.is_alive():
             sig, wait_s = stages[0]
@@ -134,11 +134,11 @@ class ThreadServer(launch.OutputLines):
         return report
 
 
-def start(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None):
-    """A ThreadServer for the replaying vLLM, a process (launch's own ServerProcess) for anything else."""
+def start(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None, scrub=None):
+    """A ThreadServer for the replaying vLLM, a process (host/processes.py's ServerProcess) for anything else."""
     if versions.replays(argv):
         return ThreadServer(argv, env, log_path, cwd)
-    return _PROCESS(argv, env, log_path, cwd)
+    return _PROCESS(argv, env, log_path, cwd, scrub)
 
 
 def ask(argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
@@ -151,12 +151,12 @@ def ask(argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -
     return out.getvalue().strip() if status == 0 and out.getvalue().strip() else None
 
 
-_PROCESS = launch.ServerProcess
+_PROCESS = processes.ServerProcess
 _ASK = versions._ask
 
 
 @contextlib.contextmanager
 def replaying_in_process():
     """Within it, autotune runs the replaying vLLM in threads of this process (see the module)."""
-    with mock.patch.object(launch, "ServerProcess", start), mock.patch.object(versions, "_ask", ask):
+    with mock.patch.object(processes, "ServerProcess", start), mock.patch.object(versions, "_ask", ask):
         yield

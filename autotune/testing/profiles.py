@@ -139,7 +139,7 @@ def check_bytes(p: Profile, s: Settings, available: int) -> int:
     """What vLLM checks a length against, and fits `auto` to: the KV memory, less the null block its
     BlockPool keeps from 0.29 on (versions.check_holds_back_null_block). One block is a block of every
     layer here, as for the full-attention models of the 0.29+ profiles (a hybrid model's is its
-    unified page: analysis/kv_pool.py)."""
+    unified page: vllm/kv_pool.py)."""
     if not versions.check_holds_back_null_block(p.version):
         return available
     return available - math.ceil(p.block_size * bytes_per_token(p, s))

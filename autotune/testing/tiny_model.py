@@ -6,7 +6,7 @@ easy to check by hand: 4 layers x 8 KV heads x 64 head dim x 2 (K and V) x 2 byt
 = 8 KiB per token, so `--kv-cache-memory-bytes 128M` holds 16,384 tokens.
 `max_position_embeddings` is large (1M) so the model's own limit never caps the search.
 
-Other attention kinds, for the predictor's checks against real vLLM (autotune.analysis.model_files):
+Other attention kinds, for the predictor's checks against real vLLM (autotune.model.files):
 `build_kind(DIR, KIND)` with KIND one of KINDS:
   gqa      Llama, 8 query heads sharing 4 KV heads (grouped-query attention)
   sliding  Gemma-3 text: 5 sliding-window layers (window 256) to 1 full-attention layer

@@ -1,1 +1,1 @@
-"""vLLM knowledge: the log grammar, the failure catalog, the serve-command reader, what each version does."""
+"""vLLM knowledge: the log grammar, the failure catalog, the serve-command reader, what each version does, its KV accounting."""

@@ -490,7 +490,25 @@ def diagnosis(result: dict, provenance: dict | None = None) -> dict | None:
     entry = lookup(kind) if isinstance(kind, str) else None
     if entry is None:
         return _unknown_failure(result, provenance)
-    return {"kind": entry.kind, "cause": entry.cause, "fix": _detailed_fix(entry, result)}
+    return {"kind": entry.kind, "cause": entry.cause, "fix": _pool_lever(_detailed_fix(entry, result), result)}
+
+
+# Where a fix says to grow the KV pool with gmu (and, after it, what the CPU backend uses instead).
+_RAISE_GMU = re.compile(r"raise --gpu-memory-utilization(?: \([^)]*\))?")
+KV_BYTES_LEVER = ("raise --kv-cache-memory-bytes (now {now}; it fixes the KV pool, so "
+                  "--gpu-memory-utilization does not size it)")
+
+
+def _pool_lever(fix: str, result: dict) -> str:
+    """The fix with the lever that sizes the pool: with --kv-cache-memory-bytes (0.10.2+, in vLLM's
+    non-default args) the pool is that many bytes whatever gmu says, so raising gmu changes nothing."""
+    args = result.get("non_default_args")
+    fixed = args.get("kv_cache_memory_bytes") if isinstance(args, dict) else None
+    if not fixed:
+        return fix
+    now = f"{fixed / 2**30:g} GiB" if isinstance(fixed, (int, float)) else str(fixed)
+    lever = KV_BYTES_LEVER.format(now=now)
+    return _RAISE_GMU.sub(lambda _: lever, fix)
 
 
 def _detailed_fix(entry: FailureKind, result: dict) -> str:

@@ -198,6 +198,23 @@ _DOCKER_FLAGS_ALONE = {"--rm", "-d", "--detach", "-i", "-t", "-it", "-ti", "--in
                        "--privileged", "--init", "--read-only", "-P", "--publish-all", "run"}
 
 
+# Where a tuning boot listens when the command does not say (vLLM's default is every interface).
+LOOPBACK_HOST = "127.0.0.1"
+
+
+def is_container(argv: Sequence[str]) -> bool:
+    """`docker run ...` (podman, nerdctl): the container has its own networking, the command says it."""
+    return bool(argv) and PurePosixPath(argv[0]).name in _DOCKER
+
+
+def listening_locally(argv: Sequence[str]) -> list[str]:
+    """The argv a tuning boot launches: on this machine only (--host 127.0.0.1), unless the command
+    says where it listens (--host, --uds) or runs in a container (its -p and network are the user's)."""
+    if is_container(argv) or has_flag(argv, "--host") or has_flag(argv, "--uds"):
+        return list(argv)
+    return with_flag(argv, "--host", LOOPBACK_HOST)
+
+
 class NotPlainVllm(ValueError):
     """A strict reading found something that is not a plain vLLM serve command."""
 

@@ -262,7 +262,9 @@ def python_of(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
         return None
     first = os.path.basename(argv[0])
     if re.fullmatch(r"python[\d.]*", first):
-        return argv[0]
+        # Its vLLM is the command's only when the command runs vLLM: `python script.py` or `python -c`
+        # may run anything, and the interpreter's vLLM (installed or not) says nothing about it.
+        return argv[0] if _module_of(argv[1:]) in (VLLM_PACKAGE, FAKE_VLLM_MODULE) else None
     if first == "vllm":
         path = shutil.which(argv[0], path=env.get("PATH"))
         if not path:
@@ -277,6 +279,25 @@ def python_of(argv: Sequence[str], env: Mapping[str, str]) -> str | None:
             if parts and os.path.basename(parts[0]) == "env" and len(parts) > 1:
                 return parts[1]
             return parts[0] if parts else None
+    return None
+
+
+VLLM_PACKAGE = "vllm"
+_PYTHON_OPTIONS_WITH_VALUE = ("-X", "-W", "-Q")
+
+
+def _module_of(args: Sequence[str]) -> str | None:
+    """The top package of `python [options] -m MODULE ...` (the replaying vLLM's module whole); None
+    for a script, `-c`, or nothing to run."""
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "-m" or (token.startswith("-m") and len(token) > 2):
+            module = token[2:] or (args[i + 1] if i + 1 < len(args) else "")
+            return module if module == FAKE_VLLM_MODULE else module.split(".")[0]
+        if token == "-c" or not token.startswith("-"):
+            return None
+        i += 2 if token in _PYTHON_OPTIONS_WITH_VALUE else 1
     return None
 
 

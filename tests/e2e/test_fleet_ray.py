@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,13 +21,12 @@ import psutil
 import pytest
 
 from autotune.fleet import collect
-from autotune.run.launch import free_port
+from autotune.host.processes import free_port
 from autotune.store import artifact
-from tests.test_fleet import fakes, no_overlap, write_plan
+from tests.helpers.fleet_plans import FAKE, fakes, no_overlap, write_plan
 
 pytestmark = pytest.mark.vllm  # boots real vLLM (one leaf) and starts Ray: under tests/e2e, under the lock
 
-FAKE = f"{sys.executable} -m autotune.testing.fake_vllm"
 RAY = str(Path(sys.executable).with_name("ray"))
 SMALL = ["--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]
 

@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,10 +25,12 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from autotune.run import client, launch, verify
+from autotune.server import client, health
+from autotune.host import processes
 from autotune.store import redact
 from autotune.testing.selfsigned import make_self_signed
 from tests.conftest import vllm_serve_argv
+from tests.helpers.cli import keep_output, run_autotune
 
 pytestmark = pytest.mark.vllm
 
@@ -39,20 +39,6 @@ KEY = "sk-e2e-argv-7f3c9a1d5e"  # given as --api-key
 ENV_KEY = "sk-e2e-env-5b2e8d40aa"  # given as VLLM_API_KEY
 FILE_KEY = "sk-e2e-file-0c61f2b9d3"  # read by a wrapper script autotune cannot see into
 EXIT_FRONT_DOOR = 9
-
-
-def autotune(*args: str, runs_dir: Path, extra_env: dict | None = None, timeout: float = 900):
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
-    env.update({"AUTOTUNE_RUNS_DIR": str(runs_dir), **(extra_env or {})})
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def keep_output(folder: Path, name: str, proc) -> None:
-    """What a command printed, kept beside the runs (docs/serving.md quotes it)."""
-    (folder / "output").mkdir(exist_ok=True)
-    (folder / "output" / f"{name}.txt").write_text(f"exit {proc.returncode}\n--- stdout\n{proc.stdout}"
-                                                   f"--- stderr\n{proc.stderr}")
 
 
 def record_of(runs_dir: Path, run_id: str) -> dict:
@@ -71,11 +57,11 @@ def assert_written_nowhere(secret: str, runs_dir: Path, *outputs: str) -> None:
         assert secret not in text
 
 
-def wait_until_serving(door: client.FrontDoor, server: launch.ServerProcess, log: Path, limit_s: float = 300):
+def wait_until_serving(door: client.FrontDoor, server: processes.ServerProcess, log: Path, limit_s: float = 300):
     deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(door):
+    while time.monotonic() < deadline and server.poll() is None and not health.health_ok(door):
         list(server.lines(timeout=0.5))
-    assert verify.health_ok(door), log.read_text()[-3000:]
+    assert health.health_ok(door), log.read_text()[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -83,32 +69,32 @@ def story(tiny_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("front-door")
     runs_dir = folder / "runs"
     keyfile, certfile = make_self_signed(folder / "tls")
-    port = launch.free_port()
+    port = processes.free_port()
     keyed_tls = vllm_serve_argv(tiny_model, *KV, "--api-key", KEY, "--ssl-keyfile", str(keyfile),
                                 "--ssl-certfile", str(certfile), "--port", str(port))
     s = SimpleNamespace(runs_dir=runs_dir, keyfile=keyfile, certfile=certfile, port=port, model=tiny_model,
                         folder=folder)
     # 1. key + TLS, kept serving
-    s.first = autotune("--target", "4096", "--keep-serving", "--", *keyed_tls, runs_dir=runs_dir)
+    s.first = run_autotune("--target", "4096", "--keep-serving", "--", *keyed_tls, runs_dir=runs_dir)
     s.first_id = newest_run(runs_dir)
     s.door = client.front_door(keyed_tls, {}, port)
-    s.alive_after_first = verify.health_ok(s.door)
+    s.alive_after_first = health.health_ok(s.door)
     # 2. clean leaves it alone
-    s.clean = autotune("clean", "--json", runs_dir=runs_dir)
-    # the kept server is the verified boot itself (here --max-model-len auto, fitted at 16,256)
-    s.alive_after_clean = verify.health_ok(s.door) and bool(verify.served_models(s.door))
-    s.runs_listing = autotune("runs", runs_dir=runs_dir)
-    s.show_first = autotune("show", s.first_id, runs_dir=runs_dir)
+    s.clean = run_autotune("clean", "--json", runs_dir=runs_dir)
+    # the kept server is the verified command relaunched as command.sh says (the numeric length, run/handover.py)
+    s.alive_after_clean = health.health_ok(s.door) and bool(health.served_models(s.door))
+    s.runs_listing = run_autotune("runs", runs_dir=runs_dir)
+    s.show_first = run_autotune("show", s.first_id, runs_dir=runs_dir)
     # 3. a following tune, keyed from the environment
-    s.second = autotune("--target", "4096", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir,
-                        extra_env={"VLLM_API_KEY": ENV_KEY})
+    s.second = run_autotune("--target", "4096", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir,
+                            env={"VLLM_API_KEY": ENV_KEY})
     s.second_id = newest_run(runs_dir, exclude={s.first_id})
-    s.alive_after_second = verify.health_ok(s.door)
+    s.alive_after_second = health.health_ok(s.door)
     for name in ("first", "clean", "runs_listing", "show_first", "second"):
         keep_output(folder, name, getattr(s, name))
     yield s
     # whatever a failed test left: stop the kept server by its recorded identity
-    autotune("stop", s.first_id, runs_dir=runs_dir)
+    run_autotune("stop", s.first_id, runs_dir=runs_dir)
 
 
 def test_a_keyed_https_tune_is_verified_and_probed_over_https(story):
@@ -156,8 +142,8 @@ def test_a_kept_server_survives_clean_and_a_following_tune_and_says_where_it_ser
     assert f"serving:  {url}" in story.show_first.stdout and f"autotune stop {story.first_id}" in story.show_first.stdout
 
 
-def _boot_written(line: str, env: dict, log: Path) -> launch.ServerProcess:
-    return launch.ServerProcess(["bash", "-c", line], env={**os.environ, **env}, log_path=log)
+def _boot_written(line: str, env: dict, log: Path) -> processes.ServerProcess:
+    return processes.ServerProcess(["bash", "-c", line], env={**os.environ, **env}, log_path=log)
 
 
 def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(story):
@@ -175,19 +161,19 @@ def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(s
              ("command.sh (VLLM_API_KEY)", second_command.splitlines()[-1], {"VLLM_API_KEY": ENV_KEY},
               story.runs_dir / story.second_id)]
     for name, line, env, cwd in cases:
-        port = launch.free_port()
+        port = processes.free_port()
         log = story.folder / f"rerun-{port}.log"
         server = _boot_written(f"cd {shlex.quote(str(cwd))} && {line} --port {port}", env, log)
         try:
             argv = redact.resolve_argv(shlex.split(line), env) + ["--port", str(port)]
             door = client.front_door_of(argv, env, port, cwd=str(cwd))
             wait_until_serving(door, server, log)
-            ok, reason, _ = verify.check_serving(door, 4096)  # the length the tunes verified
+            ok, reason, _ = health.check_serving(door, 4096)  # the length the tunes verified
             assert ok, f"{name}: {reason}"
             # the key is in force: without it the same server turns autotune away
             bare = client.FrontDoor(port=port, scheme=door.scheme, certfile=door.certfile)
-            with pytest.raises(verify.FrontDoorRefused, match="wants an API key"):
-                verify.served_models(bare)
+            with pytest.raises(health.FrontDoorRefused, match="wants an API key"):
+                health.served_models(bare)
         finally:
             report = server.stop()
         assert report.leftover_pids == [], name
@@ -195,15 +181,15 @@ def test_the_paste_ready_files_boot_as_written_with_the_key_in_the_environment(s
 
 def test_stop_ends_the_kept_server_on_request(story):
     marker = json.loads((story.runs_dir / story.first_id / "server.json").read_text())
-    stopped = autotune("stop", story.first_id, "--json", runs_dir=story.runs_dir)
+    stopped = run_autotune("stop", story.first_id, "--json", runs_dir=story.runs_dir)
     keep_output(story.folder, "stop", stopped)
-    keep_output(story.folder, "show_after_stop", autotune("show", story.first_id, runs_dir=story.runs_dir))
+    keep_output(story.folder, "show_after_stop", run_autotune("show", story.first_id, runs_dir=story.runs_dir))
     assert stopped.returncode == 0, stopped.stderr
     assert json.loads(stopped.stdout)["pid"] == marker["pid"]
     assert not psutil.pid_exists(marker["pid"]) or psutil.Process(marker["pid"]).status() == psutil.STATUS_ZOMBIE
-    assert not verify.health_ok(story.door)
+    assert not health.health_ok(story.door)
     assert record_of(story.runs_dir, story.first_id)["result"]["serving"]["stopped"]["by"] == "autotune stop"
-    again = autotune("stop", story.first_id, runs_dir=story.runs_dir)
+    again = run_autotune("stop", story.first_id, runs_dir=story.runs_dir)
     assert again.returncode == 1 and "has no server kept serving" in again.stderr
 
 
@@ -214,8 +200,8 @@ def test_a_keyed_server_whose_key_autotune_cannot_find_ends_with_the_front_door_
                        + f' --api-key "$(cat {shlex.quote(str(tmp_path / "key"))})" "$@"\n')
     wrapper.chmod(0o755)
     runs_dir = tmp_path / "runs"
-    proc = autotune("--target", "4096", "--probe", "none", "--", str(wrapper), "--model", str(tiny_model),
-                    runs_dir=runs_dir)
+    proc = run_autotune("--target", "4096", "--probe", "none", "--", str(wrapper), "--model", str(tiny_model),
+                        runs_dir=runs_dir)
     keep_output(tmp_path, "no_key", proc)
     assert proc.returncode == EXIT_FRONT_DOOR, proc.stdout + proc.stderr[-3000:]
     assert "wants an API key and autotune found none" in proc.stdout

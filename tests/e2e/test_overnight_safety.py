@@ -14,10 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from autotune.run import launch
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
+from tests.helpers.cli import start_autotune
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]  # kill_trials: 8 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 
@@ -57,12 +58,6 @@ def wait_for_moment(runs_dir: Path, log, text, timeout=240) -> None:
     pytest.fail(f"the moment ({log}, {text!r}) never came")
 
 
-def start_autotune(runs_dir: Path, *args) -> subprocess.Popen:
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
 def run_dirs(runs_dir: Path) -> list[Path]:
     return sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
 
@@ -90,7 +85,7 @@ def assert_nothing_left(model_dir: Path, record: dict | None = None) -> None:
         time.sleep(0.2)
     assert processes_serving(model_dir) == []
     for pid in server_pids(record or {}):
-        assert launch.process_tree(pid) == []
+        assert processes.process_tree(pid) == []
 
 
 @pytest.fixture(scope="module")
@@ -106,8 +101,8 @@ def kill_trials(model, tmp_path_factory):
     results = []
     for i, (what, log, text, delay, sig) in enumerate(TRIALS):
         runs_dir = tmp_path_factory.mktemp(f"trial{i}")
-        proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--",
-                              *vllm_serve_argv(model, *KV))
+        proc = start_autotune("--target", "65536", "--strategy", "refusal", "--",
+                              *vllm_serve_argv(model, *KV), runs_dir=runs_dir)
         wait_for_moment(runs_dir, log, text)
         time.sleep(delay)
         proc.send_signal(sig)
@@ -165,7 +160,8 @@ def test_resume_continues_without_repeating_finished_boots(kill_trials, model):
 
 def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     runs_dir = tmp_path / "runs"
-    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV))
+    proc = start_autotune("--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV),
+                          runs_dir=runs_dir)
     deadline = time.monotonic() + 240
     marker = None
     while time.monotonic() < deadline:
@@ -178,13 +174,13 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     time.sleep(3)
     proc.kill()
     proc.communicate(timeout=30)
-    assert launch.process_tree(marker["pid"], marker["create_time"]), "the server should outlive a SIGKILLed autotune"
+    assert processes.process_tree(marker["pid"], marker["create_time"]), "the server should outlive a SIGKILLed autotune"
     env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
     out = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"pid {marker['pid']}: stopped" in out.stdout
-    assert launch.process_tree(marker["pid"]) == []
+    assert processes.process_tree(marker["pid"]) == []
     assert_nothing_left(model)
     record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
     assert record["state"] == "interrupted"
@@ -201,8 +197,8 @@ def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
     runs_dir = tmp_path / "runs"
     # The stall timeout must outlast vLLM's own silences (its import prints nothing for ~10 s,
     # more on a loaded machine), so the server is frozen as soon as it has printed something.
-    proc = start_autotune(runs_dir, "--target", "65536", "--strategy", "refusal", "--stall-timeout", "20", "--",
-                          *vllm_serve_argv(model, *KV))
+    proc = start_autotune("--target", "65536", "--strategy", "refusal", "--stall-timeout", "20", "--",
+                          *vllm_serve_argv(model, *KV), runs_dir=runs_dir)
     deadline = time.monotonic() + 240
     marker = None
     while time.monotonic() < deadline and marker is None:
@@ -213,7 +209,7 @@ def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
         time.sleep(0.05)
     assert marker
     # A real hang: freeze the whole real server tree mid-boot.
-    tree = launch.process_tree(marker["pid"], marker["create_time"])
+    tree = processes.process_tree(marker["pid"], marker["create_time"])
     for p in tree:
         p.send_signal(signal.SIGSTOP)
     frozen_at = time.monotonic()

@@ -16,17 +16,16 @@ token, so the KV cache, not the model's 1M limit, sets the ceiling.
 Run `pytest -s` to see the table that docs/predict.md reports.
 """
 import json
-import os
 import shlex
-import subprocess
-import sys
 
 import pytest
 
-from autotune.analysis import device_memory, kv_pool
-from autotune.analysis import model_files as mf
+from autotune.analysis import device_memory
+from autotune.vllm import kv_pool
+from autotune.model import files as mf
 from autotune.testing.tiny_model import build_kind
 from tests.conftest import vllm_serve_argv
+from tests.helpers.cli import run_autotune
 
 pytestmark = pytest.mark.vllm
 
@@ -40,16 +39,10 @@ TARGET = 1_000_000
 TOLERANCE = 0.02
 
 
-def autotune(*args, runs_dir, timeout=900):
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
-
-
 def tune(argv, runs_dir) -> dict:
     """One verified tune (vLLM's --max-model-len auto, no probe); its run record."""
     before = set(runs_dir.iterdir()) if runs_dir.exists() else set()
-    proc = autotune("tune", "--target", str(TARGET), "--probe", "none", "--", *argv, runs_dir=runs_dir)
+    proc = run_autotune("tune", "--target", str(TARGET), "--probe", "none", "--", *argv, runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     (new,) = set(runs_dir.iterdir()) - before
     return json.loads((new / "run.json").read_text())
@@ -103,7 +96,7 @@ def node_seen(run: dict, gmu: float) -> float:
 
 
 def predict(argv, runs, *extra) -> dict:
-    proc = autotune("predict", "--command", shlex.join(argv), "--json", *extra, runs_dir=runs)
+    proc = run_autotune("predict", "--command", shlex.join(argv), "--json", *extra, runs_dir=runs)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

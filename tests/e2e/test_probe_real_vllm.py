@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from autotune.run import launch, probe, verify
+from autotune.server import probe, health
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 
 CEILING = 16256
@@ -19,14 +20,14 @@ CEILING = 16256
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
-    port = launch.free_port()
+    port = processes.free_port()
     argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-model-len", str(CEILING),
                            "--port", str(port))
     log = tmp_path_factory.mktemp("probe") / "server.log"
-    proc = launch.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
+    proc = processes.ServerProcess(argv, dict(os.environ, PYTHONUNBUFFERED="1"), log)
     try:
         deadline = time.monotonic() + 300
-        while not verify.health_ok(port):
+        while not health.health_ok(port):
             list(proc.lines(timeout=0.5))
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the server did not become healthy in 300 s"
@@ -117,6 +118,6 @@ def test_a_server_that_hangs_mid_probe_times_out_with_a_reason(server):
     assert time.monotonic() - started < 30  # bounded by the timeouts, not by the server
     # the server comes back once continued
     deadline = time.monotonic() + 60
-    while not verify.health_ok(port) and time.monotonic() < deadline:
+    while not health.health_ok(port) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert verify.health_ok(port)
+    assert health.health_ok(port)

@@ -5,10 +5,7 @@ lever run), one by SIGTERM and one by SIGKILL, and resumed; what had finished mu
 again, and nothing may be left running.
 """
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,20 +13,9 @@ import psutil
 import pytest
 
 from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
+from tests.helpers.cli import run_autotune, start_autotune
 
 pytestmark = pytest.mark.vllm
-
-
-def autotune(runs_dir: Path, *args, timeout=900) -> subprocess.CompletedProcess:
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
-def start(runs_dir: Path, *args) -> subprocess.Popen:
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.Popen([sys.executable, "-m", "autotune", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
 
 
 def runs(runs_dir: Path) -> dict[str, dict]:
@@ -82,8 +68,8 @@ def model(tmp_path_factory):
 
 
 def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, tmp_path):
-    proc = start(tmp_path, "sweep", "--gmu", "0.12,0.15", "--target", "500000", "--strategy", "auto", "--",
-                 *vllm_serve_argv(model))
+    proc = start_autotune("sweep", "--gmu", "0.12,0.15", "--target", "500000", "--strategy", "auto", "--",
+                          *vllm_serve_argv(model), runs_dir=tmp_path)
     second = wait_for_boot(tmp_path, lambda r: (r.get("links") or {}).get("sweep_index") == 2)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -97,7 +83,7 @@ def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, t
     first_before = (first / "run.json").read_text()
     assert json.loads((second / "run.json").read_text())["state"] == "interrupted"
 
-    resumed = autotune(tmp_path, "resume", sweep_dir.name, "--json")
+    resumed = run_autotune("resume", sweep_dir.name, "--json", runs_dir=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
     data = json.loads(resumed.stdout)["sweep"]
     assert data["state"] == "finished" and data["resumed_at"]
@@ -117,8 +103,9 @@ def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, t
 def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
     # ~0.25 GiB of KV (~33K tokens) at the first boot, whatever the node's memory: the 60,000-token
     # target (0.46 GiB) needs a lever run.
-    proc = start(tmp_path, "--target", "60000", "--reach", "--probe", "none", "--",
-                 *vllm_serve_argv(model, "--gpu-memory-utilization", str(cpu_gmu_leaving(0.25))))
+    proc = start_autotune("--target", "60000", "--reach", "--probe", "none", "--",
+                          *vllm_serve_argv(model, "--gpu-memory-utilization", str(cpu_gmu_leaving(0.25))),
+                          runs_dir=tmp_path)
     child_dir = wait_for_boot(tmp_path, lambda r: r.get("kind") == "reach-step")
     proc.kill()  # SIGKILL: autotune gets no chance to stop the lever run's server or mark anything
     proc.communicate(timeout=30)
@@ -127,7 +114,7 @@ def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
     assert parent["state"] == "running" and parent["phase"] == "reach"
     assert (child_dir / "server.json").exists() and serving(model), "the lever run's server outlives autotune"
 
-    resumed = autotune(tmp_path, "resume", "latest")
+    resumed = run_autotune("resume", "latest", runs_dir=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
     assert f"is a lever run of {parent['run_id']}: resuming its lever search" in resumed.stderr
     assert "stopped a server left behind" in resumed.stderr

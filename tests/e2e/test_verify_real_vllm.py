@@ -22,9 +22,10 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.analysis import device_memory
-from autotune.run import client, launch, verify
+from autotune.server import client, health
+from autotune.host import processes
 from tests.conftest import vllm_serve_argv
-from tests.e2e.test_front_door_real_vllm import autotune, keep_output
+from tests.helpers.cli import keep_output, run_autotune
 
 pytestmark = pytest.mark.vllm
 
@@ -34,13 +35,13 @@ SHORT = 8192
 BUDGET_GIB = 1.6  # what the margin leaves vLLM: ~0.8 GiB of non-KV use, the rest KV (some 100K tokens)
 
 
-def start_server(argv: list[str], log: Path) -> launch.ServerProcess:
-    server = launch.ServerProcess(argv, env=dict(os.environ), log_path=log)
+def start_server(argv: list[str], log: Path) -> processes.ServerProcess:
+    server = processes.ServerProcess(argv, env=dict(os.environ), log_path=log)
     door = client.plain(int(argv[argv.index("--port") + 1]))
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and server.poll() is None and not verify.health_ok(door):
+    while time.monotonic() < deadline and server.poll() is None and not health.health_ok(door):
         list(server.lines(timeout=0.5))
-    assert verify.health_ok(door), log.read_text()[-3000:]
+    assert health.health_ok(door), log.read_text()[-3000:]
     return server
 
 
@@ -51,32 +52,32 @@ def story(tiny_model, tmp_path_factory):
     s = SimpleNamespace(folder=folder, runs_dir=runs_dir)
     s.node_bytes = device_memory.node_memory_bytes()
     s.margin_gib = round(s.node_bytes / 2**30 - BUDGET_GIB, 2)
-    s.tune = autotune("--target", str(TARGET), "--strategy", "refusal", "--margin", f"{s.margin_gib}GiB",
-                      "--keep-serving", "--probe", "none", "--", *vllm_serve_argv(tiny_model), runs_dir=runs_dir)
+    s.tune = run_autotune("--target", str(TARGET), "--strategy", "refusal", "--margin", f"{s.margin_gib}GiB",
+                          "--keep-serving", "--probe", "none", "--", *vllm_serve_argv(tiny_model), runs_dir=runs_dir)
     s.run_id = sorted(p.name for p in runs_dir.iterdir())[-1]
     s.record = json.loads((runs_dir / s.run_id / "run.json").read_text())
     s.url = ((s.record.get("result") or {}).get("serving") or {}).get("url")
     server = None
     try:
-        s.at_ceiling = autotune("verify", s.url, "--run", s.run_id, runs_dir=runs_dir)
-        s.show = autotune("show", s.run_id, runs_dir=runs_dir)
-        port = launch.free_port()
+        s.at_ceiling = run_autotune("verify", s.url, "--run", s.run_id, runs_dir=runs_dir)
+        s.show = run_autotune("show", s.run_id, runs_dir=runs_dir)
+        port = processes.free_port()
         s.short_url = f"http://127.0.0.1:{port}"
         server = start_server(vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-model-len",
                                               str(SHORT), "--api-key", KEY, "--port", str(port)),
                               folder / "short-server.log")
-        s.no_key = autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir)
+        s.no_key = run_autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir)
         keyed = {"VLLM_API_KEY": KEY}
-        s.short = autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir, extra_env=keyed)
-        s.pool = autotune("verify", s.short_url, "--probe", "none", "--json", runs_dir=runs_dir, extra_env=keyed)
-        s.runs = autotune("runs", runs_dir=runs_dir)
+        s.short = run_autotune("verify", s.short_url, "--run", s.run_id, runs_dir=runs_dir, env=keyed)
+        s.pool = run_autotune("verify", s.short_url, "--probe", "none", "--json", runs_dir=runs_dir, env=keyed)
+        s.runs = run_autotune("runs", runs_dir=runs_dir)
         for name in ("tune", "at_ceiling", "show", "no_key", "short", "pool", "runs"):
             keep_output(folder, name, getattr(s, name))
         yield s
     finally:
         if server is not None:
             server.stop()
-        autotune("stop", s.run_id, runs_dir=runs_dir)
+        run_autotune("stop", s.run_id, runs_dir=runs_dir)
 
 
 def test_the_margin_is_kept_as_vllm_itself_reports(story):

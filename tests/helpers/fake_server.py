@@ -6,9 +6,7 @@ import os
 import threading
 from http.server import ThreadingHTTPServer
 
-import pytest
-
-from autotune.run import launch
+from autotune.host import processes
 from autotune.testing import fake_vllm
 
 
@@ -18,7 +16,7 @@ class FakeServer:
         self._out = open(os.devnull, "w")
         self.boot = fake_vllm.Boot(req, out=self._out)
         self.served, self.kv_tokens = self.boot.run()
-        self.port = launch.free_port()
+        self.port = processes.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         handler = type("QuietHandler", (fake_vllm.make_handler(self.boot, self.served, self.kv_tokens),),
                        {"log_message": lambda *args: None})  # no access lines on the test's stdout
@@ -30,16 +28,3 @@ class FakeServer:
         self.httpd.server_close()
         self._out.close()
 
-
-@pytest.fixture
-def fake_server():
-    """fake_server(*profile_argv) -> a started FakeServer; all are stopped after the test."""
-    servers = []
-
-    def start(*argv: str) -> FakeServer:
-        servers.append(FakeServer(*argv))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from autotune.analysis import kv_pool
+from autotune.vllm import kv_pool
 from autotune.store.deploy import settings
 from autotune.store.deploy.settings import Deployment
 from autotune.store.record import Attempt, RunRecord

@@ -34,11 +34,11 @@ from typing import Callable
 
 import httpx
 
-from autotune.run import client as client_mod
-from autotune.run import verify
-from autotune.run.probe_memory import MemoryReader, PeakSampler, memory_record
-from autotune.run.queue_watch import STUCK_AFTER_S, WHY, QueueWatch
-from autotune.run.prompt import ProbeFailure, SizedPrompt, default_margin, filler_text, prompt_budget, size_prompt
+from autotune.server import client as client_mod
+from autotune.server import health
+from autotune.server.probe_memory import MemoryReader, PeakSampler, memory_record
+from autotune.server.queue_watch import STUCK_AFTER_S, WHY, QueueWatch
+from autotune.server.prompt import ProbeFailure, SizedPrompt, default_margin, filler_text, prompt_budget, size_prompt
 
 QUICK = "quick"
 FULL = "full"
@@ -74,10 +74,10 @@ def _describe(exc: BaseException) -> str:
 _HTTP_ERRORS = (httpx.HTTPError, OSError, client_mod.TlsMismatch)
 
 
-def _post_json(server: verify.Server, path: str, payload: dict, timeout: float) -> dict:
+def _post_json(server: health.Server, path: str, payload: dict, timeout: float) -> dict:
     what = f"POST {path}"
     try:
-        status, body = verify.client_of(server).request("POST", path, timeout, payload)
+        status, body = health.client_of(server).request("POST", path, timeout, payload)
     except _HTTP_ERRORS as exc:
         raise ProbeFailure(f"{what}: {_describe(exc)}") from exc
     if status != 200:
@@ -88,17 +88,17 @@ def _post_json(server: verify.Server, path: str, payload: dict, timeout: float) 
         raise ProbeFailure(f"{what}: not JSON: {_excerpt(body)}") from exc
 
 
-def _model_id(server: verify.Server, timeout: float) -> str:
+def _model_id(server: health.Server, timeout: float) -> str:
     try:
-        models = verify.served_models(server, timeout=timeout)
-    except (OSError, verify.ProbeError) as exc:
+        models = health.served_models(server, timeout=timeout)
+    except (OSError, health.ProbeError) as exc:
         raise ProbeFailure(f"GET /v1/models: {_describe(exc) if isinstance(exc, OSError) else exc}") from exc
     if not models:
         raise ProbeFailure("GET /v1/models lists no model")
     return models[0].id
 
 
-def tokenizer_of(server: verify.Server, model: str, timeout: float = SMALL_TIMEOUT_S) -> Callable[[str], int]:
+def tokenizer_of(server: health.Server, model: str, timeout: float = SMALL_TIMEOUT_S) -> Callable[[str], int]:
     def count(text: str) -> int:
         data = _post_json(server, "/tokenize", {"model": model, "prompt": text}, timeout)
         try:
@@ -130,7 +130,7 @@ class StreamResult:
         return None if self.done_at is None else self.done_at - self.sent_at
 
 
-def stream_completion(server: verify.Server, payload: dict, timeout: float,
+def stream_completion(server: health.Server, payload: dict, timeout: float,
                       watch: QueueWatch | None = None) -> StreamResult:
     """POST /v1/completions with stream=true; time the first chunk and the end. Never raises.
 
@@ -152,13 +152,13 @@ def stream_completion(server: verify.Server, payload: dict, timeout: float,
     return result
 
 
-def _stream(server: verify.Server, payload: dict, timeout: float, watch: QueueWatch | None,
+def _stream(server: health.Server, payload: dict, timeout: float, watch: QueueWatch | None,
             result: StreamResult) -> StreamResult:
     sent = result.sent_at
     deadline = sent + timeout
     body = {**payload, "stream": True, "stream_options": {"include_usage": True}}
     try:
-        with verify.client_of(server).stream("/v1/completions", body, timeout) as resp:
+        with health.client_of(server).stream("/v1/completions", body, timeout) as resp:
             if watch is not None:
                 watch.attach(resp)
             result.status = resp.status_code
@@ -250,7 +250,7 @@ def _completion_payload(model: str, prompt: str, max_tokens: int, ignore_eos: bo
 class _Session:
     """One probe's state: the model, the tokenizer, whether ignore_eos is accepted."""
 
-    def __init__(self, server: verify.Server, timeout: float, queue_stuck_s: float):
+    def __init__(self, server: health.Server, timeout: float, queue_stuck_s: float):
         self.server = server
         self.timeout = timeout
         self.queue_stuck_s = queue_stuck_s
@@ -269,7 +269,7 @@ class _Session:
         return res
 
 
-def probe(server: verify.Server, max_model_len: int, mode: str, server_pid: int | None, gpu_indices: list[int] | None = None,
+def probe(server: health.Server, max_model_len: int, mode: str, server_pid: int | None, gpu_indices: list[int] | None = None,
           margin_tokens: int | None = None, *, max_tokens: int = MAX_TOKENS,
           request_timeout_s: float = REQUEST_TIMEOUT_S, small_timeout_s: float = SMALL_TIMEOUT_S,
           queue_stuck_s: float = STUCK_AFTER_S, emit: Callable[..., None] | None = None) -> dict:

@@ -16,16 +16,23 @@ Two figures come straight from the files and need no boot:
   the figures are per GPU (per worker).
 
 How vLLM turns these layers into blocks, groups and a token count is a fact about vLLM and
-lives in kv_pool.py. This module only reads files (config.json, *.safetensors headers).
+lives in vllm/kv_pool.py. This module only reads files (config.json, tokenizer_config.json,
+*.safetensors headers), and finds a model's folder on this machine (a path, or a snapshot already
+in the Hugging Face cache): it never downloads.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Mapping
+
+from autotune.errors import AutotuneError
 
 # Bytes per element of the dtype names used in safetensors headers, config.json and vLLM flags.
 DTYPE_BYTES = {
@@ -38,7 +45,7 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 HEADER_LIMIT = 100 * 1024 * 1024  # safetensors itself refuses headers above 100 MB
 
 
-class ModelFilesError(ValueError):
+class ModelFilesError(AutotuneError, ValueError):
     """The model's files cannot answer (missing, unreadable, or a config this module does not know)."""
 
 
@@ -104,17 +111,23 @@ class KVShape:
 
 # ---- reading files ------------------------------------------------------------------------------
 
-def read_config(model_dir: str | Path) -> dict:
-    """config.json as a dict; a multimodal wrapper's text_config is merged over it (it holds the LM)."""
-    path = Path(model_dir) / "config.json"
+def read_json(path: Path) -> dict:
+    """One of the model's JSON files (config.json, tokenizer_config.json) as a dict: their one reader."""
     try:
-        config = json.loads(path.read_text())
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
     except FileNotFoundError:
-        raise ModelFilesError(f"{path}: not found (give a local model folder with config.json)")
+        raise ModelFilesError(f"{path}: not found (give a local model folder with {path.name})")
     except (OSError, ValueError) as exc:
         raise ModelFilesError(f"{path}: cannot read it: {exc}")
-    if not isinstance(config, dict):
+    if not isinstance(data, dict):
         raise ModelFilesError(f"{path}: not a JSON object")
+    return data
+
+
+def read_config(model_dir: str | Path) -> dict:
+    """config.json as a dict; a multimodal wrapper's text_config is merged over it (it holds the LM)."""
+    config = read_json(Path(model_dir) / "config.json")
     text = config.get("text_config") or config.get("llm_config")
     if isinstance(text, dict):
         merged = {**config, **text}
@@ -287,3 +300,61 @@ def _linear_group(config: dict, count: int, tp: int, model_dtype: str, ssm_dtype
                       state_parts={"conv": conv_bytes, "recurrent": recurrent_bytes},
                       detail=f"conv {conv_dim} x {config['linear_conv_kernel_dim'] - 1} x {DTYPE_BYTES[model_dtype]:g} B"
                              f" + recurrent {v_heads // tp} x {v_dim} x {k_dim} x {DTYPE_BYTES[ssm]:g} B ({ssm})")
+
+
+# ---- finding the model's folder: local files only, never downloaded ----------------------------
+
+_REPO_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")
+
+
+def hub_cache(env: Mapping[str, str]) -> Path:
+    if env.get("HF_HUB_CACHE"):
+        return Path(env["HF_HUB_CACHE"]).expanduser()
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser() / "hub"
+    base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "huggingface" / "hub"
+
+
+def local_model_dir(model: str, env: Mapping[str, str] | None, revision: str | None) -> Path | None:
+    env = os.environ if env is None else env
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    if not _REPO_ID_RE.fullmatch(model) or path.exists():
+        return None
+    repo = hub_cache(env) / f"models--{model.replace('/', '--')}"
+    ref = revision or "main"
+    try:
+        snapshot = (repo / "refs" / ref).read_text().strip() if (repo / "refs" / ref).is_file() else ref
+    except OSError:
+        return None
+    folder = repo / "snapshots" / snapshot
+    return folder if folder.is_dir() else None
+
+
+def _json_if_there(path: Path) -> dict | None:
+    try:
+        return read_json(path)
+    except ModelFilesError:
+        return None
+
+
+def read_model_config(model: str | None, env: Mapping[str, str] | None = None,
+                      revision: str | None = None) -> dict | None:
+    """config.json of ``model`` when it is on this machine (a model folder, or a snapshot in
+    the Hugging Face cache); None otherwise. Never touches the network."""
+    if not model:
+        return None
+    folder = local_model_dir(model, env, revision)
+    return _json_if_there(folder / "config.json") if folder is not None else None
+
+
+def read_tokenizer_config(model: str | None, env: Mapping[str, str] | None = None,
+                          revision: str | None = None) -> dict | None:
+    """tokenizer_config.json beside config.json, when on this machine (its model_max_length
+    also caps the length vLLM accepts)."""
+    if not model:
+        return None
+    folder = local_model_dir(model, env, revision)
+    return _json_if_there(folder / "tokenizer_config.json") if folder is not None else None

@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autotune.run import client
-from autotune.run import metrics
-from autotune.run import verify
-from autotune.run.signals import GATE
+from autotune.server import client
+from autotune.server import metrics
+from autotune.server import health
+from autotune.host.signals import GATE
 from autotune.vllm import versions
 
 STUCK_AFTER_S = 15.0  # running 0 and waiting >= 1 this long: the scheduler will not admit it
@@ -80,10 +80,10 @@ class QueueWatch:
     waiting and none running for stuck_s, it closes the request's response and says so (verdict).
     A server whose /metrics cannot be read is not watched (the request's own timeout stays)."""
 
-    server: verify.Server
+    server: health.Server
     stuck_s: float = STUCK_AFTER_S
     poll_s: float = POLL_S
-    read: Callable[[verify.Server], metrics.ServerMetrics] = metrics.read
+    read: Callable[[health.Server], metrics.ServerMetrics] = metrics.read
     verdict: dict | None = None
     unwatched: str | None = None  # why /metrics could not be watched
     _response: object = None

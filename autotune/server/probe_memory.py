@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from autotune.run import launch
+from autotune.host import processes
 
 # Growth of used memory across the probe above which it is flagged.
 # GPU: vLLM preallocates the KV pool and the activation budget at boot, so a served request
@@ -73,7 +73,7 @@ class MemoryReader:
                 self.unavailable = f"NVML: {exc}"
                 return None
         total = 0
-        procs = launch.process_tree(self.server_pid)
+        procs = processes.process_tree(self.server_pid)
         if not procs:
             return None
         for proc in procs:

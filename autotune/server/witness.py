@@ -3,7 +3,7 @@ kept beside what its log said; where the two disagree, the card says so.
 
 vLLM fills both from one KV cache configuration: the log's "KV cache size: N tokens", "Maximum
 concurrency ... Nx" and "num_gpu_blocks is: N" lines, and the labels of `vllm:cache_config_info`
-(run/metrics.py reads them). The gmu and --kv-cache-memory-bytes labels are what the engine runs
+(server/metrics.py reads them). The gmu and --kv-cache-memory-bytes labels are what the engine runs
 with, so they are held against what the serve command asks. A figure is compared only where both
 sides carry it; a disagreement means the log autotune read is not this server's, a figure was
 misread, or something between the command and vLLM (a wrapper, a --config file) changed a setting.
@@ -11,8 +11,8 @@ misread, or something between the command and vLLM (a wrapper, a --config file) 
 
 from __future__ import annotations
 
-from autotune.run import metrics
-from autotune.run import verify
+from autotune.server import metrics
+from autotune.server import health
 from autotune.vllm import servecmd, versions
 
 GMU = "--gpu-memory-utilization"
@@ -20,7 +20,7 @@ GMU = "--gpu-memory-utilization"
 CONCURRENCY_TOLERANCE = 0.005 + 1e-9
 
 
-def read(server: verify.Server, facts: dict, argv: list[str], version: str | None) -> dict:
+def read(server: health.Server, facts: dict, argv: list[str], version: str | None) -> dict:
     """What run.json keeps (attempt "metrics"): the cache configuration /metrics served and where it
     disagrees with the log and the command; or why /metrics could not be read. Never raises."""
     try:

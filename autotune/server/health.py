@@ -20,8 +20,8 @@ from typing import Callable, TypeVar
 import httpx
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from autotune.run import client as client_mod
-from autotune.run.client import FrontDoor, ServerClient
+from autotune.server import client as client_mod
+from autotune.server.client import FrontDoor, ServerClient
 
 LOOPBACK = client_mod.LOOPBACK
 
@@ -124,7 +124,7 @@ def tls_diagnosis(door: FrontDoor, path: str, exc: BaseException) -> FrontDoorRe
     if door.url:
         cause = f"GET {path}: the TLS handshake with {door.url} failed ({detail})"
         fix = ("give --ssl-ca-certs FILE, the CA that signed the server's certificate, when the system does not "
-               "trust it" if door.scheme == "https" else f"the server speaks https: use https:// in the URL")
+               "trust it" if door.scheme == "https" else "the server speaks https: use https:// in the URL")
         return FrontDoorRefused(cause, "tls", fix)
     if door.scheme == "https":
         cause = f"GET {path}: the TLS handshake with {door.where} failed ({detail})"

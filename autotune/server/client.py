@@ -32,6 +32,7 @@ from typing import Iterator, Mapping, Sequence
 
 import httpx
 
+from autotune.errors import AutotuneError
 from autotune.vllm import servecmd
 
 LOOPBACK = "127.0.0.1"
@@ -42,7 +43,7 @@ GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 _WILDCARDS = {"", "0.0.0.0", "::", "localhost", "ip6-localhost"}
 
 
-class FrontDoorError(ValueError):
+class FrontDoorError(AutotuneError, ValueError):
     """The serve command asks for a front door autotune cannot use (bad --host, unreadable cert)."""
 
 
@@ -178,6 +179,9 @@ def door_for_url(url: str, env: Mapping[str, str], ca_certs: str | None = None) 
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise FrontDoorError(f"{url!r}: {exc}") from None
+    if "://" not in text and parts.port is None:  # a bare word: a typo as often as a host on port 80
+        raise FrontDoorError(f"{url!r} is not a server's URL (no scheme, no port): give http://HOST:PORT (vLLM "
+                             f"serves on port 8000 unless --port says otherwise: http://{parts.hostname}:8000)")
     root = parts.path.rstrip("/")
     for suffix in ("/v1/models", "/v1", "/health"):  # a URL copied from a client's settings
         root = root.removesuffix(suffix) if root.endswith(suffix) else root

@@ -1,5 +1,4 @@
-"""What the model's own files say: its config.json and tokenizer_config.json (read locally, never
-downloaded) and the maximum length vLLM derives from them.
+"""The maximum length vLLM derives from a model's config.json and tokenizer_config.json.
 
 ``derived_max_model_len`` mirrors vLLM's ``_get_and_verify_max_len`` (0.32/0.33): the
 smallest of the length keys in the text config, ``model_max_length`` overriding, the
@@ -7,17 +6,14 @@ tokenizer's ``model_max_length``, then the RoPE scaling factor for the rope type
 do not already include it. Older vLLM (up to ~0.10) also scaled YaRN configs
 (``original_max_position_embeddings * factor``): ``derived_max_len(..., legacy=True)``.
 
-``read_model_config`` reads local files only (a model folder, or a snapshot already in
-the Hugging Face cache); it never downloads. The preflight checks (run/preflight.py) use both.
+The files themselves are read by model/files.py (``read_model_config``: local files only, a
+model folder or a snapshot already in the Hugging Face cache; never downloaded). The preflight
+checks (run/preflight.py) use both.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-from pathlib import Path
 from typing import Mapping
 
 # vLLM's _get_and_verify_max_len: the keys, in order, whose smallest value is the maximum.
@@ -120,66 +116,3 @@ def derived_max_model_len(config: Mapping | None, tokenizer_config: Mapping | No
     if not isinstance(config, Mapping):
         return None
     return derived_max_len(config, tokenizer_config, disable_sliding_window, legacy=False)
-
-
-# ---------------------------------------------------------------------------
-# Local files only
-# ---------------------------------------------------------------------------
-
-_REPO_ID_RE = re.compile(r"[A-Za-z0-9][\w.\-]*/[\w.\-]+")
-
-
-def _hub_cache(env: Mapping[str, str]) -> Path:
-    if env.get("HF_HUB_CACHE"):
-        return Path(env["HF_HUB_CACHE"]).expanduser()
-    if env.get("HF_HOME"):
-        return Path(env["HF_HOME"]).expanduser() / "hub"
-    base = Path(env["XDG_CACHE_HOME"]).expanduser() if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
-    return base / "huggingface" / "hub"
-
-
-def local_model_dir(model: str, env: Mapping[str, str] | None, revision: str | None) -> Path | None:
-    env = os.environ if env is None else env
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    if not _REPO_ID_RE.fullmatch(model) or path.exists():
-        return None
-    repo = _hub_cache(env) / f"models--{model.replace('/', '--')}"
-    ref = revision or "main"
-    try:
-        snapshot = (repo / "refs" / ref).read_text().strip() if (repo / "refs" / ref).is_file() else ref
-    except OSError:
-        return None
-    folder = repo / "snapshots" / snapshot
-    return folder if folder.is_dir() else None
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def read_model_config(model: str | None, env: Mapping[str, str] | None = None,
-                      revision: str | None = None) -> dict | None:
-    """config.json of ``model`` when it is on this machine (a model folder, or a snapshot in
-    the Hugging Face cache); None otherwise. Never touches the network."""
-    if not model:
-        return None
-    folder = local_model_dir(model, env, revision)
-    return _read_json(folder / "config.json") if folder is not None else None
-
-
-def read_tokenizer_config(model: str | None, env: Mapping[str, str] | None = None,
-                          revision: str | None = None) -> dict | None:
-    """tokenizer_config.json beside config.json, when on this machine (its model_max_length
-    also caps the length vLLM accepts)."""
-    if not model:
-        return None
-    folder = local_model_dir(model, env, revision)
-    return _read_json(folder / "tokenizer_config.json") if folder is not None else None
-

@@ -28,8 +28,6 @@ from typing import Callable, Iterator, Sequence
 
 import psutil
 
-from autotune.store import redact
-
 MAX_LINE_BYTES = 1 << 20  # a line longer than 1 MiB is cut: the parser never needs more
 
 # The default staged stop: (signal, seconds to wait for the tree to exit after it).
@@ -237,12 +235,18 @@ class OutputLines:
 
 
 class ServerProcess(OutputLines):
-    """One started server: its process, its output stream, its log file."""
+    """One started server: its process, its output stream, its log file.
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None):
+    `scrub` is what a line becomes in the log file (the caller's redaction of secrets:
+    store/redact.py's scrub_log_line for a tune); without it the file holds each line as read.
+    """
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None,
+                 scrub: Callable[[bytes], bytes] | None = None):
         super().__init__()
         self.argv = list(argv)
         self.log_path = Path(log_path)
+        self._scrub = scrub or (lambda line: line)
         self.started_at = time.time()
         self._leftover_dirs = leftover_dirs(env)
         self._leftovers_before = snapshot_leftovers(self._leftover_dirs)
@@ -278,7 +282,7 @@ class ServerProcess(OutputLines):
                 line = stream.readline(MAX_LINE_BYTES)
                 if not line:
                     break
-                self._log.write(redact.scrub_log_line(line))  # the log on disk never holds a secret (redact.py)
+                self._log.write(self._scrub(line))  # given scrub_log_line, the log on disk never holds a secret
                 self._log.flush()
                 self._lines.put(line)
         except (OSError, ValueError):

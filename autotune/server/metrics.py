@@ -14,7 +14,7 @@ num_gpu_blocks x block_size is the pool's raw token count (the same for a model 
 all full attention). The queue: `vllm:num_requests_waiting` and `vllm:num_requests_running`
 (gauges, summed over engines).
 
-`parse` reads exposition text (pure); `read` asks a server through run/client.py, so a server
+`parse` reads exposition text (pure); `read` asks a server through server/client.py, so a server
 behind a key, TLS, a root path or a unix socket is reached as every other request (vLLM does not
 guard /metrics with its API key).
 """
@@ -27,8 +27,8 @@ from typing import Mapping
 
 import httpx
 
-from autotune.run import client as client_mod
-from autotune.run import verify
+from autotune.server import client as client_mod
+from autotune.server import health
 
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
@@ -169,13 +169,13 @@ def parse(text: str) -> ServerMetrics:
                          requests_running=_total(found, REQUESTS_RUNNING))
 
 
-def read(server: verify.Server, timeout: float = TIMEOUT_S) -> ServerMetrics:
+def read(server: health.Server, timeout: float = TIMEOUT_S) -> ServerMetrics:
     """GET /metrics of the server (a client.FrontDoor, a ServerClient or a loopback port) and parse it.
 
     Raises MetricsUnavailable when no answer came, the answer is not 200, or it holds none of
     vLLM's metrics (not a vLLM server, or one started without them)."""
     try:
-        status, body = verify.client_of(server).request("GET", METRICS_PATH, timeout)
+        status, body = health.client_of(server).request("GET", METRICS_PATH, timeout)
     except (httpx.HTTPError, client_mod.TlsMismatch, OSError) as exc:
         raise MetricsUnavailable(f"GET {METRICS_PATH}: {client_mod.describe_error(exc)}") from exc
     if status != 200:

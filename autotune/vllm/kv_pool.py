@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from autotune.analysis.model_files import KVShape, LayerGroup
+from autotune.model.files import KVShape, LayerGroup
 
 CPU_BLOCK_SIZE = 128
 CPU_MLA_BLOCK_SIZE = 16
