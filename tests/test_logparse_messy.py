@@ -112,8 +112,10 @@ def test_a_line_cut_before_its_figure_changes_nothing_else():
 # ---------------------------------------------------------------------------
 
 REFUSAL_KEYS = ("max_model_len_requested", "kv_needed_gib", "refusal_available_kv_gib", "estimated_max_model_len")
-REFUSAL_LOGS = [p for p in TEXT_LOGS if "estimated_max_model_len" in parse_file(p).result()]
 _SENTENCE = re.compile(r"(?<=[.)]) (?=[A-Z])")
+# (not a refusal pasted broken already, 601: no line of it holds two sentences)
+REFUSAL_LOGS = [p for p in TEXT_LOGS if "estimated_max_model_len" in parse_file(p).result()
+                and any("To serve at least one request" in line and _SENTENCE.search(line) for line in log_lines(p))]
 
 
 def _sentences(line: str, dress) -> list[str]:

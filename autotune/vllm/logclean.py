@@ -28,8 +28,8 @@ import re
 
 from autotune.vllm.logpatterns import prefilter
 
-__all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "level_of", "line_kind", "is_continuation",
-           "KIND_NEEDLES"]
+__all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "collapsed_records", "level_of", "line_kind",
+           "is_continuation", "KIND_NEEDLES"]
 
 # Every escape sequence: CSI (ESC [ ... final; also the 8-bit CSI 0x9b), OSC (ESC ] ... BEL or
 # ESC \), other ESC-initiated two/three-byte sequences (charset selection ESC ( B, keypad
@@ -188,6 +188,50 @@ def message_start(line: str) -> int:
             break
         at = found.end()
     return at
+
+
+# --- a paste whose newlines were collapsed -----------------------------------------------------
+# A thread's renderer or a form field that takes one line joins a traceback's lines with spaces:
+# "(APIServer pid=1)   File ... in f (APIServer pid=1)     raise E( (APIServer pid=1) E: ...". Each
+# record still starts with the prefix the first one starts with: the records are cut apart there.
+_COLLAPSED_HEAD = 12  # the first characters of a line, found again further on: a cheap first test
+_COLLAPSED_PREFIX_MIN = 8  # a record's first prefix this long at least ("(raylet) "), so that it is one
+
+
+def collapsed_records(line: str) -> list[str] | None:
+    """The records of a line whose newlines a paste collapsed: a new one wherever the line's first
+    prefix (a process prefix, vLLM's logger prefix, a time stamp) starts again after a space, each
+    without the space the newline became. None for a line that is one record (nearly all)."""
+    if line.find(line[:_COLLAPSED_HEAD], _COLLAPSED_HEAD) < 0 and not (line[:1].isdigit() and _stamped_repeats(line)):
+        return None  # its start is not found again (nearly every line), nor what follows a time stamp
+    at = 0
+    for _ in range(3):  # a prefix a carrier put before the paste (kubectl's time stamp) is there once
+        found = _PREFIX_RE.match(line, at)
+        if found is None or found.end() == at:
+            return None
+        prefix, at = found.group(0).rstrip(), found.end()
+        if len(prefix) >= _COLLAPSED_PREFIX_MIN and line.find(prefix, at) >= 0:
+            records = _cut_at(line, prefix, found.start())
+            if records is not None:
+                return records
+    return None
+
+
+def _stamped_repeats(line: str) -> bool:
+    """What follows the first word of a line that starts with a time stamp is found again."""
+    after = line.find(" ") + 1
+    return after > 0 and line.find(line[after:after + _COLLAPSED_HEAD], after + _COLLAPSED_HEAD) >= 0
+
+
+def _cut_at(line: str, prefix: str, first: int) -> list[str] | None:
+    """``line`` cut before each later ``prefix`` that follows a space (None: none does)."""
+    records, start, at = [], 0, line.find(prefix, first + len(prefix))
+    while at >= 0:
+        if line[at - 1].isspace() and line[start:at].strip():
+            records.append(line[start:at].rstrip())
+            start = at
+        at = line.find(prefix, at + len(prefix))
+    return [*records, line[start:]] if records else None
 
 
 def level_of(line: str, start: int) -> str:

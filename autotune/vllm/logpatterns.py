@@ -95,10 +95,12 @@ AUTOFIT_FULL = Wording("Auto-fit max_model_len: full model context length ", Fig
 AUTOFIT_ATTN_FREE_RE = _re(r"Auto-fit max_model_len: attention-free model, using derived max_model_len=(\d+)")
 
 # Refusals. V1 0.7-0.8.2 "GB" and "models's"; 0.8.3+ GiB; 0.14+ format_gib ("16.0");
-# after 0.21 "model's".
+# after 0.21 "model's". vLLM prints a stray "(" before the needed figure ("(196608), (23.25 GiB KV
+# cache is needed"); pastes in 2026 threads show the sentence without it ("(1048576), 22.5 GiB KV
+# cache is needed", kaito-project/kaito#2132): both are the refusal.
 REFUSAL_V1 = Wording(
-    "To serve at least one request with the ", Either(("model's", "models's")), " max seq len (", Fig(r"\d+"), "), (",
-    Fig(NUM), " ", Either(("GiB", "GB"), capture=True),
+    "To serve at least one request with the ", Either(("model's", "models's")), " max seq len (", Fig(r"\d+"), "), ",
+    Maybe(("(",)), Fig(NUM), " ", Either(("GiB", "GB"), capture=True),
     " KV cache is needed, which is larger than the available KV cache memory (", Fig(NUM), " ", Either(("GiB", "GB")),
     ")",
 )
@@ -120,8 +122,10 @@ MAMBA = Wording("max_num_seqs (", Fig(r"\d+"), ") exceeds available Mamba cache 
 # with chunked prefill off a prompt must fit one batch (a config-time refusal, all V1 versions); 0.33
 # lowers max_model_len to a speculative-decoding draft model's (a warning: the boot goes on, shorter).
 BATCHED_BELOW_LEN = Wording("max_num_batched_tokens (", Fig(r"\d+"), ") is smaller than max_model_len (", Fig(r"\d+"), ")")
+# 0.33's reason between the two lengths is read as text, so that a line broken inside it is a cut of it.
 DRAFT_LIMIT = Wording("The draft model's max_model_len (", Fig(r"\d+"), ") is smaller than the target model's (",
-                      Fig(r"\d+"), Re(r"\).{0,200}?reducing max_model_len to "), Fig(r"\d+"))
+                      Fig(r"\d+"), ")", Maybe((" and the V2 model runner can't skip speculation for longer sequences;",)),
+                      " reducing max_model_len to ", Fig(r"\d+"), ".")  # (the period: a figure a cut left whole)
 # V1 0.9.1+: "Free memory on device [cuda:0 ](X/Y GiB) on startup is less than desired ...".
 FREE_MEMORY = Wording(
     "Free memory on device ", Maybe((Re(r"[^\s(]\S{0,31}"), " ")), "(", Fig(NUM), "/", Fig(NUM), " GiB) on startup is less than",

@@ -28,7 +28,7 @@ from typing import NamedTuple
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logboot import read_number
 from autotune.vllm.logclean import message_start
-from autotune.vllm.logwording import CutMatch, Wording
+from autotune.vllm.logwording import CutMatch
 
 _BLANKS_MAX = 2  # blank lines between two pieces of a message (a viewer's spacing)
 
@@ -91,19 +91,13 @@ class RefusalReaders:
             self._message = message._replace(blanks=message.blanks + 1)
 
     # -- readers (line, message start) -----------------------------------------------------------
-    @staticmethod
-    def _find(wording: Wording, line: str, start: int) -> re.Match[str] | CutMatch | None:
-        """``wording.find``; on a line that ends in spaces, the message cut after the first (a viewer's
-        padding is no text; the space it broke the line at ends the figure before it, as in one line)."""
-        return wording.find(line.rstrip() + " " if line[-1:].isspace() else line, start)
-
     def _refusal_goes_on(self, found) -> bool:
         """This refusal is the one read so far (or the first): the same length refused."""
         fact = self._boot.facts.get("max_model_len_requested")
         return fact is None or found.group(1) is not None and fact.value == read_number(found.group(1))
 
     def _on_refusal(self, line: str, start: int) -> None:
-        found = self._find(P.REFUSAL_V1, line, start)
+        found = P.REFUSAL_V1.find(line, start)
         if found is not None:
             if self._refusal_goes_on(found):
                 self._set_num("max_model_len_requested", found, 1)
@@ -117,14 +111,14 @@ class RefusalReaders:
                 # The estimate sentence may follow on the next lines (0.9.1+; a line that ends here or inside it).
                 self._piece(estimate or found, estimate is None and not line[found.end():].strip(". "))
             return
-        found = self._find(P.REFUSAL_V0, line, start)
+        found = P.REFUSAL_V0.find(line, start)
         if found is not None and self._refusal_goes_on(found):
             self._set_num("max_model_len_requested", found, 1)
             self._set_num("kv_cache_max_tokens", found, 2)
             self._piece(found)
 
     def _on_above_derived(self, line: str, start: int) -> None:
-        found = self._find(P.ABOVE_DERIVED, line, start)
+        found = P.ABOVE_DERIVED.find(line, start)
         if found is not None:
             self._set_num("max_model_len_requested", found, 1)
             self._set("derived_max_model_len_key", found.group(2), found.span(2))
@@ -132,14 +126,14 @@ class RefusalReaders:
             self._piece(found)
 
     def _on_mamba(self, line: str, start: int) -> None:
-        found = self._find(P.MAMBA, line, start)
+        found = P.MAMBA.find(line, start)
         if found is not None:
             self._set_num("max_num_seqs_refused", found, 1)
             self._set_num("mamba_cache_blocks", found, 2)
             self._piece(found)
 
     def _on_free_memory(self, line: str, start: int) -> None:
-        found = self._find(P.FREE_MEMORY, line, start)
+        found = P.FREE_MEMORY.find(line, start)
         if found is not None:
             self._set_num("startup_free_gib", found, 1)
             self._set_num("startup_total_gib", found, 2)

@@ -19,7 +19,7 @@ import re
 
 from autotune.vllm import logpatterns as P
 from autotune.vllm.logcarry import Carried, carried_text
-from autotune.vllm.logclean import clean_line, is_continuation, message_start, unescape_html, unwrap
+from autotune.vllm.logclean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
 from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
 from autotune.vllm.logread import MAX_LINE_BYTES
 
@@ -104,6 +104,10 @@ class RowReader:
         if self._parts and not self._in_record:
             self._flush_parts()  # a line's parts whose last record never came (a cut log)
         text = unwrap(text)
+        records = collapsed_records(text)
+        if records is not None:  # a paste that collapsed its newlines: its records, each a line at this number
+            self._carried(Carried(records, True, whole=True), cut)
+            return
         if cut:
             self._boot_touch()
             self._set("line_cut", self._line_no)
@@ -150,7 +154,9 @@ class RowReader:
                 joined += (" " if _glued(row, after) and 0 < width - len(row) <= _TRIMMED_MAX else "") + after
             plain = plain + text
             plain = joined if plain == joined else plain
-        kind = self._process(joined, head_no, full=True)
+        records = collapsed_records(joined)  # (a collapsed paste a terminal wrapped: its records)
+        for record in records or (joined,):
+            kind = self._process(record, head_no, full=True)
         if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self._new):
             # (arguments read whole from this reading: another adds nothing, and they are long to read)
             if plain != joined:

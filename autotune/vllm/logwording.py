@@ -151,7 +151,12 @@ class Wording:
 
     def find(self, line: str, at: int = 0) -> re.Match[str] | CutMatch | None:
         """Like ``read`` where the message starts anywhere after ``at``: the whole message, or one
-        that begins with its leading text and is cut by the end of the line."""
+        that begins with its leading text and is cut by the end of the line. A line that ends in
+        spaces is read cut after the first of them: a viewer's padding is no text, and the space it
+        broke the line at ends the figure before it, as it would in one line ("max_num_batched_tokens
+        (2048) is smaller than" + padding: 2048, the message open for its next piece)."""
+        if line[-1:].isspace():
+            line = line.rstrip() + " "
         found = self.regex.search(line, at)
         if found is not None:
             return self.read(line, found.start()) if self._tail_group else found
