@@ -557,3 +557,16 @@ def test_compare_grows_linearly_with_the_runs():
         assert sum(len(g.pairs) for g in report.groups) == n - len(report.groups)  # one per run after the first
         assert len(report.not_comparable) == len(report.groups) - 1
         assert len(report.version_changes) <= 40 * 7  # one per gmu asked on both versions, per model
+
+
+def test_a_slack_is_learnt_only_where_the_ceiling_and_the_pool_saw_one_memory():
+    """Found on real vLLM (docs/compare.md): the refusal saw 0.19 GiB available and named 25,216 - 12,160
+    tokens less than the pool the verified boot then showed, because the node's memory had grown in
+    between. That run teaches no slack; a run whose two boots saw the same memory does."""
+    from autotune.analysis.run_row import _one_memory
+
+    refused = {"basis": "target", "outcome": "refused", "facts": {"refusal_available_kv_gib": 0.19}}
+    moved = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.28}}
+    still = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.2}}
+    assert not _one_memory([refused, moved]) and _one_memory([refused, still])
+    assert _one_memory([{"basis": "auto", "outcome": "verified", "facts": {"available_kv_gib": 0.3}}])

@@ -18,7 +18,7 @@ def test_a_target_beyond_the_highest_gmu_is_refused_with_the_figures(gqa):
     found = reachable.problem(argv_for(gqa, 0.5), {}, 5_000_000, [record(gqa)], DEVICE)
     assert found["kind"] == "target_beyond_prediction"
     assert "needs 9.54 GiB of KV cache" in found["saw"] and "at gmu 0.99" in found["saw"]
-    assert "calibrated on 1 verified run" in found["why"] and "--force" in found["fix"]
+    assert "calibrated on 1 verified run" in found["why"] and "--force" not in found["fix"]  # a note: it boots anyway
 
 
 def test_a_target_that_fits_somewhere_is_not_refused(gqa):

@@ -78,7 +78,7 @@ def test_auto_probe_reads_then_boots_explicitly():
 
 def test_start_at_boots_the_prediction_first():
     step = next_step(T, [], start_at=16000)
-    assert step == Launch(16000, "aimed just under the predicted ceiling", "start_at")
+    assert step == Launch(16000, "the predicted ceiling", "start_at")
     assert next_step(T, [], start_at=T * 2).max_model_len == T  # never above the target
 
 
@@ -151,3 +151,15 @@ def test_a_sweep_lets_vllm_fit_where_it_serves_the_fit_and_boots_predictions_els
     assert sweep_plan("auto", "auto_probe")[0] == "refusal"
     assert sweep_plan("auto", None)[0] == "refusal"
     assert sweep_plan("refusal", "auto")[0] == "refusal"
+
+
+def test_a_room_boot_that_shows_room_again_boots_the_pool_itself():
+    """Found writing docs/compare.md on real vLLM: a node whose memory grew during a sweep taught a slack
+    too large, and each boot at pool - slack showed a larger pool again (six boots for one value). After
+    one room boot the slack is not trusted: the pool itself boots next (served, or vLLM's estimate)."""
+    first = AttemptSummary(40_064, VERIFIED, basis="start_at", kv_cache_tokens=60_544)
+    step = next_step(1_048_576, [first], slack=12_160)
+    assert step.max_model_len == 48_384 and step.basis == "room"
+    again = AttemptSummary(48_384, VERIFIED, basis="room", kv_cache_tokens=72_576)
+    step = next_step(1_048_576, [first, again], slack=12_160)
+    assert step.max_model_len == 72_576 and "a pool of 72,576 tokens" in step.reason

@@ -74,7 +74,7 @@ def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> d
                 f"most {best / GIB:.2f} GiB: a ceiling of at most {ceiling:,}"),
         "why": f"the overhead is {calibration.source}; the KV bytes per token come from the model's files",
         "fix": (f"a lower --target (at most {ceiling:,}), a smaller KV cache per token (--kv-cache-dtype fp8, "
-                f"tensor parallel), or more memory (gmu {need_gmu:.2f} would be needed); --force boots anyway"),
+                f"tensor parallel), or more memory (gmu {need_gmu:.2f} would be needed)"),
     }
 
 

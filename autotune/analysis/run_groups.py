@@ -195,7 +195,7 @@ def _ceiling_slack(rows: list[Row]) -> int | None:
     that are vLLM's own number count: a sweep's accepted prediction sits lower by choice.
     """
     slacks = [r.kv_cache_tokens - r.ceiling for r in rows
-              if r.kv_limited and r.kv_cache_tokens is not None and r.ceiling_from_vllm]
+              if r.kv_limited and r.kv_cache_tokens is not None and r.ceiling_from_vllm and r.one_memory]
     return int(statistics.median(slacks)) if slacks else None
 
 

@@ -62,6 +62,10 @@ class Row:
     tokens_per_gib: float | None  # KV tokens per GiB, from this run's own figures
     tokens_per_gib_source: str | None
     ceiling_from_vllm: bool = True  # False when the ceiling is a sweep's accepted prediction
+    # The ceiling and the pool were read from one memory: an auto-fit boot, or a refusal whose available
+    # KV the verified boot saw again. Only then does pool - ceiling say what vLLM keeps back (a node whose
+    # memory grew between the two boots taught a 'slack' of 12,160 tokens).
+    one_memory: bool = True
     links: dict = field(default_factory=dict)
     # The torch.compile cache of the boot whose figures these are: "cold" (it compiled), "warm"
     # (it loaded every graph), None (nothing compiled, as with --enforce-eager, or not in the log).
@@ -258,6 +262,7 @@ def run_row(record: RunRecord) -> Row:
         tokens_per_gib=tpg,
         tokens_per_gib_source=tpg_source,
         ceiling_from_vllm=final_basis not in outcomes.PREDICTED,
+        one_memory=_one_memory(attempts),
         links=dict(record.get("links") or {}),
         compile_cache=facts.get("compile_cache"),
         block_size=_block_size(attempts, argv),
@@ -265,6 +270,19 @@ def run_row(record: RunRecord) -> Row:
         model_maximum=_model_maximum(attempts, result if verified else {}) or (record.get("preflight") or {}).get(
             "model_maximum"),
     )
+
+
+GIB_PRINTED = 0.02  # two-decimal GiB figures, and the few MiB re-profiling moves between boots
+
+
+def _one_memory(attempts: list) -> bool:
+    """Do the verified boot's pool and the ceiling it booted come from the same available memory?"""
+    if not attempts or attempts[-1].get("basis") != "ceiling" or len(attempts) < 2:
+        return True  # auto-fit, the target itself, a prediction: one boot
+    before, last = (a.get("facts") or {} for a in attempts[-2:])
+    seen = before.get("refusal_available_kv_gib") or before.get("available_kv_gib")
+    now = last.get("available_kv_gib")
+    return seen is None or now is None or abs(seen - now) <= GIB_PRINTED
 
 
 def _model_maximum(attempts: list, result: dict) -> int | None:

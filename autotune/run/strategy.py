@@ -77,7 +77,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         if plan in ("auto", "auto_probe"):
             return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
         if start_at is not None and start_at < target:
-            return Launch(start_at, "aimed just under the predicted ceiling", "start_at")
+            return Launch(start_at, "the predicted ceiling", "start_at")
         return Launch(target, "the target", "target")
 
     last = attempts[-1]
@@ -195,7 +195,10 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
     (or at the pool itself where the slack is unknown or does not hold: vLLM serves it, or refuses
     it with its own estimate). Only a computed length (no estimate printed) may stay a little under."""
     pool = int(last.kv_cache_tokens)
-    fits = pool - slack if slack is not None and pool - slack >= length else pool
+    # A boot aimed at pool - slack that shows room again: the memory moved, or the slack does not hold
+    # here; the pool itself is next (vLLM serves it, or refuses it with its own estimate).
+    trusted = slack is not None and pool - slack >= length and (last.basis != "room" or pool - slack == length)
+    fits = pool - slack if trusted else pool
     told = (f"{pool:,} tokens less vLLM's {slack:,}-token slack" if fits != pool else f"a pool of {pool:,} tokens")
     if length >= min(fits, target):
         return Stop("verified", length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
