@@ -570,3 +570,26 @@ def test_a_slack_is_learnt_only_where_the_ceiling_and_the_pool_saw_one_memory():
     still = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.2}}
     assert not _one_memory([refused, moved]) and _one_memory([refused, still])
     assert _one_memory([{"basis": "auto", "outcome": "verified", "facts": {"available_kv_gib": 0.3}}])
+
+
+H100 = ("NVIDIA H100 80GB HBM3", 79.19)
+
+
+def test_one_command_on_an_h100_and_a_3090_differs_in_vllms_default_batch():
+    """vLLM picks max_num_batched_tokens / max_num_seqs by device (versions.batch_defaults): the same
+    command is 8192 / 1024 on an H100 and 2048 / 256 on a 3090, and compare says so."""
+    h100, rtx = record("run-01", gmu=0.9, kv=60.0, gpus=(H100,)), record("run-02", gmu=0.9, kv=3.0)
+    assert row_of(h100).batch_defaults == {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
+    assert row_of(rtx).batch_defaults == {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
+    report = cmp.compare([h100, rtx])
+    differing = report.not_comparable[0]["differing"]
+    assert differing["vLLM default max_num_batched_tokens"] == [8192, 2048]
+    assert differing["vLLM default max_num_seqs"] == [1024, 256]
+    # a flag the command sets is its own setting; a default seqs follows its batched tokens (0.11+)
+    assert row_of(record("run-03", gpus=(H100,), extra=["--max-num-seqs", "8"])).batch_defaults == {
+        "max_num_batched_tokens": 8192}
+    assert row_of(record("run-04", gpus=(H100,), extra=["--max-num-batched-tokens", "512"])).batch_defaults == {
+        "max_num_seqs": 512}
+    # an unknown version or mixed GPUs: no default is claimed
+    assert row_of(record("run-05", version=None)).batch_defaults == {}
+    assert row_of(record("run-06", gpus=(H100, RTX_3090))).batch_defaults == {}

@@ -370,3 +370,33 @@ def test_the_truth_is_what_the_replay_boots(name, gmu, seqs, batched, off, draft
     assert isinstance(served, tuple) and served[0] == found.ceiling, found
     above = boot(*argv, "--max-model-len", str(found.ceiling + 1))[0]
     assert not isinstance(above, tuple) or min(above) < found.ceiling + 1, found
+
+
+# ---- vLLM's default batch by device (versions.batch_defaults) -----------------------------------
+
+H100 = "h100-0.33.0-llama-8b"
+
+
+def test_the_h100_profile_boots_at_8192_batched_tokens_and_1024_seqs_when_the_flags_are_absent():
+    default = boot("--profile", H100, "--max-model-len", "8192")
+    explicit = boot("--profile", H100, "--max-model-len", "8192", "--max-num-batched-tokens", "8192",
+                    "--max-num-seqs", "1024")
+    small = boot("--profile", H100, "--max-model-len", "8192", "--max-num-batched-tokens", "2048",
+                 "--max-num-seqs", "256")
+    assert default[0] == explicit[0] == (8192, 455888) and default[1]["available_kv_gib"] == 55.65
+    assert small[0] == (8192, 463584)  # what it booted at before it followed vLLM's rule
+    # vLLM's own words name the default: more seqs than the 8,192 default batched tokens is refused
+    outcome, result, lines = boot("--profile", H100, "--max-model-len", "8192", "--max-num-seqs", "9000")
+    assert outcome == 1 and result["error_kind"] == "max_num_batched_tokens_below_max_num_seqs"
+    assert any("max_num_batched_tokens (8192) must be greater than or equal to max_num_seqs (9000)" in line
+               for line in lines)
+    assert truth(["--profile", H100, "--max-num-seqs", "9000"]).limit == "batched_tokens_below_max_num_seqs"
+
+
+def test_the_3090_profiles_keep_2048_and_256_and_a_default_seqs_follows_small_batched_tokens():
+    p = profiles.by_name("v1-0.33.0")
+    assert (profiles.batched_tokens(p, Settings(gmu=0.92)), profiles.max_num_seqs(p, Settings(gmu=0.92))) == (2048, 256)
+    # 0.11+: a default max_num_seqs is lowered to the command's batched tokens, so 128 boots
+    assert profiles.max_num_seqs(p, Settings(gmu=0.92, max_num_batched_tokens=128)) == 128
+    outcome, _, _ = boot("--profile", "v1-0.33.0", "--max-model-len", "128", "--max-num-batched-tokens", "128")
+    assert outcome[0] == 128  # booted: 128 seqs, not the 256 the batched tokens would refuse

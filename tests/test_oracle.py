@@ -736,7 +736,7 @@ def test_the_seed_command_gives_61152_on_both_strategies_in_any_order(tmp_path, 
 
 
 def test_the_h100_command_gives_the_models_maximum_on_both_strategies(tmp_path):
-    """Issue 28: after an auto run verified 131,072 (the model's maximum, with a 463,584-token pool),
+    """Issue 28: after an auto run verified 131,072 (the model's maximum, with a 455,888-token pool),
     the refusal run booted 130,423, accepted it, and blamed the KV cache: the slack between pool and
     ceiling was learnt from a run that memory did not limit. And predict at gmu 0.4 said 0."""
     h100 = dict(profile="h100-0.33.0-llama-8b", target="1M")

@@ -3,6 +3,7 @@ import sys
 import pytest
 
 from autotune.vllm import versions as vllminfo
+from autotune.vllm import versions
 
 
 @pytest.mark.parametrize("version,mode", [
@@ -117,3 +118,52 @@ def test_which_version_has_which_flag(flag, before, since):
     (warned,) = vllminfo.warnings_for(["vllm", "serve", "m", flag], {}, before)
     assert warned.startswith(f"{flag} needs vLLM {since.removesuffix('.0')} or newer; vLLM {before} does not know it: ")
     assert vllminfo.profile("0.33.0").has_flag("--max-num-seqs")  # a flag outside the table: every version
+
+
+# ---- vLLM's default batch by device and version (BATCH_DEFAULT_RULES) ---------------------------
+
+H100, A100, RTX3090 = ("NVIDIA H100 80GB HBM3", 79.19), ("NVIDIA A100-SXM4-80GB", 79.15), ("NVIDIA GeForce RTX 3090", 23.58)
+B200, GB10 = ("NVIDIA B200", 178.36), ("NVIDIA GB10", 119.7)
+
+
+def _batch(version, device, **kw):
+    found = versions.batch_defaults(version, *device, **kw)
+    return None if found is None else (found.max_num_batched_tokens, found.max_num_seqs)
+
+
+@pytest.mark.parametrize("version, device, expected", [
+    # the H100/H200 tier was a name check (PR #12369), seqs 1024 everywhere at first, per tier from 0.8.4
+    ("0.8.0", H100, (8192, 1024)), ("0.8.0", RTX3090, (2048, 1024)), ("0.8.0", A100, (2048, 1024)),
+    ("0.8.4", H100, (8192, 1024)), ("0.8.4", RTX3090, (2048, 256)), ("0.8.4", B200, (2048, 256)),
+    # 0.8.5: by memory (PR #17073), the A100 too; 0.9.0 leaves the A100 out (PR #17885)
+    ("0.8.5", A100, (8192, 1024)), ("0.8.5", B200, (8192, 1024)),
+    ("0.9.0", A100, (2048, 256)), ("0.9.0", H100, (8192, 1024)), ("0.9.0", RTX3090, (2048, 256)),
+    ("0.19.1", H100, (8192, 1024)), ("0.27.0", B200, (8192, 1024)),
+    # 0.28: >= 160 GiB gets 16384; 0.33: a GB10 (cc 12.1) stays small
+    ("0.28.0", B200, (16384, 1024)), ("0.32.0", B200, (16384, 1024)), ("0.32.0", A100, (2048, 256)),
+    ("0.33.0", H100, (8192, 1024)), ("0.33.0", RTX3090, (2048, 256)),
+])
+def test_the_default_batch_follows_the_rule_of_each_release(version, device, expected):
+    assert _batch(version, device) == expected
+
+
+def test_a_gb10_is_on_the_small_tier_from_033_only():
+    assert _batch("0.32.0", GB10, compute_capability="12.1") == (8192, 1024)
+    assert _batch("0.33.0", GB10, compute_capability="12.1") == (2048, 256)
+
+
+def test_the_cpu_and_tpu_backends_have_their_own_defaults():
+    assert _batch("0.32.0", ("cpu", None), platform="cpu", world_size=2) == (4096, 256)
+    assert _batch("0.13.0", ("cpu", None), platform="cpu") == (2048, 128)
+    assert _batch("0.32.0", ("V5E", 16.0), platform="tpu") == (512, 256)
+
+
+def test_v0_has_no_device_rule_but_chunked_prefill_above_32k():
+    assert _batch("0.6.4", H100, max_model_len=131072) == (512, 256)
+    assert _batch("0.6.4", H100, max_model_len=16384) == (16384, 256)
+    assert _batch("0.6.4", H100) is None and _batch(None, H100) is None
+
+
+def test_a_default_max_num_seqs_follows_the_batched_tokens_from_011():
+    assert not versions.seqs_capped_by_batched("0.9.0") and not versions.seqs_capped_by_batched("0.10.0")
+    assert versions.seqs_capped_by_batched("0.11.0") and versions.seqs_capped_by_batched("0.33.0")

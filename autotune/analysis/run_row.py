@@ -78,6 +78,10 @@ class Row:
     # where the pool ends; one at the model's maximum, batched tokens or a draft model does not.
     limit: str | None = None
     model_maximum: int | None = None  # the model's own maximum, where vLLM named it
+    # The batch flags the command leaves out, at vLLM's default for the run's version and device
+    # ({"max_num_seqs": 1024, "max_num_batched_tokens": 8192} on an H100, 256 / 2048 on a 3090):
+    # one command is not the same settings on both (versions.batch_defaults). {} where unknown.
+    batch_defaults: dict = field(default_factory=dict)
 
     @property
     def budget_gib(self) -> float | None:
@@ -101,7 +105,36 @@ class Row:
         key = {"model": self.model, "device": self.device, "vllm_version": self.vllm_version}
         if self.compile_cache is not None:
             key[COMPILE_CACHE_KEY] = self.compile_cache
+        key.update({f"vLLM default {k}": v for k, v in self.batch_defaults.items()})
         return {**key, **{f"setting {k}": v for k, v in self.settings.items()}}
+
+
+def batch_defaults_of(argv: list[str], version: str | None, gpus: list[dict], on_cpu: bool) -> dict:
+    """The max_num_seqs / max_num_batched_tokens the command leaves to vLLM, at vLLM's defaults for
+    this version and device (versions.batch_defaults; one GPU model only); {} where unknown."""
+    options = servecmd.long_options(argv)
+    tp, pp = options.get("tensor-parallel-size", 1), options.get("pipeline-parallel-size", 1)
+    if not isinstance(tp, int) or not isinstance(pp, int):
+        return {}
+    world = tp * pp
+    kinds = {(g.get("name") or "", g.get("memory_total_gib"), g.get("compute_capability")) for g in gpus}
+    if on_cpu:
+        found = versions.batch_defaults(version, "cpu", None, world_size=world, platform="cpu")
+    elif len(kinds) == 1:
+        name, memory, capability = kinds.pop()
+        found = versions.batch_defaults(version, name, memory, world_size=world, compute_capability=capability)
+    else:
+        found = None
+    if found is None:
+        return {}
+    out = {}
+    if "max-num-batched-tokens" not in options:
+        out["max_num_batched_tokens"] = found.max_num_batched_tokens
+    if "max-num-seqs" not in options:
+        batched = options.get("max-num-batched-tokens")
+        capped = isinstance(batched, int) and versions.seqs_capped_by_batched(version)
+        out["max_num_seqs"] = min(found.max_num_seqs, batched) if capped else found.max_num_seqs
+    return out
 
 
 def version_tuple(version: str | None) -> tuple[int, ...] | None:
@@ -269,6 +302,7 @@ def run_row(record: RunRecord) -> Row:
         limit=result.get("limit") if verified else None,
         model_maximum=_model_maximum(attempts, result if verified else {}) or (record.get("preflight") or {}).get(
             "model_maximum"),
+        batch_defaults=batch_defaults_of(argv, version, used_gpus(record), on_cpu),
     )
 
 

@@ -188,7 +188,7 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
     default_gmu = versions.default_gmu(profile.version)
     settings = Settings(
         gmu=_number(options, "gpu-memory-utilization", float, default_gmu),
-        max_num_seqs=_number(options, "max-num-seqs", int, 256),
+        max_num_seqs=_number(options, "max-num-seqs", int, None),
         max_num_batched_tokens=_number(options, "max-num-batched-tokens", _human_readable_int, None),
         kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
         kv_cache_memory_bytes=_number(options, "kv-cache-memory-bytes", _human_readable_int, None),

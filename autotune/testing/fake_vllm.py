@@ -109,8 +109,9 @@ class Boot:
         if length > p.derived_max_len:
             return self.fail("above_derived")
         self.say("max_len")
-        self.figures.update(batched=s.max_num_batched_tokens, seqs=s.max_num_seqs, asked=length)
-        if s.max_num_batched_tokens is not None and s.max_num_batched_tokens < s.max_num_seqs:
+        seqs = profiles.max_num_seqs(p, s)
+        self.figures.update(batched=profiles.batched_tokens(p, s), seqs=seqs, asked=length)
+        if profiles.batched_tokens(p, s) < seqs:
             return self.fail("batched_below_seqs")
         batched = profiles.batched_limit(p, s, req.options)
         if batched is not None and length > batched:
@@ -174,8 +175,8 @@ class Boot:
                             concurrency=conc)  # /metrics serves the same figure unrounded
         self.say("kv")
         blocks = profiles.mamba_blocks(p, s, available)
-        if blocks is not None and blocks < s.max_num_seqs:
-            return self.fail("mamba", seqs=s.max_num_seqs, blocks=blocks)
+        if blocks is not None and blocks < profiles.max_num_seqs(p, s):
+            return self.fail("mamba", seqs=profiles.max_num_seqs(p, s), blocks=blocks)
         self.sleep(p.boot_s * 0.1)
         self.per_rank("capture")
         served = length if (req.max_model_len != "auto" or self.family["serves_fitted_length"]) else p.derived_max_len
@@ -234,7 +235,7 @@ def wait_in_the_queue(handler: BaseHTTPRequestHandler, stream: bool) -> None:
 
 def make_handler(boot: Boot, served_len: int, kv_tokens: int):
     model = boot.req.model
-    queue = fake_metrics.Queue(boot.req.settings.max_num_seqs)
+    queue = fake_metrics.Queue(profiles.max_num_seqs(boot.p, boot.req.settings))
     prefix = boot.family["prefixes"][0].format(**boot.figures)
 
     class Handler(BaseHTTPRequestHandler):

@@ -6,6 +6,9 @@ The memory model is vLLM's own accounting (log-formats.md sections 2.3 and 3):
     available KV = total x gmu - weights - fixed - activations(max-num-batched-tokens)
                    - per-sequence warm-up x max-num-seqs - CUDA-graph estimate (0.20+)
 
+(max-num-batched-tokens and max-num-seqs as the command sets them, else vLLM's defaults for the
+profile's version and GPU: versions.batch_defaults)
+
 (a straight line in gmu: a = the device's memory, b = everything else), or the
 --kv-cache-memory-bytes value where the version has that flag. A request of L tokens
 needs ceil(L / block) x block x bytes per token, plus the per-sequence state of a hybrid
@@ -44,7 +47,6 @@ class Profile:
     fixed_gib: float = 0.6  # per rank: non-torch memory, the CUDA context's share
     activation_gib_per_1k_tokens: float = 0.1  # per 1,024 of --max-num-batched-tokens (profiling forward)
     per_seq_gib: float = 0.0006  # per --max-num-seqs (sampler warm-up)
-    default_batched_tokens: int = 2048
     cudagraph_gib: float = 0.0  # subtracted from the KV budget where the version does (0.20+)
     block_size: int = 16
     mamba_state_mib: float = 0.0  # per sequence, hybrid models (0: plain attention)
@@ -76,21 +78,48 @@ class Settings:
     """The serve flags the memory model reads."""
 
     gmu: float
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None  # None: vLLM's default (max_num_seqs below)
+    max_num_batched_tokens: int | None = None  # None: vLLM's default (batched_tokens below)
     kv_cache_dtype: str = "auto"
     kv_cache_memory_bytes: int | None = None
     tp: int = 1
     reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
 
 
+# The V0 profile's activation figure is fitted at 2,048 batched tokens; vLLM 0.6.4 itself profiles
+# max(max_model_len, 2048) tokens, or 512 with chunked prefill (versions.BATCH_DEFAULT_RULES).
+V0_FITTED_BATCH = versions.BatchDefaults(2048, 256, "the V0 profile's fitted batch")
+
+
+def batch_defaults(p: Profile, s: Settings) -> versions.BatchDefaults:
+    """vLLM's default batch for `vllm serve` on this profile's machine (its version's rule)."""
+    found = versions.batch_defaults(p.version, p.gpu_name, p.gpu_memory_gib, world_size=s.tp,
+                                    compute_capability=p.compute_capability)
+    return found or V0_FITTED_BATCH
+
+
+def batched_tokens(p: Profile, s: Settings) -> int:
+    """The max_num_batched_tokens vLLM runs with: the command's, else its default."""
+    return s.max_num_batched_tokens or batch_defaults(p, s).max_num_batched_tokens
+
+
+def max_num_seqs(p: Profile, s: Settings) -> int:
+    """The max_num_seqs vLLM runs with: the command's, else its default (lowered to the command's
+    batched tokens where the version does: versions.seqs_capped_by_batched)."""
+    if s.max_num_seqs is not None:
+        return s.max_num_seqs
+    seqs = batch_defaults(p, s).max_num_seqs
+    if s.max_num_batched_tokens is not None and versions.seqs_capped_by_batched(p.version):
+        return min(seqs, s.max_num_batched_tokens)
+    return seqs
+
+
 def available_kv_bytes(p: Profile, s: Settings) -> int:
     """Per rank: what vLLM's profiling leaves for the KV cache ("Available KV cache memory")."""
     if s.kv_cache_memory_bytes is not None:
         return s.kv_cache_memory_bytes
-    batched = s.max_num_batched_tokens or p.default_batched_tokens
-    used = (p.weights_gib / s.tp + p.fixed_gib + p.activation_gib_per_1k_tokens * batched / 1024
-            + p.per_seq_gib * s.max_num_seqs + p.cudagraph_gib)
+    used = (p.weights_gib / s.tp + p.fixed_gib + p.activation_gib_per_1k_tokens * batched_tokens(p, s) / 1024
+            + p.per_seq_gib * max_num_seqs(p, s) + p.cudagraph_gib)
     return math.floor((p.gpu_memory_gib * s.gmu - used) * GIB)
 
 
@@ -115,7 +144,7 @@ def needed_bytes(p: Profile, s: Settings, length: int) -> int:
     per_token = bytes_per_token(p, s)
     full = _blocks(length, p.block_size) * p.block_size * per_token
     if p.sliding_window:
-        batched = s.max_num_batched_tokens or p.default_batched_tokens
+        batched = batched_tokens(p, s)
         windowed = (_blocks(min(p.sliding_window - 1 + batched, length), p.block_size) + 1) * p.block_size
         full = full * p.full_attention_share + windowed * per_token * (1 - p.full_attention_share)
     return math.ceil(full) + p.state_pages_per_request * state_bytes(p, s)
@@ -266,8 +295,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.19, compute_capability="9.0", gpu_count=2, tp=2,
             model="google/gemma-4-31B-it", derived_max_len=262144, weights_gib=58.4,
             # 1.1 MB a token over 60 layers, 1 in 6 of them full attention (Gemma 4's 5:1 pattern), the rest
-            # a 1,024-token window; fitted so that TP 2 at the default gmu holds the issue's 76,640 tokens.
-            kv_bytes_per_token=1152106, sliding_window=1024, full_attention_share=1 / 6,
+            # a 1,024-token window; fitted so that TP 2 at the default gmu and 0.19.1's batch on an H100
+            # (8,192 tokens, 1,024 seqs: versions.batch_defaults) holds the issue's 76,640 tokens.
+            kv_bytes_per_token=1122300, sliding_window=1024, full_attention_share=1 / 6,
             prefill_tokens_per_s=8000.0, boot_s=300.0, shutdown_s=8.0),
     Profile("tp2-2x3090-qwen3.6-27b", "two RTX 3090, --tensor-parallel-size 2: per-rank worker lines", "0.20.2",
             "v1_020", ("real-logs/009-2x3090-qwen36-27b-int4-autoround-bench-report.log",

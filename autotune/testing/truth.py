@@ -62,8 +62,9 @@ def truth(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Truth:
     if fits <= 0:
         return Truth(None, "nothing_fits", "not one block of KV cache fits one request")
     blocks = profiles.mamba_blocks(p, s, available)
-    if blocks is not None and blocks < s.max_num_seqs:
-        return Truth(None, "mamba_cache_blocks", f"Mamba state for {blocks} sequences, not {s.max_num_seqs}",
+    seqs = profiles.max_num_seqs(p, s)
+    if blocks is not None and blocks < seqs:
+        return Truth(None, "mamba_cache_blocks", f"Mamba state for {blocks} sequences, not {seqs}",
                      mamba_blocks=blocks)
     candidates = [(fits, KV_CACHE, f"the KV pool holds {fits:,} tokens for one request")]
     if fits >= p.derived_max_len:
@@ -87,8 +88,8 @@ def _cannot_boot(req: fake_args.Request) -> Truth | None:
     found = [(kind, why) for kind, why, when in (
         ("cuda_visible_devices_uuid", f"vLLM {p.version} reads CUDA_VISIBLE_DEVICES as integers",
          any(v.upper().startswith(("GPU-", "MIG-")) for v in visible) and not versions.profile(p.version).gpu_uuids_work),
-        ("batched_tokens_below_max_num_seqs", f"--max-num-batched-tokens {s.max_num_batched_tokens} < --max-num-seqs "
-         f"{s.max_num_seqs}", s.max_num_batched_tokens is not None and s.max_num_batched_tokens < s.max_num_seqs),
+        ("batched_tokens_below_max_num_seqs", f"max_num_batched_tokens {profiles.batched_tokens(p, s)} < max_num_seqs "
+         f"{profiles.max_num_seqs(p, s)}", profiles.batched_tokens(p, s) < profiles.max_num_seqs(p, s)),
         ("fp8_unsupported_arch", f"an fp8 KV cache needs compute capability 8.9, the GPU has {p.compute_capability}",
          s.kv_cache_dtype.startswith("fp8") and not p.fp8_kv_supported),
         ("negative_available_kv", "no memory is left for the KV cache",

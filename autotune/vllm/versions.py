@@ -34,6 +34,8 @@ which names the commit and the sdists it was verified in):
   0.19.0-0.33.0; `--no-scheduler-reserve-full-isl` turns it off): a sliding-window or hybrid model
   whose pool is smaller than the max-model-len its boot check passed then queues a longer request
   forever (vllm#39734);
+- the default --max-num-batched-tokens and --max-num-seqs of the API server, by device
+  (BATCH_DEFAULT_RULES below, read in each release's sdist vllm/engine/arg_utils.py);
 - the CPU backend: VLLM_CPU_KVCACHE_SPACE sizes the KV cache before 0.20; from 0.20
   --gpu-memory-utilization is the share of the NUMA node's RAM (commit d02421a7d);
 - --max-num-batched-tokens and --max-num-seqs left to vLLM: its API server picks them by the GPU
@@ -369,3 +371,98 @@ def replayed_gpus(argv: Sequence[str], env: dict[str, str], timeout_s: float = 3
     """The GPUs the replaying vLLM stands for, as NVML would list them there (JSON text); None
     when the command runs anything else, or the answer cannot be had."""
     return _ask(argv, env, FAKE_GPUS_FLAG, timeout_s) if replays(argv) else None
+
+
+# ---- the API server's default batch: --max-num-batched-tokens / --max-num-seqs by device ----------
+# Read in each release's sdist, vllm/engine/arg_utils.py (EngineArgs._set_default_args_v1, later
+# get_batch_defaults), the OPENAI_API_SERVER entries:
+# - up to 0.7 (the V0 engine by default): no device rule. 256 seqs; batched tokens 512 when chunked
+#   prefill is on (on by default on a GPU for max_model_len > 32K, 0.6.4 config.py SchedulerConfig),
+#   else max(max_model_len, 2048). vLLM PR #10544 (after 0.6.4) raised the 512 to 2048.
+# - 0.8.0-0.8.4 (V1 by default): a GPU named "h100" or "h200" 8192, others 2048 (vLLM PR #12369);
+#   0.8.0 and 0.8.2 1024 seqs on every device (0.8.1, 0.8.3 not read), 0.8.4 1024 for H100/H200, 256 others.
+# - 0.8.5: by memory, >= 70 GiB 8192 / 1024, else 2048 / 256 (vLLM PR #17073).
+# - 0.9.0: >= 70 GiB and not an A100 (the name has "a100") 8192 / 1024 (vLLM PR #17885).
+# - 0.10.0 (at the latest; absent in 0.9.0): the CPU backend 2048 x world size / 128 x world size.
+#   0.13.0: TPU chips V6E 1024, V5E 512, V5P 256 batched tokens (0.9.0 has them in another form).
+# - 0.28.0 (absent in 0.27.0): >= 160 GiB 16384 / 1024 ("GPUs like B200/B300").
+# - 0.33.0 (absent in 0.32.0): a GB10 (compute capability 12.1, DGX Spark) stays on the small tier.
+# - 0.11.0 (absent in 0.10.0): a default max_num_seqs is lowered to the batched tokens; before, batched
+#   tokens below the default seqs are refused ("must be greater than or equal to max_num_seqs").
+_TPU_BATCHED = {"V6E": 1024, "V5E": 512, "V5P": 256}
+BATCH_DEFAULT_RULES: tuple[tuple[Version, str], ...] = (
+    ((0, 0, 0), "V0: 256 seqs; batched tokens 512 with chunked prefill (max_model_len > 32K), else "
+                "max(max_model_len, 2048)"),
+    ((0, 8, 0), "GPU named H100/H200: 8192 batched tokens, else 2048; 1024 seqs"),
+    ((0, 8, 4), "GPU named H100/H200: 8192 / 1024, else 2048 / 256"),
+    ((0, 8, 5), ">= 70 GiB: 8192 / 1024, else 2048 / 256"),
+    ((0, 9, 0), ">= 70 GiB and not an A100: 8192 / 1024, else 2048 / 256"),
+    ((0, 10, 0), "as 0.9, and the CPU backend 2048 / 128 x world size"),
+    ((0, 28, 0), ">= 160 GiB: 16384 / 1024; >= 70 GiB and not an A100: 8192 / 1024; else 2048 / 256; CPU "
+                 "2048 / 128 x world size"),
+    ((0, 33, 0), "as 0.28, a GB10 (cc 12.1) on the small tier"),
+)
+
+
+@dataclass(frozen=True)
+class BatchDefaults:
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    rule: str  # the tier, in words
+
+
+def batch_defaults(version: str | Version | None, device_name: str, memory_gib: float | None, world_size: int = 1,
+                   platform: str = "cuda", compute_capability: str | None = None,
+                   max_model_len: int | None = None) -> BatchDefaults | None:
+    """vLLM's default --max-num-batched-tokens and --max-num-seqs for `vllm serve` on this device
+    (BATCH_DEFAULT_RULES), before a default max_num_seqs is lowered to the batched tokens
+    (seqs_capped_by_batched). None when the version is unknown, or a V0 version without max_model_len.
+    platform: "cuda" (any GPU), "cpu" or "tpu" (device_name is then the chip)."""
+    parsed = version if isinstance(version, tuple) else parse_version(version)
+    if parsed is None:
+        return None
+    name, memory = (device_name or "").lower(), memory_gib or 0.0
+    if parsed < (0, 8, 0):
+        if max_model_len is None:
+            return None
+        chunked = platform == "cuda" and max_model_len > 32768
+        return BatchDefaults(512 if chunked else max(max_model_len, 2048), 256, "V0: " + (
+            "chunked prefill (max_model_len > 32K) 512" if chunked else "max(max_model_len, 2048)"))
+    if platform == "cpu" and parsed >= (0, 10, 0):
+        return BatchDefaults(2048 * world_size, 128 * world_size, f"the CPU backend, world size {world_size}")
+    large = _large_tier(parsed, name, memory, compute_capability)
+    batched, seqs, rule = {
+        "huge": (16384, 1024, ">= 160 GiB"), "large": (8192, 1024, _LARGE_WORDS[_rule_since(parsed)]),
+    }.get(large, (2048, 1024 if parsed < (0, 8, 4) else 256, "the small tier"))
+    if platform == "tpu" and device_name.upper() in _TPU_BATCHED:
+        batched, rule = _TPU_BATCHED[device_name.upper()], f"TPU {device_name.upper()}"
+    return BatchDefaults(batched, seqs, rule)
+
+
+_LARGE_WORDS = {(0, 8, 0): "a GPU named H100/H200", (0, 8, 4): "a GPU named H100/H200", (0, 8, 5): ">= 70 GiB",
+                (0, 9, 0): ">= 70 GiB, not an A100", (0, 10, 0): ">= 70 GiB, not an A100",
+                (0, 28, 0): ">= 70 GiB, not an A100", (0, 33, 0): ">= 70 GiB, not an A100 nor a GB10"}
+
+
+def _rule_since(parsed: Version) -> Version:
+    return [first for first, _ in BATCH_DEFAULT_RULES if parsed >= first][-1]
+
+
+def _large_tier(parsed: Version, name: str, memory: float, compute_capability: str | None) -> str | None:
+    """"huge" (16384 / 1024), "large" (8192 / 1024) or None (the small tier) for a GPU."""
+    if parsed < (0, 8, 5):
+        return "large" if "h100" in name or "h200" in name else None
+    if parsed >= (0, 33, 0) and compute_capability == "12.1":  # GB10: the memory, not the compute
+        return None
+    if parsed >= (0, 28, 0) and memory >= 160:
+        return "huge"
+    if memory >= 70 and (parsed < (0, 9, 0) or "a100" not in name):
+        return "large"
+    return None
+
+
+def seqs_capped_by_batched(version: str | Version | None) -> bool:
+    """Does this vLLM lower a default max_num_seqs to max_num_batched_tokens (0.11+; before, it refuses
+    batched tokens below the default seqs)? Unknown: yes, as the newest do."""
+    found = profile(version)
+    return found is None or found.version >= (0, 11, 0)
