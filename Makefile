@@ -25,9 +25,11 @@ demo: setup $(DEMO_MODEL)/config.json
 # Every run prints its slowest tests (over 1 s); pytest-timeout bounds each test (pyproject.toml).
 DURATIONS := --durations=30 --durations-min=1
 
-# Everything but the 100k-example fuzz run (marked slow); real vLLM boots included.
+# Everything but the 100k-example fuzz run (marked slow): the tests that boot no real vLLM as
+# test-fast runs them (one worker per core), then the real vLLM boots (tests/e2e/), one at a time.
 test: setup
-	$(PY) -m pytest -m "not slow" -ra $(DURATIONS)
+	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q -n auto --dist loadfile $(DURATIONS)
+	$(PY) -m pytest tests/e2e -m "not slow" -ra $(DURATIONS)
 
 # The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/), one
 # pytest-xdist worker per core, each test module whole on one worker.
