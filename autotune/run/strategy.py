@@ -204,6 +204,12 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
     if length >= min(fits, target):
         return Stop("verified", length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
                                         f"{length - target:+,} against the target)", KV_CACHE)
+    if slack is not None and last.basis == "start_at" and pool - slack < length:
+        # Closer to its pool than the group's slack: the slack was learnt a little too large (on a real
+        # machine the pool moves by a few MiB between boots), and vLLM's ceiling lies between this boot
+        # and its pool; booting the pool would only be refused and cost a third boot.
+        return Stop("verified", length, f"{length:,} boots, within the {slack:,}-token slack the group showed of its "
+                                        f"{pool:,}-token pool ({length - target:+,} against the target)", KV_CACHE)
     if last.basis == "computed" and pool <= length * (1 + ROOM_TOLERANCE):
         return Stop("verified", length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
                                         f"its KV pool shows ({length - target:+,} against the target)", KV_CACHE)
