@@ -75,7 +75,8 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
         assert p["boots"] <= 2, (p, [(a["max_model_len"], a["outcome"]) for a in run["attempts"]])
         if p["boots"] == 1:
             assert "saved the boot at the target" in p["note"]
-            assert "is the ceiling its KV pool shows" in run["result"]["reason"]
+            reason = run["result"]["reason"]  # at its pool's ceiling, or closer to its pool than the slack
+            assert "is the ceiling its KV pool shows" in reason or "slack the group showed" in reason, reason
     # Never more boots than without predictions (2 a value): a prediction is accepted only at the ceiling
     # its own pool shows, and vLLM's pool moves by a few MiB between boots of one command here, so on
     # this backend a prediction seldom saves a boot, and never costs one.
