@@ -635,7 +635,7 @@ def check_exact(record: dict, why: str) -> None:
         assert result["ceiling"] == want, f"{why}\nceiling {result['ceiling']:,}, its own maximum {want:,}"
 
 
-def check_prediction(output: str, step: Step, runs: Path, why: str) -> None:
+def check_prediction(output: str, step: Step, why: str) -> None:
     """predict's ceiling is never above the model's maximum, never 0 where the pool holds a request."""
     import json
     try:
@@ -692,7 +692,7 @@ def test_a_second_run_is_never_worse_than_the_first(in_process, tmp_path, histor
                     f" -> {_ceilings(records)}")
         event(f"step: {step.kind}")
         if step.kind == "predict":
-            check_prediction(output, step, runs, why)
+            check_prediction(output, step, why)
             continue
         for record in records:
             check_exact(record, why)

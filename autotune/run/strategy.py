@@ -192,9 +192,12 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
 
     vLLM serves no request longer than its pool, so the ceiling is at most the pool's token count;
     with the slack a group showed (what vLLM keeps between its pool and its ceiling: none, or the null
-    block) it is exactly pool - slack. A length under that is never accepted: the next boot is there
+    block) it is exactly pool - slack. A length under that is not accepted: the next boot is there
     (or at the pool itself where the slack is unknown or does not hold: vLLM serves it, or refuses
-    it with its own estimate). Only a computed length (no estimate printed) may stay a little under."""
+    it with its own estimate). Under it stay only: a computed length (no estimate printed), within
+    ROOM_TOLERANCE; and, where a real machine's pool moves between boots (the replay's never does), a
+    predicted boot closer to its pool than the slack, or a room boot whose pool moved within
+    ROOM_TOLERANCE of the pool it was aimed from."""
     pool = int(last.kv_cache_tokens)
     # A boot aimed at pool - slack that shows room again: the memory moved, or the slack does not hold
     # here; the pool itself is next (vLLM serves it, or refuses it with its own estimate).
