@@ -26,10 +26,14 @@ demo: setup $(DEMO_MODEL)/config.json
 DURATIONS := --durations=30 --durations-min=1
 
 # Everything but the 100k-example fuzz run (marked slow): the tests that boot no real vLLM as
-# test-fast runs them (one worker per core), then the real vLLM boots (tests/e2e/), one at a time.
+# test-fast runs them (one worker per core), then the real vLLM boots (tests/e2e/): two modules at a
+# time (a boot leaves a core idle for much of its minute: imports, waits), then the modules marked
+# `alone` (they time vLLM's silences or start Ray) one at a time. E2E_WORKERS=0 runs all in one process.
+E2E_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q -n auto --dist loadfile $(DURATIONS)
-	$(PY) -m pytest tests/e2e -m "not slow" -ra $(DURATIONS)
+	$(PY) -m pytest tests/e2e -m "not slow and not alone" -ra -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
+	$(PY) -m pytest tests/e2e -m "not slow and alone" -ra $(DURATIONS)
 
 # The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/), one
 # pytest-xdist worker per core, each test module whole on one worker.

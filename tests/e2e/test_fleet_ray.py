@@ -1,9 +1,8 @@
 """The fleet on a real Ray cluster this test starts: two nodes on this machine with declared GPU
 slots and different accelerator labels (RTX-3090: 2 GPUs, H100: 1), leaves on the replaying
 vLLM's profiles and one on real vLLM CPU; a Ray worker killed mid-boot; Ctrl-C on the driver and
-a second run. One cluster for the module (~15 s to start); run under the lock:
-
-    flock /work/wt/vllm.lock .venv/bin/python -m pytest tests/e2e/test_fleet_ray.py
+a second run. One cluster for the module (~15 s to start); `make test` runs it alone, after the
+modules that share the machine.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from autotune.host.processes import free_port
 from autotune.store import artifact
 from tests.helpers.fleet_plans import FAKE, fakes, no_overlap, write_plan
 
-pytestmark = pytest.mark.vllm  # boots real vLLM (one leaf) and starts Ray: under tests/e2e, under the lock
+pytestmark = [pytest.mark.vllm, pytest.mark.alone]  # boots real vLLM (one leaf) and starts a Ray cluster
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SMALL = ["--num-cpus", "1", "--object-store-memory", str(100 * 2**20), "--disable-usage-stats"]

@@ -18,7 +18,8 @@ from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import start_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]  # kill_trials: 8 trials, up to 2 boots each
+# alone: the stall watchdog's trial times vLLM's own silences, which a second boot beside it would stretch.
+pytestmark = [pytest.mark.vllm, pytest.mark.alone, pytest.mark.timeout(2400)]  # kill_trials: 8 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 

