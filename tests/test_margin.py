@@ -151,3 +151,16 @@ def test_sizes_as_people_write_them(monkeypatch, tmp_path, size, gmu):
 def test_a_margin_that_is_not_a_size_is_a_usage_error(monkeypatch, tmp_path):
     result = _tune(monkeypatch, "--target", "65536", "--margin", "1 gig", "--", *fake(SEED))
     assert result.exit_code == 2 and "'1 gig' is not an amount of memory" in result.stderr
+
+
+def test_a_margin_run_that_did_not_verify_is_compared_at_the_gmu_it_booted(monkeypatch, tmp_path):
+    # Refused at --max-boots 1: no final_argv, so compare reads the command, which is the user's
+    # (0.98); the row's gmu is the margin's, as the attempt booted.
+    from autotune.analysis.run_row import run_row
+
+    result = _tune(monkeypatch, "--target", "65536", "--margin", "0.5GiB", "--strategy", "refusal",
+                   "--max-boots", "1", "--probe", "none", "--runs-dir", str(tmp_path), "--", *fake(SEED, *SEED_LEVERS))
+    record = RunRecord.from_dict(json.loads((next(tmp_path.iterdir()) / "run.json").read_text()))
+    assert not record.result.verified, result.output
+    assert _gmu(record.command.argv) == "0.98" and _gmu(record.attempts[0].argv) == "0.9791"
+    assert run_row(record).gmu == 0.9791
