@@ -73,6 +73,7 @@ def test_a_refusal_line_cut_by_the_tunes_line_limit_gives_no_shortened_estimate(
     script = tmp_path / "serve.py"
     script.write_text(_LONG_REFUSAL)
     opts = tune_mod.TuneOptions(target=1048576, runs_dir=tmp_path / "runs", strategy="refusal", max_boots=1,
+                                probe="none",
                                 serve_argv=[sys.executable, str(script), str(tmp_path / "refusal.txt")])
     events = []
     record = tune_mod.tune(opts, lambda kind, **data: events.append((kind, data)))

@@ -91,15 +91,38 @@ def test_the_seed_keeps_half_a_gib_free_and_every_file_says_so(monkeypatch, tmp_
     assert record.margin["device"] == "gpu" and record.margin["device_total_gib"] == 24.0
     assert record.margin["device_source"] == "NVML total memory of GPU 0 (the replaying vLLM's, --print-gpus)"
     assert record.options["max_gmu"] == 0.95 and record.options["margin_bytes"] == GIB // 2
-    # what booted: the command with the margin's gmu (so every paste-ready file has it)
+    # the command as the user gave it; what booted: the command with the margin's gmu (so every
+    # paste-ready file has it)
+    assert _gmu(record.command.argv) == "0.98"
     booted = record.attempts[-1]
-    assert booted.argv[booted.argv.index("--gpu-memory-utilization") + 1] == "0.9791"
+    assert _gmu(booted.argv) == "0.9791" and _gmu(record.result.final_argv) == "0.9791"
     assert booted.facts["non_default_args"]["gpu_memory_utilization"] == 0.9791  # as vLLM read it
     # the seed at 0.98 (0.48 GiB free) verifies 61,152 with 3.9 GiB of KV; keeping 0.5 GiB costs 0.02 GiB
     assert (record.result.available_kv_gib, record.result.ceiling) == (3.88, 60784)
     command = (run_dir / "command.sh").read_text()
     assert "--gpu-memory-utilization 0.9791 keeps 0.5 GiB of 24 GiB free (--margin 0.5 GiB)" in command
     assert "--gpu-memory-utilization 0.9791" in command.splitlines()[-1]
+
+
+def _gmu(argv):
+    return argv[argv.index("--gpu-memory-utilization") + 1]
+
+
+def test_a_resumed_margin_run_and_its_lever_search_boot_the_margins_gmu(monkeypatch, tmp_path):
+    # run.json's command.argv is the user's: what resume and the lever search boot comes from the
+    # margin it recorded (the same gmu, not a margin planned again on the device as it is now).
+    from autotune.run import reach, tune as tune_mod
+
+    result = _tune(monkeypatch, "--target", "65536", "--margin", "0.5GiB", "--probe", "none", "--max-boots", "1",
+                   "--runs-dir", str(tmp_path), "--", *fake(SEED, *SEED_LEVERS))
+    assert result.exit_code != 1, result.output
+    run_dir = next(tmp_path.iterdir())
+    record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
+    monkeypatch.setattr("autotune.analysis.device_memory.node_memory_bytes", lambda: 99 * GIB)  # not read again
+    plan = tune_mod._resumed_plan(record, run_dir, None)
+    assert _gmu(record.command.argv) == "0.98"
+    assert _gmu(plan.serve_argv) == _gmu(plan.argv) == _gmu(reach.booted_argv(record)) == "0.9791"
+    assert plan.max_gmu == 0.95 and plan.target == 65536
 
 
 def test_a_margin_above_the_levers_limit_caps_it(monkeypatch, tmp_path):
@@ -128,3 +151,16 @@ def test_sizes_as_people_write_them(monkeypatch, tmp_path, size, gmu):
 def test_a_margin_that_is_not_a_size_is_a_usage_error(monkeypatch, tmp_path):
     result = _tune(monkeypatch, "--target", "65536", "--margin", "1 gig", "--", *fake(SEED))
     assert result.exit_code == 2 and "'1 gig' is not an amount of memory" in result.stderr
+
+
+def test_a_margin_run_that_did_not_verify_is_compared_at_the_gmu_it_booted(monkeypatch, tmp_path):
+    # Refused at --max-boots 1: no final_argv, so compare reads the command, which is the user's
+    # (0.98); the row's gmu is the margin's, as the attempt booted.
+    from autotune.analysis.run_row import run_row
+
+    result = _tune(monkeypatch, "--target", "65536", "--margin", "0.5GiB", "--strategy", "refusal",
+                   "--max-boots", "1", "--probe", "none", "--runs-dir", str(tmp_path), "--", *fake(SEED, *SEED_LEVERS))
+    record = RunRecord.from_dict(json.loads((next(tmp_path.iterdir()) / "run.json").read_text()))
+    assert not record.result.verified, result.output
+    assert _gmu(record.command.argv) == "0.98" and _gmu(record.attempts[0].argv) == "0.9791"
+    assert run_row(record).gmu == 0.9791

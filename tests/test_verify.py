@@ -91,7 +91,7 @@ def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
 
     events = []
     opts = tune_mod.TuneOptions(
-        target=4096, runs_dir=tmp_path, strategy="refusal",
+        target=4096, runs_dir=tmp_path, strategy="refusal", probe="none",
         serve_argv=[sys.executable, str(HELPER), "--resets", "2", "--max-model-len", "4096", "--model", "m"])
     # The helper takes --max-model-len as vLLM does; the tune sets it to the target.
     record = tune_mod.tune(opts, lambda kind, **d: events.append((kind, d)))
@@ -109,7 +109,7 @@ def test_a_tune_whose_health_never_recovers_is_not_verified(tmp_path, monkeypatc
 
     monkeypatch.setattr(health, "RETRY_WAIT_FIRST_S", 0.01)
     opts = tune_mod.TuneOptions(
-        target=4096, runs_dir=tmp_path, strategy="refusal", max_boots=1,
+        target=4096, runs_dir=tmp_path, strategy="refusal", probe="none", max_boots=1,
         serve_argv=[sys.executable, str(HELPER), "--resets", "1000", "--max-model-len", "4096"])
     record = tune_mod.tune(opts, lambda kind, **d: None)
     (attempt,) = record["attempts"]
@@ -132,7 +132,7 @@ def test_a_port_held_by_a_socket_that_never_answers_is_not_retried_before_the_se
         holder.listen()
         port = holder.getsockname()[1]
         opts = tune_mod.TuneOptions(
-            target=4096, runs_dir=tmp_path, strategy="refusal", max_boots=1,
+            target=4096, runs_dir=tmp_path, strategy="refusal", probe="none", max_boots=1,
             serve_argv=[sys.executable, "-c", "import time; print('importing', flush=True); time.sleep(6)",
                         "--port", str(port)])
         record = tune_mod.tune(opts, lambda kind, **d: None)

@@ -241,6 +241,9 @@ def run_row(record: RunRecord) -> Row:
     # --margin's gmu) changed the user's, and the figures are that command's.
     verified_argv = result.get("final_argv") if result.get("verified") else None
     argv = servecmd.with_config(list(verified_argv or command.get("argv") or []), command.get("cwd"))
+    kept_free = record.get("margin") or {}
+    if not verified_argv and kept_free.get("gmu") is not None:  # command.argv is the user's; --margin's gmu booted
+        argv = servecmd.with_flag(argv, GMU_FLAG, f"{kept_free['gmu']:g}")
     attempts = record.get("attempts") or []
     facts = dict((attempts[-1].get("facts") or {}) if attempts else {})
     for key in ("available_kv_gib", "kv_cache_tokens", "weights_gib"):

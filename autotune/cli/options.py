@@ -12,6 +12,7 @@ import click
 
 from autotune.cli.formats import fmt_number
 from autotune.cli.progress import Progress
+from autotune.run import options as options_table
 from autotune.vllm import servecmd
 
 DEFAULT_RUNS_DIR = "runs"
@@ -30,20 +31,35 @@ def runs_dir_option(f):
                         show_envvar=True, help="Where run folders are written and read.")(f)
 
 
-def boot_options(max_boots_help: str):
+def request_option(name: str, param: str | None = None, **overrides):
+    """The click option of a tune's option `name` (run/options.py's TuneOptions): its flag, default,
+    choices and help come from that table, so that a default is spelled once; overrides are a
+    command's own (its help, a default of its own). param: the Python name, when not `name`."""
+    found = options_table.spec(name)
+    flag, choices, value = found.metadata["flag"], found.metadata["choices"], options_table.default(name)
+    kwargs: dict = {"help": found.metadata["help"]}
+    if isinstance(value, bool):
+        kwargs["is_flag"] = True
+    elif value is not None:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # shown as a person writes it (1200, not 1200.0); the float type converts it back
+        kwargs.update(default=value, show_default=True)
+    if choices:
+        kwargs["type"] = click.Choice(list(choices))
+    elif name in _CLICK_TYPES:
+        kwargs["type"] = _CLICK_TYPES[name]
+    if name in _METAVARS:
+        kwargs["metavar"] = _METAVARS[name]
+    kwargs.update(overrides)
+    return click.option(flag, param or name, **kwargs)
+
+
+def boot_options(max_boots_help: str | None = None):
     """The options every command that boots vLLM takes (tune, sweep): GPU pinning, preflight
-    overrides, the stall watchdog and the boot budget."""
-    options = [
-        click.option("--gpu", "gpu", metavar="SELECTOR",
-                     help="Pin vLLM to these GPUs: an index, a full or short UUID (GPU-af7b61d8), a PCI bus id, "
-                          "or a comma list for tensor parallel. Exported as CUDA_DEVICE_ORDER=PCI_BUS_ID and "
-                          "CUDA_VISIBLE_DEVICES=<indices> (never UUIDs, which vLLM fails on)."),
-        click.option("--force", is_flag=True, help="Boot even when a preflight check says it cannot work."),
-        click.option("--allow-risky-gmu", is_flag=True, help="Allow --gpu-memory-utilization above 0.99."),
-        click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
-                     help="Seconds without a new log line before a boot counts as hung."),
-        click.option("--max-boots", type=click.IntRange(min=1), default=6, show_default=True, help=max_boots_help),
-    ]
+    overrides, the stall watchdog and the boot budget (max_boots_help: a command's own help)."""
+    options = [request_option("gpu"), request_option("force"), request_option("allow_risky_gmu"),
+               request_option("stall_timeout_s"),
+               request_option("max_boots", **({"help": max_boots_help} if max_boots_help else {}))]
 
     def decorate(f):
         for option in reversed(options):
@@ -86,6 +102,12 @@ class MemoryType(click.ParamType):
             self.fail(f"{value!r} is not an amount of memory: give GiB, e.g. 24, 24GiB, 23.58GiB or 24576MiB",
                       param, ctx)
         return float(found[1]) * self._UNITS[found[2].lower()]
+
+
+# The click types of the tune's options that are not plain (run/options.py holds their defaults).
+_CLICK_TYPES = {"stall_timeout_s": click.FloatRange(min=1), "max_boots": click.IntRange(min=1),
+                "max_gmu": click.FloatRange(0, 1, min_open=True), "margin_bytes": MemoryType()}
+_METAVARS = {"gpu": "SELECTOR", "margin_bytes": "SIZE"}
 
 
 def serve_argv(serve_command: tuple[str, ...]) -> list[str]:

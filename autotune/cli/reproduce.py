@@ -12,7 +12,7 @@ import click
 
 from autotune.analysis import reproduce as rep_mod
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import ProgressPrinter, runs_dir_option
+from autotune.cli.options import ProgressPrinter, request_option, runs_dir_option
 from autotune.cli.records import load_one
 from autotune.cli.tables import or_dash, table
 from autotune.cli.tune import INTERRUPTED_RUN
@@ -24,10 +24,9 @@ from autotune.cli.tune import INTERRUPTED_RUN
 @click.option("--outdated", is_flag=True,
               help="Reproduce every verified configuration recorded on another vLLM version than the one its "
                    "command starts now (the newest run of each; sweep points are left out).")
-@click.option("--probe", type=click.Choice(["quick", "full", "none"]),
-              help="The probe after the ceiling boots. Default: the one the original run ran.")
-@click.option("--stall-timeout", type=click.FloatRange(min=1), default=1200, show_default=True,
-              help="Seconds without a new log line before a boot counts as hung.")
+@request_option("probe", default=None, show_default=False,
+                help="The probe after the ceiling boots. Default: the one the original run ran.")
+@request_option("stall_timeout_s", "stall_timeout")
 @click.option("--json", "json_", is_flag=True, help="Print the before/after comparison as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
 def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):

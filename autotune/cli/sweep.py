@@ -14,7 +14,8 @@ import click
 
 from autotune.cli.compare import echo_report
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import LengthType, ProgressPrinter, boot_options, runs_dir_option, sayer, serve_argv, warn
+from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, request_option, runs_dir_option, sayer,
+                                  serve_argv, warn)
 from autotune.run import sweep as sweep_mod
 from autotune.store import artifact
 from autotune.store import sweeps
@@ -47,11 +48,11 @@ class GmuListType(click.ParamType):
               help="The --gpu-memory-utilization values, comma-separated (0.90,0.94,0.98).")
 @click.option("--target", "-t", type=LengthType(), required=True,
               help="The context length to try at each value (65536, 64K = 65536, 64k = 64000).")
-@click.option("--strategy", type=click.Choice(["auto", "refusal"]), default="auto", show_default=True,
+@request_option("strategy",
               help="auto: vLLM's --max-model-len auto where the installed vLLM serves its fit (one boot per "
                    "value), else the refusal path. refusal: boot each value's prediction from the values "
                    "before it (or the target), relaunch at vLLM's ceiling when refused.")
-@click.option("--probe", type=click.Choice(["quick", "full", "none"]), default="none", show_default=True,
+@request_option("probe", default="none",  # a sweep's own default
               help="After each value's ceiling boots, prove it with real requests (see `autotune tune --help`); "
                    "none by default: a near-ceiling prefill of 100K+ tokens on a CPU takes minutes.")
 @boot_options("Give up on one value after this many boots.")
@@ -61,8 +62,8 @@ class GmuListType(click.ParamType):
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
 @runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
-def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, stall_timeout, max_boots, plot, json_,
-              quiet, runs_dir, serve_command):
+def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, stall_timeout_s, max_boots, plot,
+              json_, quiet, runs_dir, serve_command):
     """Tune SERVE_COMMAND at several --gpu-memory-utilization values and fit the line.
 
     \b
@@ -104,7 +105,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
                    "gmu will not change it", err=True)
     opts = sweep_mod.SweepOptions(gmu_values=gmu_values, target=target, strategy=strategy, probe=probe, gpu=gpu,
                                   force=force,
-                                  allow_risky_gmu=allow_risky_gmu, stall_timeout_s=stall_timeout,
+                                  allow_risky_gmu=allow_risky_gmu, stall_timeout_s=stall_timeout_s,
                                   max_boots=max_boots, plot=str(plot) if plot else None)
     try:
         sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)

@@ -11,7 +11,7 @@ import click
 
 from autotune.cli.exitcodes import ExitCode, exit_code_of, exits
 from autotune.cli.formats import fmt_duration
-from autotune.cli.options import runs_dir_option, sayer
+from autotune.cli.options import request_option, runs_dir_option, sayer
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
 from autotune.store.record import Result, RunRecord
@@ -106,7 +106,7 @@ def fleet_code(records: list[RunRecord]) -> int:
                    "without it, each endpoint's served length is probed and its KV pool read.")
 @click.option("--endpoints", "endpoints_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A file of endpoint URLs, one a line (# starts a comment): a fleet.")
-@click.option("--probe", type=click.Choice(["quick", "full", "none"]), default="quick", show_default=True,
+@request_option("probe",
               help="The requests sent at the run's ceiling (or the served length): quick = one near-ceiling "
                    "request, timed; full = also a repeat and a short request during its prefill (head-of-line "
                    "wait); none = only read what the server says.")

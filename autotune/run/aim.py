@@ -12,15 +12,24 @@ none, the tune boots the target as it always did.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from autotune.run.options import TuneOptions
 from autotune.store.record import RunRecord
 
 GIB = 2**30
 
 
-def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
-    """Aim the first boot (opts.start_at, opts.slack) at a confident prediction; what run.json
-    keeps of it (record.prediction), or None when the tune boots the target."""
+@dataclass(frozen=True)
+class FirstBoot:
+    start_at: int  # the plan's first length
+    slack: int | None  # the plan's slack (strategy.next_step)
+    kept: dict  # what run.json keeps of the prediction (record.prediction)
+
+
+def first_boot(record: RunRecord, opts: TuneOptions, serve_argv: list[str]) -> FirstBoot | None:
+    """Where the first boot starts when a confident prediction says so, or None when the tune boots
+    the target. serve_argv: the command as it boots (--margin's gmu in it)."""
     if record.plan != "refusal" or opts.start_at is not None or opts.kind != "tune" or opts.target_max:
         return None
     from autotune.analysis import device_memory, next_boot, reachable
@@ -30,8 +39,11 @@ def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
     records = reachable.load_records(opts.runs_dir)
     if not records:
         return None
-    # This run as compare will see it, before its first boot: the version is the one detected.
-    row = run_row(RunRecord.from_json({**record.to_dict(), "vllm_version": record.vllm_version_detected}))
+    # This run as compare will see it, before its first boot: the version is the one detected, the
+    # command the one that boots.
+    seen = record.to_dict()
+    seen.update(vllm_version=record.vllm_version_detected, command={**seen["command"], "argv": list(serve_argv)})
+    row = run_row(RunRecord.from_json(seen))
     if row.gmu is None or not row.gmu_sets_kv or row.vllm_version is None:
         return None
     node = device_memory.node_memory_bytes()
@@ -41,9 +53,9 @@ def first_boot(record: RunRecord, opts: TuneOptions) -> dict | None:
     aim = sweep_aim(prediction, opts.target)
     if aim.start_at is None:
         return None
-    opts.start_at, opts.slack = aim.start_at, aim.slack_tokens
-    return {"ceiling": prediction.ceiling, "kv_cache_tokens": prediction.kv_cache_tokens,
+    kept = {"ceiling": prediction.ceiling, "kv_cache_tokens": prediction.kv_cache_tokens,
             "available_kv_gib": round(prediction.available_kv_gib, 3), "gmu": prediction.gmu,
             "basis": prediction.basis, "group_runs": group_runs,
             "start_at": aim.start_at, "reason": aim.reason, "warnings": list(prediction.warnings)}
+    return FirstBoot(aim.start_at, aim.slack_tokens, kept)
 

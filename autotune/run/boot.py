@@ -24,7 +24,8 @@ from autotune.server import client
 from autotune.server import health
 from autotune.server import queue_watch
 from autotune.server import witness
-from autotune.run.options import Emit, TuneOptions
+from autotune.run.options import Emit
+from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE
 from autotune.store import artifact
 from autotune.store import redact
@@ -53,9 +54,7 @@ class BootContext:
     so that the loop can stop it when autotune is interrupted."""
 
     run_dir: Path
-    env: dict[str, str]
-    plan: str  # auto | auto_probe | refusal
-    opts: TuneOptions
+    plan: RunPlan
     emit: Emit
     current: dict = field(default_factory=lambda: {"server": None})
     installed: str | None = None  # the vLLM version the serve command runs (vllm/versions.py), when known
@@ -70,7 +69,7 @@ class Boot:
         # over is launched afresh with the user's own host (run/handover.py), as command.sh says.
         self.index, self.port = index, port
         self.argv = servecmd.listening_locally(argv)
-        self.env, self.run_dir, self.plan, self.opts = ctx.env, ctx.run_dir, ctx.plan, ctx.opts
+        self.env, self.run_dir, self.plan, self.opts = ctx.plan.env, ctx.run_dir, ctx.plan, ctx.plan.options
         self.emit, self.current, self.installed = ctx.emit, ctx.current, ctx.installed
         self.door = client.front_door_of(self.argv, self.env, port)  # key, TLS, root path, socket: how to reach it
         self.max_model_len = step.max_model_len
@@ -179,7 +178,8 @@ class Boot:
 
     def _autofit(self) -> None:
         """vLLM 0.14-0.19 would not serve the length it fitted: read the number, stop at once."""
-        if not (self.auto and self.plan == "auto_probe" and "autofit_max_model_len" in self.parser.facts):
+        probing_autofit = self.auto and self.plan.strategy_plan == "auto_probe"
+        if not (probing_autofit and "autofit_max_model_len" in self.parser.facts):
             return
         self.time_to_outcome = self._elapsed()
         self.emit("autofit_read", index=self.index, value=self.parser.facts["autofit_max_model_len"].value)
@@ -285,7 +285,7 @@ class Boot:
         # Booting is not yet proof: fill the context with a real request (probe.py).
         from autotune.server import probe as probe_mod
 
-        length = min(expected, self.opts.target) if self.opts.target else expected
+        length = min(expected, self.plan.target) if self.plan.target else expected
         # Unpinned on a GPU machine: vLLM sees every GPU, so read them all (None means the CPU backend).
         indices = visible_indices(self.env)
         if indices is None and self.gpu_baseline:

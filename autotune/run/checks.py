@@ -20,8 +20,9 @@ NOT_REFUSALS = ("target_above_model_max", "target_beyond_prediction")
 
 
 def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: str | None, emit: Emit):
-    """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight").
-    Raises PreflightFailed (nothing booted) unless --force; a bad --gpu raises GpuSelectorError."""
+    """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight",
+    the target: --target max resolved). Raises PreflightFailed (nothing booted) unless --force; a bad
+    --gpu raises GpuSelectorError."""
     from autotune.host import gpus
     from autotune.host.machine import gpu_facts_for
     from autotune.analysis import reachable
@@ -38,13 +39,14 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     config = model_files.read_model_config(model, pinned_env, revision)
     tokenizer = model_files.read_tokenizer_config(model, pinned_env, revision)
     derived = max_len.derived_max_model_len(config, tokenizer)
+    target = opts.target
     if opts.target_max:
         # Unknown here (a hub id not in the cache): ask for far more; vLLM refuses with its own
         # derived maximum and the strategy continues there (the target becomes it: loop.py).
-        opts.target = derived or TARGET_MAX_UNKNOWN
-    problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else opts.target, config,
+        target = derived or TARGET_MAX_UNKNOWN
+    problems = rules.check(argv, pinned_env, inventory, "max" if opts.target_max else target, config,
                            opts.allow_risky_gmu, tokenizer_config=tokenizer)
-    beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, opts.target, opts.runs_dir,
+    beyond = None if opts.target_max else reachable.for_tune(argv, pinned_env, target, opts.runs_dir,
                                                              opts.allow_risky_gmu, inventory)
     # What only says the target will not be reached refuses nothing: the tune is there to find the
     # ceiling. A calibrated prediction that the target cannot fit at any gmu is a note (history
@@ -63,7 +65,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         found["notes"] = [n.as_dict() for n in notes]
     if derived:  # the model's own maximum, from its files here: what predictions of this run cap at
         found["model_maximum"] = derived
-    return plan, found
+    return plan, found, target
 
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
@@ -83,7 +85,7 @@ def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
         emit("warning", text=rules.describe_disagreements(disagreeing))
 
 
-def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOptions, emit: Emit):
+def recovery(attempt: Attempt, argv: list[str], record: RunRecord, emit: Emit):
     """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
     from autotune.host.machine import gpu_facts_for, wait_for_free_memory
     from autotune.run import recovery as rules

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from autotune.run.options import default
 from autotune.vllm import servecmd
 
 GMU = "--gpu-memory-utilization"
@@ -46,8 +47,8 @@ class Baseline:
 
 @dataclass(frozen=True)
 class Limits:
-    max_gmu: float = 0.95
-    allow_kv_quant: bool = False
+    max_gmu: float = default("max_gmu")  # --max-gmu (run/options.py)
+    allow_kv_quant: bool = default("allow_kv_quant")
     fp8_supported: bool = False  # compute capability >= 8.9 (see preflight)
 
 

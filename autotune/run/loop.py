@@ -17,7 +17,8 @@ from autotune.run import marker
 from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run.boot import Boot, BootContext, stop_server
-from autotune.run.options import Emit, TuneOptions
+from autotune.run.options import Emit
+from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.record import Attempt, RunRecord
@@ -27,25 +28,25 @@ from autotune.vllm import servecmd
 class Loop:
     """The boots of one run (a new one, or the rest of a resumed one)."""
 
-    def __init__(self, record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str],
-                 argv: list[str], port: int, port_chosen: bool, plan: str, emit: Emit):
-        self.record, self.run_dir, self.opts, self.env, self.emit = record, run_dir, opts, env, emit
-        self.argv, self.port, self.plan = argv, port, plan
+    def __init__(self, record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit):
+        self.record, self.run_dir, self.plan, self.opts, self.emit = record, run_dir, plan, plan.options, emit
+        # What a recovery changes for the boots after it (_apply); the plan stays as derived.
+        self.argv, self.port = list(plan.argv), plan.port
         self.summaries = checks.current_summaries(record.attempts)
-        self.target = record.target
-        self.user_port = None if port_chosen else port
+        self.target = record.target  # --target max: the model's maximum once vLLM names it (_boot)
+        self.user_port = None if plan.port_chosen else plan.port
         self.kept = None  # the server --keep-serving handed over (run/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
-        self.boots = BootContext(run_dir, env, plan, opts, emit, installed=record.get("vllm_version_detected"))
+        self.boots = BootContext(run_dir, plan, emit, installed=record.get("vllm_version_detected"))
         self.current = self.boots.current  # the server while one runs (Boot keeps it here)
 
     def run(self) -> RunRecord:
-        opts = self.opts
+        opts, plan = self.opts, self.plan
         try:
             while True:
-                step = strategy.next_step(self.target, self.summaries, opts.max_boots, self.plan, opts.start_at,
-                                          opts.back_off, opts.slack)
+                step = strategy.next_step(self.target, self.summaries, opts.max_boots, plan.strategy_plan,
+                                          plan.start_at, opts.back_off, plan.slack)
                 if isinstance(step, strategy.Stop):
                     break
                 self._boot(step)
@@ -81,7 +82,7 @@ class Loop:
         maximum = checks.model_maximum(attempt)
         if self.opts.target_max and maximum and maximum != self.target:
             self.target = record.target = maximum  # --target max: the model's own maximum, now that vLLM said it
-        fix = checks.recovery(attempt, attempt_argv, record, self.opts, emit)
+        fix = checks.recovery(attempt, attempt_argv, record, emit)
         if fix is not None:
             self._apply(fix)  # this attempt does not count for the strategy
         self.summaries = checks.current_summaries(record.attempts)
@@ -104,8 +105,8 @@ class Loop:
 
         argv = servecmd.with_max_model_len(self.argv, ceiling)
         try:
-            return handover.relaunch(self.run_dir, argv, self.env, self.port, ceiling, self.opts.stall_timeout_s,
-                                     self.emit)
+            return handover.relaunch(self.run_dir, argv, self.plan.env, self.port, ceiling,
+                                     self.opts.stall_timeout_s, self.emit)
         except handover.HandOverFailed as exc:
             self.emit("warning", text=f"--keep-serving: nothing kept: {exc}")
             return None

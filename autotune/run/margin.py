@@ -111,6 +111,14 @@ def apply(argv: Sequence[str], margin: Margin) -> list[str]:
     return servecmd.with_flag(list(argv), GMU, f"{margin.gmu:g}")
 
 
+def applied(argv: Sequence[str], recorded: Mapping | None) -> list[str]:
+    """The user's serve command (run.json command.argv) as a run booted it: with the gmu of the
+    margin run.json records, if any (a resumed run, a lever search, a reproduction keep it)."""
+    if not recorded or recorded.get("gmu") is None:
+        return list(argv)
+    return servecmd.with_flag(list(argv), GMU, f"{recorded['gmu']:g}")
+
+
 def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> Margin:
     """plan() for the machine the command runs on: the GPUs vLLM will get (NVML here, or the
     replaying vLLM's own, which stands for another machine: host.machine.gpu_facts_for, as the rest

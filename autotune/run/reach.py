@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from autotune.run import levers
+from autotune.run import margin
 from autotune.run import strategy
 from autotune.run.options import Emit, TuneOptions
+from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
@@ -28,15 +30,15 @@ StartRun = Callable[[TuneOptions, Emit], RunRecord]
 ResumeRun = Callable[[Path, Emit, "dict[str, str] | None"], RunRecord]
 
 
-def run_phase(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit,
-              start: StartRun, resume: ResumeRun) -> None:
+def run_phase(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit, start: StartRun,
+              resume: ResumeRun) -> None:
     """The lever search, with the run `running` in phase `reach` until it ends, so that an
     interruption leaves it `interrupted` and resumable (the verified result stays)."""
     record.state = "running"
     record.phase = "reach"
     artifact.save_run(run_dir, record)
     try:
-        LeverSearch(record, run_dir, opts, env, emit, start, resume).run()
+        LeverSearch(record, run_dir, plan, emit, start, resume).run()
     except Interrupted as exc:
         with GATE.deferred(drop=True):
             reason = f"autotune got {exc}; `autotune resume {record.run_id}` continues the lever search"
@@ -49,30 +51,33 @@ def run_phase(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str
 
 
 class LeverSearch:
-    def __init__(self, record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit,
-                 start: StartRun, resume: ResumeRun):
-        self.record, self.run_dir, self.opts, self.env, self.emit = record, run_dir, opts, env, emit
+    def __init__(self, record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit, start: StartRun,
+                 resume: ResumeRun):
+        self.record, self.run_dir, self.plan, self.opts, self.emit = record, run_dir, plan, plan.options, emit
         self.start, self.resume = start, resume
+        self.target, self.max_gmu = plan.target, plan.max_gmu
+        # The command the run booted (--margin's gmu in it): the levers change it.
+        self.booted_argv = booted_argv(record)
         earlier = record.reach if isinstance(record.reach, Reach) else Reach()
         if isinstance(earlier.before_levers, Result):
             record.result = Result.from_dict(earlier.before_levers.to_dict())  # as the search first saw it
         self.result: Result = record.result
         # The lever runs an interrupted search already started, by command (the newest wins).
         self.runs_before = {tuple(r.command.argv): (d, r)
-                            for d, r in reversed(artifact.linked_runs(opts.runs_dir, "reach_of", record.run_id))}
+                            for d, r in reversed(artifact.linked_runs(plan.options.runs_dir, "reach_of",
+                                                                      record.run_id))}
         self.reach = Reach(steps=[], reached=False, before_levers=Result.from_dict(self.result.to_dict()))
         record.reach = self.reach
         self.children: list[RunRecord] = []  # the lever runs, in order
 
     def run(self) -> None:
-        record, reach, opts = self.record, self.reach, self.opts
+        record, reach = self.record, self.reach
         base, limits, gmu = self._baseline()
         if base is None:
             reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
             artifact.save_run(self.run_dir, record)
             return
-        plan = levers.plan(opts.target, servecmd.with_config(list(record.command.argv), record.command.get("cwd")),
-                           base, limits)
+        plan = levers.plan(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
         reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
         reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
         self.emit("reach_plan", explanation=plan.explanation)
@@ -102,17 +107,17 @@ class LeverSearch:
         if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
             # The CPU backend prints what it reserved: that ratio is the gmu in force.
             version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
-        argv = servecmd.with_config(list(record.command.argv), record.command.get("cwd"))  # --config's values count
-        gmu = levers.effective_gmu(argv, self.env, version_default)
+        argv = servecmd.with_config(self.booted_argv, record.command.get("cwd"))  # --config's values count
+        gmu = levers.effective_gmu(argv, self.plan.env, version_default)
         gpus = record.get("machine", {}).get("gpus") or []
         total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
         pinned = record.get("gpus", {}).get("indices") or [g["index"] for g in gpus]
-        limits = levers.Limits(max_gmu=self.opts.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
+        limits = levers.Limits(max_gmu=self.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
                                fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
         available = self.result.get("available_kv_gib")
         if available is None:
             return None, limits, gmu
-        printed = [a.facts["kv_needed_gib"] for a in record.attempts if a.max_model_len == self.opts.target
+        printed = [a.facts["kv_needed_gib"] for a in record.attempts if a.max_model_len == self.target
                    and isinstance(a.facts, dict) and isinstance(a.facts.get("kv_needed_gib"), (int, float))]
         return (levers.Baseline(ceiling=self.result.ceiling, available_kv_gib=available, gmu=gmu,
                                 device_total_gib=total, target_needed_gib=printed[-1] if printed else None),
@@ -120,8 +125,8 @@ class LeverSearch:
 
     def _walk(self, plan, base, limits) -> list[str]:
         """The gmu the plan computed, or the levers it measures one by one; the argv reached."""
-        target, reach = self.opts.target, self.reach
-        argv = list(self.record.command.argv)
+        target, reach = self.target, self.reach
+        argv = list(self.booted_argv)
         if plan.gmu_needed is not None:
             child = self._try(levers.apply(argv, "gmu", plan.gmu_needed), "gmu", plan.gmu_needed)
             if child.result.get("target_reached"):
@@ -154,26 +159,26 @@ class LeverSearch:
     def _fp8(self, argv: list[str], limits, gmu) -> None:
         """The last lever: an fp8 KV cache, only where the GPU supports it and the user allowed it."""
         allowed, why = levers.fp8_kv_decision(
-            servecmd.with_config(list(self.record.command.argv), self.record.command.get("cwd")), limits)
+            servecmd.with_config(self.booted_argv, self.record.command.get("cwd")), limits)
         self.reach.explanation.append(why)
         if allowed:
-            best = levers.apply(argv, "gmu", self.opts.max_gmu) if gmu is not None else argv
+            best = levers.apply(argv, "gmu", self.max_gmu) if gmu is not None else argv
             child = self._try(levers.apply(best, "kv_fp8"), "kv_fp8", "fp8")
             if child.result.get("target_reached"):
-                self._adopt(child, f"an fp8 KV cache reaches {self.opts.target:,} tokens")
+                self._adopt(child, f"an fp8 KV cache reaches {self.target:,} tokens")
 
     def _best_within_limits(self, argv: list[str], gmu: float | None) -> None:
         """Short of the target: boot every lever that helped together with gmu at --max-gmu (where gmu
         sizes the pool), unless a lever run already booted exactly that; the most this command can serve
         within the user's limits, which the search's headline and files then are."""
-        if gmu is None or gmu >= self.opts.max_gmu:
+        if gmu is None or gmu >= self.max_gmu:
             return
-        best = levers.apply(argv, "gmu", self.opts.max_gmu)
+        best = levers.apply(argv, "gmu", self.max_gmu)
         if any(list(c.command.argv) == best for c in self.children):
             return
-        self.reach.explanation.append(f"booting the levers together at gpu-memory-utilization {self.opts.max_gmu} "
+        self.reach.explanation.append(f"booting the levers together at gpu-memory-utilization {self.max_gmu} "
                                       "(--max-gmu): the most within your limits")
-        self._try(best, "gmu", self.opts.max_gmu)
+        self._try(best, "gmu", self.max_gmu)
 
     def _child(self, run_id: str) -> RunRecord:
         return next(c for c in self.children if c.run_id == run_id)
@@ -192,7 +197,7 @@ class LeverSearch:
         else:
             self.emit("reach_step", lever=lever, value=value)
             child = self.start(TuneOptions(
-                target=opts.target, serve_argv=argv, runs_dir=opts.runs_dir, stall_timeout_s=opts.stall_timeout_s,
+                target=self.target, serve_argv=argv, runs_dir=opts.runs_dir, stall_timeout_s=opts.stall_timeout_s,
                 max_boots=opts.max_boots, env=opts.env, extra_env=opts.extra_env, kind="reach-step",
                 strategy=opts.strategy, probe=opts.probe, back_off=opts.back_off,
                 links={"reach_of": self.record.run_id}), self.emit)
@@ -231,6 +236,11 @@ class LeverSearch:
         result.files = write_paste_ready(self.run_dir, self.record)
 
 
+def booted_argv(record: RunRecord) -> list[str]:
+    """The run's serve command as it booted: the user's, with --margin's gmu (run/margin.py)."""
+    return margin.applied(list(record.command.argv), record.get("margin"))
+
+
 def best_of(record: RunRecord, children: list[RunRecord]) -> dict:
     """The best verified configuration of a lever search: the highest ceiling among the run (its
     result before the levers) and its lever runs; the run itself on a tie. Its command, what the
@@ -244,6 +254,6 @@ def best_of(record: RunRecord, children: list[RunRecord]) -> dict:
         if r.get("verified") and isinstance(r.get("ceiling"), int) and r.ceiling > (best.get("ceiling") or 0):
             best = {"run_id": child.run_id, "ceiling": r.ceiling, "argv": r.get("final_argv"),
                     "files": list(r.get("files") or [])}
-    user = servecmd.with_config(list(record.command.argv), record.command.get("cwd"))
+    user = servecmd.with_config(booted_argv(record), record.command.get("cwd"))
     best["changed"] = levers.changed_flags(user, best.get("argv") or user)
     return best

@@ -17,7 +17,8 @@ from typing import Callable
 from autotune.analysis import reproduce as rep
 from autotune.errors import AutotuneError
 from autotune.run import tune as tune_mod
-from autotune.run.options import Emit, TuneOptions
+from autotune.run import margin
+from autotune.run.options import Emit, TuneOptions, default
 from autotune.store.record import RunRecord, as_run_record
 from autotune.store.redact import MASK
 from autotune.vllm import versions as vllminfo
@@ -53,9 +54,11 @@ def plan(old: dict, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: fl
         mode, source = "none", f"run {old.get('run_id')} ran no probe (--probe quick runs one)"
     extra_env = {k: v for k, v in (options.get("extra_env") or {}).items() if v != MASK}
     extra_env.update((old.get("gpus") or {}).get("environment") or {})
+    # The command as it booted: the user's with --margin's gmu (the same gmu, not a margin planned anew).
+    argv = margin.applied(argv, old.get("margin"))
     opts = TuneOptions(target=int(old["target"]), serve_argv=argv, runs_dir=Path(runs_dir), env=env,
                        extra_env=extra_env, stall_timeout_s=stall_timeout_s, kind="reproduce", strategy="auto",
-                       probe=mode, max_boots=int(options.get("max_boots") or 6),
+                       probe=mode, max_boots=int(options.get("max_boots") or default("max_boots")),
                        links={"reproduces": old["run_id"]})
     return Plan(opts, missing, source)
 

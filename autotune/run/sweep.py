@@ -27,7 +27,7 @@ from autotune.vllm import versions as vllminfo
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
-from autotune.run.options import Emit
+from autotune.run.options import Emit, default
 from autotune.host.signals import Interrupted, interruptible
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
 
@@ -38,12 +38,13 @@ Say = Callable[[str], None]
 class SweepOptions:
     gmu_values: list[float]
     target: int
-    strategy: str = "auto"  # as asked; sweep.json's "strategy" is what it became (strategy.sweep_plan)
-    gpu: str | None = None
-    force: bool = False
-    allow_risky_gmu: bool = False
-    stall_timeout_s: float = 1200.0
-    max_boots: int = 6
+    # The defaults of the options a tune takes too are a tune's (run/options.py).
+    strategy: str = default("strategy")  # as asked; sweep.json's "strategy" is what it became (strategy.sweep_plan)
+    gpu: str | None = default("gpu")
+    force: bool = default("force")
+    allow_risky_gmu: bool = default("allow_risky_gmu")
+    stall_timeout_s: float = default("stall_timeout_s")
+    max_boots: int = default("max_boots")
     plot: str | None = None  # where to write the PNG; None: sweep.png in the sweep folder
     probe: str = "none"  # each value's probe (quick | full | none): a 100K+ token prefill on a CPU takes minutes
 

@@ -1,8 +1,11 @@
 """A run, start to end: tune() and resume() read as a page; each step has its own module.
 
+    the request (the options, frozen)        run/options.py: one table of options and defaults
+    what it derives once (the plan)          run/plan.py's RunPlan, built by prepare() (a resumed
+                                             run's by _resumed_plan, from run.json)
     clean up after a killed autotune         store/cleanup.py
     pin GPUs, preflight checks               run/checks.py (rules: run/preflight.py, host/gpus.py)
-    choose the plan from the vLLM version    vllm/versions.py
+    choose the strategy's plan from vLLM     vllm/versions.py
     write run.json (state running)           store/artifact.py, the record's types in store/record.py
     the boot loop                            run/loop.py: the next launch is run/strategy.py's,
                                              one boot is run/boot.py, the result run/result.py
@@ -24,7 +27,8 @@ from autotune.host import processes
 from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
-from autotune.run.options import Emit, TuneOptions, from_record
+from autotune.run.options import Emit, TuneOptions, from_record, kept_options
+from autotune.run.plan import RunPlan
 from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
@@ -40,6 +44,13 @@ from autotune.vllm import versions as vllminfo
 # written into command.sh. Secrets among them are redacted (see redact.py).
 RELEVANT_ENV_PREFIXES = ("VLLM_", "CUDA_", "HF_", "HUGGING", "TRANSFORMERS_", "TORCH", "PYTORCH_",
                          "NCCL_", "OMP_", "TOKENIZERS_", "LD_PRELOAD")
+
+
+# run.json's keys in the order a person reads them (store/record.py keeps unknown ones after these).
+RECORD_ORDER = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked", "model",
+                "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight", "options",
+                "owner", "plan", "vllm_version_detected", "prediction", "links", "machine", "vllm_version", "attempts",
+                "result"]
 
 
 def relevant_env(env: dict[str, str]) -> dict[str, str]:
@@ -66,98 +77,105 @@ def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict
 
 
 def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
+    plan, record, run_dir = prepare(opts, emit)
+    emit("run_started", run_dir=str(run_dir), target=plan.target, argv=list(plan.argv), port=plan.port,
+         plan=plan.strategy_plan, vllm_version=record.vllm_version_detected, target_max=opts.target_max,
+         target_known=plan.target != checks.TARGET_MAX_UNKNOWN)
+    prediction = record.get("prediction")
+    if prediction:
+        emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
+             f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "
+             f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
+    loop = Loop(record, run_dir, plan, emit)
+    loop.run()
+    return _after_loop(record, loop.run_dir, plan, emit)
+
+
+def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
+    """What a new run derives once from its request (the plan), its run.json (state running, saved)
+    and its folder. Nothing after this changes the request or the plan."""
     env, env_added = _environment(opts)
-    opts.serve_argv = redact.prepare(opts.serve_argv, env)  # a recorded ${VLLM_API_KEY} from env; secrets noted
-    kept_free = _margin(opts, env, emit)  # --margin: the command boots with the gmu that keeps it free
-    argv, port, port_chosen = _with_port(opts.serve_argv)
+    user_argv = redact.prepare(opts.serve_argv, env)  # a recorded ${VLLM_API_KEY} from env; secrets noted
+    kept_free = _margin(opts, user_argv, env, emit)  # --margin: the command boots with the gmu that keeps it free
+    serve_argv = user_argv if kept_free is None else margin.apply(user_argv, kept_free)
+    argv, port, port_chosen = _with_port(serve_argv)
     _check_front_door(argv, env, port)
     clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
-    gpu_plan, preflight_record = checks.preflight(opts, argv, env, model, emit)
+    gpu_plan, preflight_record, target = checks.preflight(opts, argv, env, model, emit)
     env.update(gpu_plan.env_changes)
     detected = vllminfo.detect_version(argv, env)
     for text in vllminfo.warnings_for(argv, env, detected):  # what this version ignores or refuses
         emit("warning", text=text)
-    plan = "refusal"
+    strategy_plan = "refusal"
     if opts.strategy == "auto":
-        plan = vllminfo.auto_fit_mode(detected) or "refusal"
+        strategy_plan = vllminfo.auto_fit_mode(detected) or "refusal"
     run_dir = artifact.create_run_dir(opts.runs_dir, model)
     record = RunRecord(
         run_id=run_dir.name, kind=opts.kind, state="running", started_at=artifact.iso(artifact.utc_now()),
-        ended_at=None, duration_s=None, target=opts.target, target_asked="max" if opts.target_max else opts.target,
+        ended_at=None, duration_s=None, target=target, target_asked="max" if opts.target_max else target,
         model=model,
-        command=Command(argv=list(opts.serve_argv),  # as the user gave it
+        command=Command(argv=list(user_argv),  # as the user gave it (--margin's gmu is in each attempt's argv)
                         port=port, port_chosen_by_autotune=port_chosen, reused_from=opts.reused_from,
                         cwd=os.getcwd()),  # relative paths in the command (and the paste-ready files) start here
         environment=redact_env(relevant_env(env)), environment_added_by_autotune=env_added,
         gpus={"indices": list(gpu_plan.indices), "source": gpu_plan.source,
               "environment": redact_env(gpu_plan.env_changes), "warnings": list(gpu_plan.warnings)},
-        preflight=preflight_record, options=_options_kept(opts),
+        preflight=preflight_record, options={},
         owner=cleanup.owner_stamp(),  # a SIGKILLed autotune's run is found by this (cleanup.mark_abandoned)
-        plan=plan, vllm_version_detected=detected, links=dict(opts.links), machine=machine_facts(argv, env),
-        vllm_version=None, attempts=[], result=None)
+        plan=strategy_plan, vllm_version_detected=detected, links=dict(opts.links),
+        machine=machine_facts(argv, env), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
         record.margin = kept_free.as_dict()
-    record.order = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked",
-                    "model", "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight",
-                    "options", "owner", "plan", "vllm_version_detected", "prediction", "links", "machine",
-                    "vllm_version", "attempts", "result"]
-    prediction = _first_boot_prediction(record, opts, emit)  # the refusal path starts at a confident prediction
-    if prediction is not None:
-        record.prediction = prediction
-        record.options = _options_kept(opts)
+    record.order = RECORD_ORDER
+    aimed = _first_boot_prediction(record, opts, serve_argv, emit)  # the refusal path starts at a prediction
+    if aimed is not None:
+        record.prediction = aimed.kept
+    plan = RunPlan(options=opts, target=target, serve_argv=serve_argv, argv=argv, port=port, port_chosen=port_chosen,
+                   env=env, strategy_plan=strategy_plan, start_at=aimed.start_at if aimed else opts.start_at,
+                   slack=aimed.slack if aimed else opts.slack,
+                   max_gmu=opts.max_gmu if kept_free is None else min(opts.max_gmu, kept_free.gmu))
+    record.options = _options_kept(plan)
     artifact.save_run(run_dir, record)
-    emit("run_started", run_dir=str(run_dir), target=opts.target, argv=argv, port=port, plan=plan,
-         vllm_version=detected, target_max=opts.target_max, target_known=opts.target != checks.TARGET_MAX_UNKNOWN)
-    if prediction is not None:
-        emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
-             f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "
-             f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
-    loop = Loop(record, run_dir, opts, env, argv, port, port_chosen, plan, emit)
-    loop.run()
-    return _after_loop(record, loop.run_dir, opts, env, emit)
+    return plan, record, run_dir
 
 
-def _margin(opts: TuneOptions, env: dict[str, str], emit: Emit) -> margin.Margin | None:
+def _margin(opts: TuneOptions, argv: list[str], env: dict[str, str], emit: Emit) -> margin.Margin | None:
     """--margin SIZE as the gmu the command boots with (run/margin.py); the lever search may not raise
-    it (--max-gmu is capped there). Raises MarginError when the command cannot keep a margin."""
+    it (the plan's max_gmu is capped at it). Raises MarginError when the command cannot keep a margin."""
     if opts.margin_bytes is None:
         return None
-    kept_free = margin.plan_here(opts.margin_bytes, opts.serve_argv, env, opts.gpu)
-    opts.serve_argv = margin.apply(opts.serve_argv, kept_free)
-    opts.max_gmu = min(opts.max_gmu, kept_free.gmu)
+    kept_free = margin.plan_here(opts.margin_bytes, argv, env, opts.gpu)
     emit("margin", message=kept_free.describe())
     return kept_free
 
 
-def _first_boot_prediction(record: RunRecord, opts: TuneOptions, emit: Emit) -> dict | None:
+def _first_boot_prediction(record: RunRecord, opts: TuneOptions, serve_argv: list[str],
+                           emit: Emit) -> aim.FirstBoot | None:
     """run/aim.py's prediction, or None. Never raises: a run record under runs/ that cannot be
     read as expected must not stop a tune, which then boots the target as it always did."""
     try:
-        return aim.first_boot(record, opts)
+        return aim.first_boot(record, opts, serve_argv)
     except Exception as exc:  # noqa: BLE001
-        opts.start_at = opts.slack = None
         emit("warning", text=f"no prediction for the first boot ({type(exc).__name__}: {exc}); booting the target")
         return None
 
 
-def _options_kept(opts: TuneOptions) -> dict:
-    """What run.json keeps of the options, so that resume continues as the run began."""
-    return {"stall_timeout_s": opts.stall_timeout_s, "max_boots": opts.max_boots, "probe": opts.probe,
-            "back_off": opts.back_off, "keep_serving": opts.keep_serving, "strategy": opts.strategy,
-            "start_at": opts.start_at, "slack": opts.slack, "reach": opts.reach, "max_gmu": opts.max_gmu,
-            "allow_kv_quant": opts.allow_kv_quant, "extra_env": redact_env(opts.extra_env),
-            "margin_bytes": opts.margin_bytes}
+def _options_kept(plan: RunPlan) -> dict:
+    """What run.json keeps of the options, so that resume continues as the run began: the request's,
+    with the plan's start, slack and gmu limit."""
+    return kept_options(plan.options, start_at=plan.start_at, slack=plan.slack, max_gmu=plan.max_gmu,
+                        extra_env=redact_env(plan.options.extra_env))
 
 
-def _after_loop(record: RunRecord, run_dir: Path, opts: TuneOptions, env: dict[str, str], emit: Emit) -> RunRecord:
+def _after_loop(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit) -> RunRecord:
     """With --reach, a verified ceiling short of the target goes on to the lever search."""
     result = record.result
     # Levers buy memory: where the ceiling is the model's maximum, batched tokens or a draft model,
     # no boot of theirs can raise it (the card says what would).
-    if (opts.reach and result.verified and result.ceiling < opts.target
+    if (plan.options.reach and result.verified and result.ceiling < plan.target
             and result.get("limit") in (None, strategy.KV_CACHE)):
-        reach.run_phase(record, run_dir, opts, env, emit, _tune, _resume)
+        reach.run_phase(record, run_dir, plan, emit, _tune, _resume)
     return record
 
 
@@ -167,9 +185,7 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     if record.state != "interrupted":
         raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can "
                                      "be resumed")
-    opts = from_record(record, run_dir, env)
-    env, _ = _environment(opts)
-    opts.serve_argv = redact.prepare(opts.serve_argv, env)  # the recorded ${VLLM_API_KEY} from env
+    plan = _resumed_plan(record, run_dir, env)
     record.state = "running"
     record.owner = cleanup.owner_stamp()
     record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
@@ -178,20 +194,31 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
         if record.get("reach"):
             record.reach.drop("interrupted")
         artifact.save_run(run_dir, record)
-        emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=len(record.attempts),
+        emit("run_resumed", run_dir=str(run_dir), target=plan.target, attempts_done=len(record.attempts),
              port=None, phase="reach")
-        reach.run_phase(record, run_dir, opts, env, emit, _tune, _resume)
+        reach.run_phase(record, run_dir, plan, emit, _tune, _resume)
         return record
-    # The user's own --port stays; a port autotune chose is chosen afresh.
-    argv, port, port_chosen = _with_port(opts.serve_argv)
-    record.command.port = port
+    record.command.port = plan.port
     record.result = None
     artifact.save_run(run_dir, record)
     done = sum(1 for a in record.attempts if a.outcome != strategy.INTERRUPTED)
-    emit("run_resumed", run_dir=str(run_dir), target=opts.target, attempts_done=done, port=port)
-    loop = Loop(record, run_dir, opts, env, argv, port, port_chosen, record.get("plan", "refusal"), emit)
+    emit("run_resumed", run_dir=str(run_dir), target=plan.target, attempts_done=done, port=plan.port)
+    loop = Loop(record, run_dir, plan, emit)
     loop.run()
-    return _after_loop(record, loop.run_dir, opts, env, emit)
+    return _after_loop(record, loop.run_dir, plan, emit)
+
+
+def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None) -> RunPlan:
+    """The plan of an interrupted run, as run.json keeps it: its options, its target, the margin's
+    gmu it booted with, its strategy plan. The user's own --port stays; a port autotune chose is
+    chosen afresh."""
+    opts = from_record(record, run_dir, env)
+    env, _ = _environment(opts)
+    serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.get("margin"))  # ${VLLM_API_KEY}
+    argv, port, port_chosen = _with_port(serve_argv)
+    return RunPlan(options=opts, target=record.target, serve_argv=serve_argv, argv=argv, port=port,
+                   port_chosen=port_chosen, env=env, strategy_plan=record.get("plan", "refusal"),
+                   start_at=opts.start_at, slack=opts.slack, max_gmu=opts.max_gmu)
 
 
 def _environment(opts: TuneOptions) -> tuple[dict[str, str], dict[str, str]]:
