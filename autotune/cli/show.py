@@ -33,9 +33,9 @@ from autotune.store.verified import NotEmittable
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
                    "helm (production-stack values), ray-serve (Ray Serve LLM config), rayservice "
-                   "(KubeRay), kserve (InferenceService), llmisvc (KServe LLMInferenceService), k8s "
-                   "(Deployment and Service), skypilot "
-                   "(task); report (the sizing report, Markdown).")
+                   "(KubeRay), kserve (InferenceService, KServe's vLLM runtime), llmisvc (KServe "
+                   "LLMInferenceService), k8s (Deployment and Service), skypilot (task); report (the sizing "
+                   "report, Markdown); recipe (a vllm-project/recipes hardware override for the GPU).")
 @click.option("--pull-bandwidth", "pull_bandwidth", metavar="RATE",
               help="How fast a new node downloads the weights (100MB/s, 1GB/s, 10Gbit/s; a bare number is MB/s): "
                    "the Kubernetes files' startup allowance counts the download at this rate "
