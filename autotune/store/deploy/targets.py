@@ -42,11 +42,13 @@ def render(record: RunRecord, name: str, found: Sources | None = None) -> str:
     return RENDERERS[name](record, found)
 
 
-def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None) -> Sources:
+def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None,
+            infra: str | None = None) -> Sources:
     """Read what the files need from the runs folder; whatever cannot be read is left out.
-    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth)."""
+    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth); infra:
+    where the SkyPilot task launches (--infra)."""
     if run_dir is None:
-        return Sources(pull_mb_s=pull_mb_s)
+        return Sources(pull_mb_s=pull_mb_s, infra=infra)
     run_dir = Path(run_dir)
     verifier, verifier_dir = None, run_dir
     lever_run = (record.get("result") or {}).get("reached_with_levers")
@@ -57,7 +59,7 @@ def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = N
             pass
     sweep = record.link("sweep_id")
     plot = f"../{sweep}/{SWEEP_PLOT}" if sweep and (run_dir.parent / sweep / SWEEP_PLOT).exists() else None
-    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s)
+    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s, infra)
 
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
