@@ -15,8 +15,8 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.store import artifact
-from autotune.store.deploy import recipe
+from autotune.store import artifact, emit
+from autotune.store.deploy import recipe, targets
 from autotune.store.record import RunRecord
 from autotune.store.verified import final_argv
 from tests.helpers import deploy_checks as checks
@@ -144,3 +144,17 @@ def test_a_run_the_recipes_have_no_profile_for_gives_no_entry(tmp_path, record, 
 ])
 def test_a_gpu_is_the_smallest_profile_that_holds_its_ranks(name, ranks, expected):
     assert recipe.hardware_id(name, ranks) == expected
+
+
+def test_the_verified_tp_is_the_sites_tp_on_that_gpu(h100):
+    """The site would fit an 8B model on one H100 (its vram_minimum_gb); a run verified at TP 2 gets TP 2."""
+    record, _ = h100
+    rec = record.to_dict()
+    rec["result"]["final_argv"] = [*rec["result"]["final_argv"], "--tensor-parallel-size", "2"]
+    entry = yaml.safe_load(emit.render(RunRecord.from_dict(rec), targets.RECIPE))
+    assert entry["variants"]["default"]["tp"] == {"h100": 2}
+    base = yaml.safe_load((RECIPES / "Llama-3.1-8B-Instruct.yaml").read_text())
+    words = serve_words(synthesize(merged(base, entry), "h100")["command"])
+    assert words[words.index("--tensor-parallel-size") + 1] == "2"
+    plain = serve_words(synthesize(base, "h100")["command"])
+    assert "--tensor-parallel-size" not in plain or plain[plain.index("--tensor-parallel-size") + 1] == "1"
