@@ -18,7 +18,7 @@ from autotune.run import deployed
 from autotune.store import artifact
 from autotune.store import latest
 from autotune.store import emit
-from autotune.store.deploy import startup
+from autotune.store.deploy import skypilot, startup
 from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
@@ -33,14 +33,17 @@ from autotune.store.verified import NotEmittable
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
                    "helm (production-stack values), ray-serve (Ray Serve LLM config), rayservice "
-                   "(KubeRay), kserve (InferenceService), llmisvc (KServe LLMInferenceService), k8s "
-                   "(Deployment and Service), skypilot "
-                   "(task); report (the sizing report, Markdown).")
+                   "(KubeRay), kserve (InferenceService, KServe's vLLM runtime), llmisvc (KServe "
+                   "LLMInferenceService), k8s (Deployment and Service), skypilot (task); report (the sizing "
+                   "report, Markdown); recipe (a vllm-project/recipes hardware override for the GPU).")
 @click.option("--pull-bandwidth", "pull_bandwidth", metavar="RATE",
               help="How fast a new node downloads the weights (100MB/s, 1GB/s, 10Gbit/s; a bare number is MB/s): "
                    "the Kubernetes files' startup allowance counts the download at this rate "
                    "[default: 100MB/s].")
-def show(run, runs_dir, json_, emit_kind, pull_bandwidth):
+@click.option("--infra", metavar="WHERE",
+              help="Where the SkyPilot task launches (with --emit skypilot), in SkyPilot 0.14's form: "
+                   "cloud[/region[/zone]] (aws, gcp/us-central1), k8s[/context], * for any.")
+def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
     """Print one run's summary (RUN: a run folder, a run id, or `latest`, the default:
     the newest run that booted vLLM, a lever run standing for its search).
 
@@ -66,6 +69,13 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth):
             pull_mb_s = startup.parse_bandwidth(pull_bandwidth)
         except startup.BadBandwidth as exc:
             raise click.BadParameter(str(exc), param_hint="--pull-bandwidth")
+    if infra is not None:
+        if emit_kind != "skypilot":
+            raise click.UsageError("--infra says where SkyPilot launches: use it with --emit skypilot")
+        try:
+            infra = skypilot.parse_infra(infra)
+        except skypilot.BadInfra as exc:
+            raise click.BadParameter(str(exc), param_hint="--infra")
     if run == latest.LATEST:
         try:
             found, notes = latest.shown(runs_dir)  # a lever run stands for its search; newer verifications named
@@ -85,7 +95,8 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth):
         return
     if emit_kind:
         try:
-            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s), nl=False)
+            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s,
+                                   infra=infra), nl=False)
         except NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return

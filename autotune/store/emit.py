@@ -290,13 +290,13 @@ RENDERERS = {COMMAND: render_command, YAML: render_yaml, COMPOSE: render_compose
 
 
 def render(record: RunRecord, name: str, run_dir: Path | None = None,
-           found: deploy.Sources | None = None, pull_mb_s: float | None = None) -> str:
+           found: deploy.Sources | None = None, pull_mb_s: float | None = None, infra: str | None = None) -> str:
     """One file's text; raises NotEmittable with the reason when this run cannot give it.
     run_dir: the run's folder, where the deployment files read what the record does not hold
     (deploy.sources; found: that reading, done already)."""
     if name in RENDERERS:
         return RENDERERS[name](record)
-    return deploy.render(record, name, found or deploy.sources(run_dir, record, pull_mb_s))
+    return deploy.render(record, name, found or deploy.sources(run_dir, record, pull_mb_s, infra))
 
 
 def render_all(record: RunRecord, run_dir: Path | None = None) -> tuple[dict[str, str], dict[str, str]]:

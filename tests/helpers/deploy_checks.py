@@ -2,7 +2,9 @@
 (replayed and recorded runs) and tests/e2e/test_show_runs_real_vllm.py (the real demo run).
 
 - Kubernetes objects: `kubernetes-validate` (strict: an unknown field fails), Kubernetes 1.28's
-  schemas; the pod templates inside the KubeRay and KServe objects the same way.
+  schemas; the pod templates inside the KubeRay and KServe objects the same way; KServe's objects
+  also by KServe's published CRD schemas (vendored), and the InferenceService merged with the
+  kserve-vllmserver runtime (vendored) as KServe merges them.
 - Helm values: the production-stack chart's values.schema.json (vendored, tests/fixtures/deploy),
   every key one it names; and read back into vLLM arguments as the chart's template does.
 - Ray Serve: Ray's ServeDeploySchema and LLMConfig (ray.serve.llm).
@@ -28,6 +30,8 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "deploy"
 KUBERNETES = "1.28.0"
 # The keys KServe adds to a Container in predictor.model (ModelSpec), and kube's `name`.
 KSERVE_MODEL_KEYS = {"modelFormat", "runtime", "storageUri", "protocolVersion", "runtimeVersion"}
+# The runtimes' images as KServe's install renders them (kserve/kserve config/runtimes/kustomization.yaml).
+KSERVE_RUNTIME_IMAGES = {"vllmserver:replace": "vllm/vllm-openai:latest"}
 
 
 def documents(text: str) -> list:
@@ -58,15 +62,58 @@ def validate_rayservice(obj: dict) -> dict:
 
 
 def validate_kserve(obj: dict) -> None:
-    """spec.predictor.model is a Container with KServe's model keys; the predictor's volumes and
-    nodeSelector are a pod's."""
+    """KServe's published CRD schema (v1beta1), every key one it names; spec.predictor.model is a
+    Container with KServe's model keys, and the predictor's volumes and nodeSelector are a pod's."""
     assert (obj["apiVersion"], obj["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
+    with gzip.open(FIXTURES / "kserve-inferenceservice-v1beta1.schema.json.gz", "rt") as f:
+        schema = json.load(f)
+    jsonschema.validate(obj, schema)
+    unknown = unknown_keys(obj, schema)
+    assert unknown == [], f"keys KServe's CRD does not name: {unknown}"
     predictor = obj["spec"]["predictor"]
     assert set(predictor) <= {"model", "volumes", "nodeSelector"}
     container = {k: v for k, v in predictor["model"].items() if k not in KSERVE_MODEL_KEYS}
     pod = {"containers": [{"name": "kserve-container", **container}],
            **{k: v for k, v in predictor.items() if k != "model"}}
     validate_pod_template({"spec": pod})
+
+
+# Container lists a strategic merge joins by key (k8s.io/api core/v1: patchMergeKey), not replaces.
+MERGE_KEYS = {"env": "name", "volumeMounts": "mountPath", "ports": "containerPort"}
+
+
+def strategic_merge(base: dict, ours: dict) -> dict:
+    """A Container's strategic merge patch: maps merged key by key, keyed lists item by item."""
+    out = dict(base)
+    for key, value in ours.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = strategic_merge(base[key], value)
+        elif key in MERGE_KEYS and isinstance(base.get(key), list):
+            items = {item[MERGE_KEYS[key]]: item for item in base[key]}
+            items.update({item[MERGE_KEYS[key]]: item for item in value})
+            out[key] = list(items.values())
+        else:
+            out[key] = value
+    return out
+
+
+def kserve_container(obj: dict) -> dict:
+    """The container KServe runs for this InferenceService on its kserve-vllmserver runtime (vendored):
+    the runtime's container with ours merged over it (MergeRuntimeContainers: strategic merge, then
+    the args appended to the runtime's), the {{.Name}} placeholder filled, the image's tag replaced
+    by runtimeVersion (UpdateImageTag)."""
+    runtime = yaml.safe_load((FIXTURES / "kserve-vllmserver-runtime.yaml").read_text())
+    model = obj["spec"]["predictor"]["model"]
+    assert model["runtime"] == runtime["metadata"]["name"]
+    assert model["modelFormat"]["name"] in {f["name"] for f in runtime["spec"]["supportedModelFormats"]}
+    (base,) = runtime["spec"]["containers"]
+    base = {**base, "image": KSERVE_RUNTIME_IMAGES[base["image"]]}
+    ours = {k: v for k, v in model.items() if k not in KSERVE_MODEL_KEYS}
+    merged = strategic_merge(base, ours)
+    merged["args"] = [a.replace("{{.Name}}", obj["metadata"]["name"]) for a in base["args"]] + ours.get("args", [])
+    if "runtimeVersion" in model:
+        merged["image"] = re.sub(r":[\w.\-_]*$", "", merged["image"]) + ":" + model["runtimeVersion"]
+    return merged
 
 
 def llmisvc_schema() -> dict:
@@ -174,9 +221,9 @@ def read_back(name: str, text: str) -> dict:
     if name == "values-production-stack.yaml":
         return {"words": k8s_to_shell(helm_argv(docs[0]))}
     if name == "kserve-inferenceservice.yaml":
-        args = docs[0]["spec"]["predictor"]["model"]["args"]
-        model = next(a.split("=", 1)[1] for a in args if a.startswith(("--model_id=", "--model_dir=")))
-        return {"words": [model, *k8s_to_shell([a for a in args if not a.startswith("--model_")])]}
+        container = kserve_container(docs[0])
+        assert container["command"] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+        return {"words": k8s_to_shell(container["args"])}
     if name == "kserve-llminferenceservice.yaml":
         spec = docs[0]["spec"]
         (main,) = spec["template"]["containers"]

@@ -1,4 +1,4 @@
-"""Kubernetes: a Deployment and its Service (k8s), and a KServe InferenceService (pure).
+"""Kubernetes: a Deployment and its Service (k8s) (pure).
 
 The pieces every Kubernetes target shares live here too: the vLLM container (the pinned image,
 `vllm serve` with every option, secrets from a Secret by `$(NAME)`, the probes sized from the
@@ -23,9 +23,6 @@ MODEL_CLAIM = "vllm-model"  # a PersistentVolumeClaim the user fills with a loca
 HF_CACHE_VOLUME = "hf-cache"
 HF_HOME = "/root/.cache/huggingface"  # vllm/vllm-openai runs as root: its default HF_HOME
 HF_CACHE_FLOOR_GIB = 10
-# KServe's Hugging Face runtime (its own image, with its own vLLM) and where it listens.
-KSERVE_RUNTIME_FORMAT = "huggingface"
-KSERVE_HEALTH = "/v2/health/ready"
 
 
 def name_of(dep: Deployment) -> str:
@@ -51,8 +48,9 @@ def http_probe(path: str, port: int | str, period: int, failures: int) -> dict:
     return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures}
 
 
-def probes(dep: Deployment, path: str = "/health", port: int | str = "http") -> dict:
-    p = startup.probes(dep)
+def probes(dep: Deployment, path: str = "/health", port: int | str = "http",
+           floor: tuple[int, str] = (startup.CHART_STARTUP_S, startup.CHART_DEFAULT)) -> dict:
+    p = startup.probes(dep, floor=floor)
     return {"startupProbe": http_probe(path, port, startup.STARTUP_PERIOD_S, p.startup_failures),
             "livenessProbe": http_probe(path, port, startup.LIVENESS_PERIOD_S, p.liveness_failures),
             "readinessProbe": http_probe(path, port, startup.READINESS_PERIOD_S, 3)}
@@ -130,9 +128,11 @@ def secret_usage(dep: Deployment) -> list[str]:
     return [f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}"]
 
 
-def placement_notes(dep: Deployment, delay_s: int = 0) -> list[str]:
-    """delay_s: the startup probe's initialDelaySeconds (production-stack's chart keeps its own 15 s)."""
-    out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep, delay_s).why}"]
+def placement_notes(dep: Deployment, delay_s: int = 0,
+                    floor: tuple[int, str] = (startup.CHART_STARTUP_S, startup.CHART_DEFAULT)) -> list[str]:
+    """delay_s: the startup probe's initialDelaySeconds (production-stack's chart keeps its own 15 s);
+    floor: the target's own startup allowance (seconds, whose)."""
+    out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep, delay_s, floor).why}"]
     if dep.gpu_name and not dep.cpu:
         out.append(f"pinned by type: {GPU_PRODUCT_LABEL}={gpu_label(dep.gpu_name)} "
                    "(the label NVIDIA's GPU feature discovery sets), not by device index")
@@ -181,51 +181,3 @@ def render_k8s(record: RunRecord, found: Sources | None = None) -> str:
              *cache_note(dep)]
     first, *rest = k8s_objects(dep) + ([cache_claim(dep)] if downloads(dep) else [])
     return yamltext.document(settings.header(dep, usage), first) + "".join("---\n" + yamltext.dump(o) for o in rest)
-
-
-# ---------------------------------------------------------------------------
-# KServe InferenceService (the Hugging Face runtime, vLLM backend)
-# ---------------------------------------------------------------------------
-
-def kserve_args(dep: Deployment) -> list[str]:
-    """The runtime's own two options, then vLLM's, which it passes on to its vLLM."""
-    where = "--model_dir" if dep.model_host_path else "--model_id"
-    args = [f"--model_name={dep.served_name}", f"{where}={dep.model}"]
-    for name, value in dep.options:
-        if name not in settings.FRONTEND_OPTIONS:
-            args += settings.words(name, value, reference="$()")
-    return args
-
-
-def kserve_object(dep: Deployment) -> dict:
-    vols, mounts = volumes(dep)
-    model = {"modelFormat": {"name": KSERVE_RUNTIME_FORMAT}, "args": kserve_args(dep)}
-    env = pod_env(dep)
-    if env:
-        model["env"] = env
-    model.update(gpu_resources(dep))
-    model.update(probes(dep, KSERVE_HEALTH, 8080))
-    model["volumeMounts"] = mounts
-    predictor = {"model": model, "volumes": vols}
-    if node_selector(dep):
-        predictor["nodeSelector"] = node_selector(dep)
-    return {"apiVersion": "serving.kserve.io/v1beta1", "kind": "InferenceService",
-            "metadata": {"name": name_of(dep), "annotations": {"autotune/run": dep.run_id,
-                                                               "autotune/verified-on": dep.date,
-                                                               "autotune/verified-max-model-len": str(dep.ceiling)}},
-            "spec": {"predictor": predictor}}
-
-
-def render_kserve(record: RunRecord, found: Sources | None = None) -> str:
-    dep = settings.from_record(record, found)
-    runtime = (f"KServe's Hugging Face runtime runs the vLLM its own image brings, not necessarily vLLM "
-               f"{dep.vllm_version} that verified this: check its version, or verify the endpoint once deployed "
-               f"(`autotune verify URL/openai --run {dep.run_id}`)")
-    usage = [*secret_usage(dep), "apply: kubectl apply -f kserve-inferenceservice.yaml   "
-             "(the OpenAI routes are under /openai/v1)", *placement_notes(dep), *cache_note(dep)]
-    left_out = [n for n, _ in dep.options if n in settings.FRONTEND_OPTIONS and n != "served-model-name"]
-    if left_out:
-        usage.append(f"not carried (vLLM front-end options; the runtime serves its own front end): "
-                     f"{', '.join('--' + n for n in left_out)}")
-    text = yamltext.document(settings.header(dep, usage, runtime), kserve_object(dep))
-    return text + ("---\n" + yamltext.dump(cache_claim(dep)) if downloads(dep) else "")

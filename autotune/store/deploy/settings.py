@@ -52,6 +52,7 @@ class Sources:
     engine_flags: dict = field(default_factory=dict)  # the verified boot's engine config line
     plot: str | None = None  # a plot beside the run (its sweep's), relative to the run folder
     pull_mb_s: float | None = None  # --pull-bandwidth: how fast a new node downloads the weights
+    infra: str | None = None  # --infra: where SkyPilot launches (cloud[/region[/zone]], k8s[/context])
 
 
 @dataclass

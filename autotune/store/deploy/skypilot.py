@@ -1,6 +1,7 @@
-"""A SkyPilot task: `resources.accelerators` (GPU type and count), the pinned vLLM image, and
-the verified command as `run:` (pure). tests/test_deploy.py validates it with SkyPilot's own
-task and resources schemas (vendored from skypilot, sky/utils/schemas.py)."""
+"""A SkyPilot task: `resources.accelerators` (GPU type and count), the pinned vLLM image, where it
+launches (`resources.infra`, SkyPilot 0.14's one key for the deprecated cloud, region and zone),
+and the verified command as `run:` (pure). tests/test_deploy.py validates it with SkyPilot's own
+task and resources schemas (vendored from skypilot 0.14.1, sky/utils/schemas.py)."""
 
 from __future__ import annotations
 
@@ -30,14 +31,32 @@ def accelerator_name(nvml_name: str, memory_gib: float | None = None) -> str:
 
 
 HF_CACHE_MOUNT = "/hf-cache"
+# SkyPilot 0.14.1's `infra` (sky/utils/schemas.py, resources): cloud[/region[/zone]], k8s[/context], * for any.
+INFRA_CLOUDS = ("aws|azure|gcp|ibm|lambda|scp|oci|runpod|vast|vsphere|cudo|fluidstack|paperspace|primeintellect|do|"
+                "nebius|ssh|slurm|hyperbolic|seeweb|shadeform|yotta|mithril|verda")
+INFRA_PATTERN = (f"^(?:(?i:({INFRA_CLOUDS}))(?:/[^/]+(?:/[^/]+)?)?|\\*(?:/[^/]+(?:/[^/]+)?)?|"
+                 "(?i:kubernetes|k8s)(?:/.+)?)$")
+
+
+class BadInfra(ValueError):
+    pass
+
+
+def parse_infra(text: str) -> str:
+    """The --infra value as SkyPilot's schema takes it, or BadInfra saying its form."""
+    if not re.match(INFRA_PATTERN, text.strip()):
+        raise BadInfra(f"{text!r} is not a SkyPilot infra: write cloud[/region[/zone]] (aws, gcp/us-central1, "
+                       "aws/us-east-1/us-east-1a), k8s[/context], or * for any (SkyPilot 0.14)")
+    return text.strip()
 
 
 def cache_bucket(dep: Deployment) -> str:
     return f"vllm-hf-cache-{kube.name_of(dep).removeprefix('vllm-')}"[:63]
 
 
-def task(dep: Deployment, gpu_memory_gib: float | None) -> dict:
-    resources: dict = {"image_id": f"docker:{dep.image}", "ports": dep.port}
+def task(dep: Deployment, gpu_memory_gib: float | None, infra: str | None = None) -> dict:
+    resources: dict = {"infra": infra} if infra else {}
+    resources.update({"image_id": f"docker:{dep.image}", "ports": dep.port})
     if dep.cpu:
         resources = {"cpus": "2+", **resources}
     else:
@@ -69,9 +88,14 @@ def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
              f"verified on {settings.describe_gpus(dep)}; {shlex.quote(dep.image)} pins vLLM {dep.vllm_version}"]
     if not dep.cpu:
         usage.append(f"accelerators: SkyPilot's name for the {dep.gpu_name} (check it with `sky show-gpus`)")
-    usage.append("where: add `infra: aws` (or aws/us-east-1, gcp, k8s) under resources: SkyPilot 0.14's one key for "
-                 "cloud, region and zone")
+    infra = found.infra if found else None
+    if infra:
+        usage.append(f"launches on {infra} (resources.infra, SkyPilot 0.14's one key for cloud, region and zone)")
+    else:
+        usage.append("launches on any infra SkyPilot has enabled (the cheapest with the GPU): `show --emit skypilot "
+                     "--infra aws/us-east-1` (or gcp, k8s/CONTEXT) writes resources.infra, SkyPilot 0.14's one key "
+                     "for cloud, region and zone")
     if not dep.model_host_path:
         usage.append(f"Hugging Face downloads go to the bucket {cache_bucket(dep)} (SkyPilot creates it on the first "
                      f"launch; bucket names are global: rename it if taken), at HF_HOME={HF_CACHE_MOUNT}")
-    return yamltext.document(settings.header(dep, usage), task(dep, memory))
+    return yamltext.document(settings.header(dep, usage), task(dep, memory, infra))

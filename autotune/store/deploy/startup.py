@@ -86,11 +86,12 @@ def startup_allowance(dep: Deployment, floor_s: int, floor_name: str) -> tuple[i
     return seconds, how
 
 
-def probes(dep: Deployment, delay_s: int = 0) -> Probes:
-    """Startup: startup_allowance, never below production-stack's 615 s (the vLLM project's own
-    chart; plain Kubernetes and KServe have no default of their own). Liveness: /health may stay
-    silent for twice the slowest first token the probe measured, at least 3 periods."""
-    seconds, how = startup_allowance(dep, CHART_STARTUP_S, CHART_DEFAULT)
+def probes(dep: Deployment, delay_s: int = 0, floor: tuple[int, str] = (CHART_STARTUP_S, CHART_DEFAULT)) -> Probes:
+    """Startup: startup_allowance, never below floor (seconds, whose default): production-stack's
+    615 s, the vLLM project's own chart, where the target has no default of its own (plain
+    Kubernetes). Liveness: /health may stay silent for twice the slowest first token the probe
+    measured, at least 3 periods."""
+    seconds, how = startup_allowance(dep, *floor)
     failures = math.ceil(max(seconds - delay_s, STARTUP_PERIOD_S) / STARTUP_PERIOD_S)
     why = f"startup allows {delay_s + failures * STARTUP_PERIOD_S} s: {how}"
     silent = 2 * dep.longest_ttft_s if dep.longest_ttft_s else 0.0

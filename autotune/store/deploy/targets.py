@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.store import artifact
-from autotune.store.deploy import helm, kube, llmisvc, ray, report, skypilot
+from autotune.store.deploy import helm, kube, kserve, llmisvc, ray, recipe, report, skypilot
 from autotune.store.deploy.settings import Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import logpatterns
@@ -21,11 +21,14 @@ LLMISVC = "kserve-llminferenceservice.yaml"
 K8S = "k8s-deployment.yaml"
 SKYPILOT = "skypilot.yaml"
 REPORT = "sizing-report.md"
+# An entry for vllm-project/recipes: printed by `show --emit recipe`, not written into the run folder
+# (it is a contribution to another repository, for a GPU it has a profile of).
+RECIPE = "vllm-recipe.yaml"
 # `autotune show --emit KIND`
 KINDS = {"helm": HELM, "ray-serve": RAY_SERVE, "rayservice": RAYSERVICE, "kserve": KSERVE, "llmisvc": LLMISVC, "k8s": K8S,
-         "skypilot": SKYPILOT, "report": REPORT}
+         "skypilot": SKYPILOT, "report": REPORT, "recipe": RECIPE}
 RENDERERS = {HELM: helm.render_helm, RAY_SERVE: ray.render_ray_serve, RAYSERVICE: ray.render_rayservice,
-             KSERVE: kube.render_kserve, LLMISVC: llmisvc.render_llmisvc, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
+             KSERVE: kserve.render_kserve, LLMISVC: llmisvc.render_llmisvc, K8S: kube.render_k8s, SKYPILOT: skypilot.render_skypilot}
 FILE_NAMES = (*RENDERERS, REPORT)
 SWEEP_PLOT = "sweep.png"
 
@@ -34,14 +37,18 @@ def render(record: RunRecord, name: str, found: Sources | None = None) -> str:
     """One file's text; NotEmittable (store/verified.py) says why this run cannot give it."""
     if name == REPORT:
         return report.render_report(record, found)
+    if name == RECIPE:
+        return recipe.render_recipe(record, found)
     return RENDERERS[name](record, found)
 
 
-def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None) -> Sources:
+def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = None,
+            infra: str | None = None) -> Sources:
     """Read what the files need from the runs folder; whatever cannot be read is left out.
-    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth)."""
+    pull_mb_s: the download bandwidth the startup allowance assumes (--pull-bandwidth); infra:
+    where the SkyPilot task launches (--infra)."""
     if run_dir is None:
-        return Sources(pull_mb_s=pull_mb_s)
+        return Sources(pull_mb_s=pull_mb_s, infra=infra)
     run_dir = Path(run_dir)
     verifier, verifier_dir = None, run_dir
     lever_run = (record.get("result") or {}).get("reached_with_levers")
@@ -52,7 +59,7 @@ def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = N
             pass
     sweep = record.link("sweep_id")
     plot = f"../{sweep}/{SWEEP_PLOT}" if sweep and (run_dir.parent / sweep / SWEEP_PLOT).exists() else None
-    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s)
+    return Sources(verifier, engine_flags(verifier_dir, verifier or record), plot, pull_mb_s, infra)
 
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
