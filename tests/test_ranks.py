@@ -1,6 +1,7 @@
 """analysis/ranks.py: with TP/PP, available KV is per rank (as vLLM prints it), the total is ranks x it,
 and KV tokens are the model's (not multiplied)."""
 from autotune.analysis import ranks
+from tests.helpers.compare_records import typed
 
 
 def test_single_rank_gives_nothing_to_split():
@@ -34,7 +35,7 @@ def test_the_summary_says_which_figure_is_per_rank_and_which_is_the_total():
                          "kv_cache_tokens": 32_768,
                          "ranks": ranks.kv_by_rank(["vllm", "serve", "m", "-tp", "2"],
                                                    {"available_kv_gib": 0.12, "kv_cache_tokens": 32_768})}}
-    text = render_summary(record)
+    text = render_summary(typed(record))
     assert "KV cache: 0.12 GiB available per rank x 2 ranks (TP 2) = 0.24 GiB in all" in text
     assert "32,768 tokens across all ranks (each holds its share of every token)" in text
     assert "reproduces r1" in text

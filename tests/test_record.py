@@ -83,7 +83,7 @@ def test_absent_keys_stay_absent_and_unknown_keys_are_kept(tmp_path):
     again = json.loads((tmp_path / "run.json").read_text())
     assert again["future_key"] == {"x": 1} and again["attempts"][0]["new_figure"] == 3
     assert "result" not in again and again["state"] == "interrupted"
-    assert "_dir" not in artifact.load_run(tmp_path)
+    assert "_dir" not in artifact.load(tmp_path).to_dict()
 
 
 def test_interrupted_is_built_once_for_a_run_and_for_a_lever_search():
@@ -119,8 +119,8 @@ def test_a_typed_record_shares_nothing_with_the_dicts_around_it(path):
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
-def test_load_run_is_the_typed_load_as_json_key_order_included(path, tmp_path):
+def test_the_loader_gives_back_the_file_as_json_key_order_included(path, tmp_path):
     (tmp_path / "run.json").write_text(path.read_text())
-    plain, typed = artifact.load_run(tmp_path), artifact.load(tmp_path).to_dict()
+    plain, typed = artifact.migrate(json.loads(path.read_text())), artifact.load(tmp_path).to_dict()
     assert plain == typed and list(plain) == list(typed)
     assert [list(a) for a in plain["attempts"]] == [list(a) for a in typed["attempts"]]

@@ -7,11 +7,12 @@ from autotune.run import sweep
 from autotune.store import sweeps
 from autotune.cli.main import cli
 from autotune.cli.resume import what_to_resume as _what_to_resume
+from autotune.store.record import RunRecord
 
 
 def run(runs_dir, run_id, state="interrupted", **fields):
     (runs_dir / run_id).mkdir(parents=True)
-    artifact.save_run(runs_dir / run_id, {"run_id": run_id, "state": state, "attempts": [], **fields})
+    artifact.save_run(runs_dir / run_id, RunRecord.from_dict({"run_id": run_id, "state": state, "attempts": [], **fields}))
     return runs_dir / run_id
 
 

@@ -11,6 +11,7 @@ import pytest
 from autotune.store import artifact
 from autotune.run import sweep
 from autotune.store import sweeps
+from autotune.store.record import RunRecord
 
 
 def test_the_options_are_stored_and_read_back(tmp_path):
@@ -52,8 +53,8 @@ def test_only_an_interrupted_sweep_is_resumed(tmp_path):
 def test_the_member_to_continue_is_the_newest_interrupted_or_finished_run_of_its_value(tmp_path):
     def run(run_id, index, state, sweep_id="S"):
         (tmp_path / run_id).mkdir()
-        artifact.save_run(tmp_path / run_id, {"run_id": run_id, "state": state,
-                                              "links": {"sweep_id": sweep_id, "sweep_index": index}})
+        artifact.save_run(tmp_path / run_id, RunRecord.from_dict({"run_id": run_id, "state": state,
+                                              "links": {"sweep_id": sweep_id, "sweep_index": index}}))
 
     run("20260101T000001Z-m", 2, "interrupted")
     run("20260101T000002Z-m", 2, "interrupted")  # newer: this one

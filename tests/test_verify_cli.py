@@ -11,6 +11,7 @@ from autotune.store import artifact
 from autotune.testing.selfsigned import make_self_signed
 from tests.helpers.cli import invoke_autotune
 from tests.helpers.front_door_server import FrontDoorServer
+from autotune.store.record import RunRecord
 
 V033 = "v1-0.33.0"
 SEED = "seed-3090-qwen3.6-27b"
@@ -125,8 +126,8 @@ def test_bad_input(args, code, says):
 
 def test_a_run_without_a_verified_ceiling_is_bad_input(_runs_dir):
     run_dir = artifact.create_run_dir(_runs_dir, "m")
-    artifact.save_run(run_dir, {"run_id": run_dir.name, "kind": "tune", "state": "finished",
-                                "result": {"verdict": "refused_no_ceiling", "ceiling": None, "verified": False}})
+    artifact.save_run(run_dir, RunRecord.from_dict({"run_id": run_dir.name, "kind": "tune", "state": "finished",
+                                "result": {"verdict": "refused_no_ceiling", "ceiling": None, "verified": False}}))
     result = invoke_autotune("verify", "http://127.0.0.1:9", "--run", run_dir.name)
     assert result.exit_code == 1
     assert f"run {run_dir.name} has no verified ceiling to compare with (verdict: refused_no_ceiling)" in result.output

@@ -323,16 +323,15 @@ def serve_settings(argv: list[str]) -> ServeSettings:
         prefix_caching=not servecmd.has_flag(argv, "--no-enable-prefix-caching"))
 
 
-def calibration_runs(records: list[dict], model: str, device: Device, vllm_version: str | None,
+def calibration_runs(records: list, model: str, device: Device, vllm_version: str | None,
                      settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The verified runs that measure this configuration's overhead, as calibrate() reads them, and
     why the others were left out (one line each)."""
     from autotune.analysis.run_row import run_row
-    from autotune.store.record import as_run_record
 
     chosen, skipped = [], []
     for record in records:
-        row = run_row(as_run_record(record))
+        row = run_row(record)
         why = _mismatch(row, model, device, vllm_version, settings)
         if why:
             skipped.append(f"{row.run_id}: {why}")

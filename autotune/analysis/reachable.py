@@ -87,7 +87,7 @@ def load_records(runs_dir) -> list[dict]:
     out = []
     for folder in artifact.list_runs(runs_dir):
         try:
-            record = artifact.load_run(folder)
+            record = artifact.load(folder)
         except artifact.ArtifactError:
             continue
         if artifact.booted(record):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED
 from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
 from autotune.analysis.run_row import run_row
-from autotune.store.record import RunRecord, as_run_record
+from autotune.store.record import Result, RunRecord
 from autotune.vllm import servecmd
 
 TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slower or faster
@@ -68,14 +68,14 @@ class Reproduction:
     new_files: dict = field(default_factory=dict)  # the new run's paste-ready files: name -> path (runs dir/run/name)
 
 
-def reproduce_verdict(old: dict, new: dict) -> Reproduction:
+def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
     """Old run vs its re-tune: what changed beyond what the machine explains, and the exit code.
 
     The command and gmu are the same, but the memory vLLM budgets from may not be (a CPU
     node's memory in a VM with hot-plugged memory): that change of budget is expected, and
     only the rest counts for the verdict. The figures themselves are reported as measured.
     """
-    old_run, new_run = as_run_record(old), as_run_record(new)
+    old_run, new_run = old, new
     o, n = run_row(old_run), run_row(new_run)
     o_facts, n_facts = _final_facts(old_run), _final_facts(new_run)
     o_args = o_facts.get("non_default_args") or {}
@@ -220,25 +220,25 @@ def configuration_key(record: RunRecord) -> tuple:
     return tuple(argv), tuple(sorted(env.items())), record.get("target")
 
 
-def outdated(records: list[dict], installed_version) -> list[tuple[dict, str]]:
+def outdated(records: list[RunRecord], installed_version) -> list[tuple[RunRecord, str]]:
     """The newest verified run of each configuration whose vLLM is not the installed one, with
     that version. `installed_version(run_record)` says which vLLM the run's command would start now
     (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
     out = []
-    for record, typed in configurations(records):
-        now = installed_version(typed)
-        if now is not None and record.get("vllm_version") != now:
+    for record in configurations(records):
+        now = installed_version(record)
+        if now is not None and record.vllm_version != now:
             out.append((record, now))
     return out
 
 
-def nothing_outdated(records: list[dict], installed_version) -> str:
+def nothing_outdated(records: list[RunRecord], installed_version) -> str:
     """Why `reproduce --outdated` finds nothing to do, truthfully (the runs, or the versions, may be
     what is missing)."""
     found = configurations(records)
     if not found:
         return "no verified configuration is recorded (sweep points are reproduced as their sweep)"
-    unknown = [record.get("run_id") for record, typed in found if installed_version(typed) is None]
+    unknown = [record.run_id for record in found if installed_version(record) is None]
     if len(unknown) == len(found):
         return ("which vLLM the recorded commands start now could not be found (their Python or `vllm` is not "
                 "here), so none is known to be outdated")
@@ -246,21 +246,20 @@ def nothing_outdated(records: list[dict], installed_version) -> str:
     return text + (f"; for {', '.join(unknown)} the vLLM it starts now is unknown" if unknown else "")
 
 
-def configurations(records: list[dict]) -> list[tuple[dict, RunRecord]]:
-    """The newest verified run of each configuration (sweep points left out), as JSON and typed."""
-    newest: dict[tuple, tuple[dict, RunRecord]] = {}
-    for record in sorted(records, key=lambda r: (r.get("started_at") or "", r.get("run_id") or "")):
-        if record.get("kind") == "sweep-point" or not (record.get("result") or {}).get("verified"):
+def configurations(records: list[RunRecord]) -> list[RunRecord]:
+    """The newest verified run of each configuration (sweep points left out)."""
+    newest: dict[tuple, RunRecord] = {}
+    for record in sorted(records, key=lambda r: (r.started_at or "", r.run_id or "")):
+        if record.kind == "sweep-point" or not (isinstance(record.result, Result) and record.result.verified):
             continue
-        typed = as_run_record(record)
-        newest[configuration_key(typed)] = (record, typed)
+        newest[configuration_key(record)] = record
     return list(newest.values())
 
 
-def undetermined(records: list[dict], installed_version) -> list[str]:
+def undetermined(records: list[RunRecord], installed_version) -> list[str]:
     """The run ids of the verified configurations whose command's vLLM now cannot be told (a wrapper
     script, a container, a Python that is not here): `--outdated` checked nothing for them."""
-    return [record.get("run_id") for record, typed in configurations(records) if installed_version(typed) is None]
+    return [record.run_id for record in configurations(records) if installed_version(record) is None]
 
 
 def worst_exit(codes: list[int]) -> int:

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Callable, Mapping
+from typing import Callable
 
 import click
 
 from autotune.errors import AutotuneError, ExitCode
 from autotune.host.signals import Interrupted
 from autotune.run.errors import PreflightFailed
-from autotune.store.record import RunRecord
+from autotune.store.record import Result, RunRecord
 
 
 # A run's verdict (result.verdict in run.json) -> the exit code of tune and resume.
@@ -37,10 +37,10 @@ def interrupted_code(signum: int) -> int:
     return 128 + signum
 
 
-def exit_code_of(record: RunRecord | Mapping) -> int:
+def exit_code_of(record: RunRecord) -> int:
     """The exit code of tune and resume for a finished run record."""
-    result = (record if isinstance(record, RunRecord) else RunRecord.from_dict(record)).result
-    if result.get("error_kind") == "command_not_found":
+    result = record.result if isinstance(record.result, Result) else Result()
+    if result.error_kind == "command_not_found":
         return ExitCode.INPUT
     return VERDICT_EXIT.get(result.verdict, ExitCode.FAILED)
 

@@ -181,7 +181,7 @@ def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, co
 
     argv = serve_argv(model_dir, serve_command, dashed)
     records = load_records(runs, runs_dir) if runs else (
-        [r for r in (artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
+        [r for r in (artifact.load(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
         if Path(runs_dir).is_dir() else [])
     p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
     emit(p, json_, used_gmu, target)

@@ -19,10 +19,6 @@ from autotune.vllm import servecmd
 from autotune.vllm.logcheck import LIMIT_SOURCES
 
 
-def _typed(record: RunRecord | Mapping) -> RunRecord:
-    return record if isinstance(record, RunRecord) else RunRecord.from_dict(record)
-
-
 def _result_of(run: RunRecord) -> Result:
     return run.result if isinstance(run.result, Result) else Result()
 
@@ -51,9 +47,8 @@ def _boot_list(attempts: list[Attempt]) -> str:
     return ", ".join(parts)
 
 
-def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
+def summary_warnings(record: RunRecord) -> list[dict]:
     """Warnings about a finished run, each with a cause and a remedy (pure)."""
-    record = _typed(record)
     result = _result_of(record)
     attempts = _attempts_of(record)
     warnings: list[dict] = []
@@ -350,14 +345,13 @@ def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
 
 
-def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
+def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
     ceiling vs target, the KV figures with the log line each was read from, boots and time,
     what verification showed, warnings with cause and remedy, and the files written.
     run_dir: where the run lives, for the file paths (without it, the run id is shown).
     """
-    record = _typed(record)
     r = _result_of(record)
     attempts = _attempts_of(record)
     target = record.get("target")

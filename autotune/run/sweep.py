@@ -17,7 +17,7 @@ from typing import Callable
 from autotune import __version__
 from autotune.store import artifact
 from autotune.store import cleanup
-from autotune.store.record import RunRecord, SweepPoint, as_run_record
+from autotune.store.record import Result, RunRecord, SweepPoint
 from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
 from autotune.analysis import run_row
@@ -137,17 +137,18 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                     _count_boots(sweep)
                     save(sweep_dir, sweep)
                     continue
+                record = RunRecord.from_json(record) if isinstance(record, dict) else record  # tune's JSON form
                 records.append(record)
-                outcome = sweep_plan.sweep_point_outcome(as_run_record(record), start_at)
-                result = record.get("result") or {}
-                point = SweepPoint(gmu=gmu, run_id=record["run_id"], verdict=result.get("verdict"),
-                                   ceiling=result.get("ceiling"), start_at=start_at, start_at_reason=aim,
+                outcome = sweep_plan.sweep_point_outcome(record, start_at)
+                result = record.result if isinstance(record.result, Result) else Result()
+                point = SweepPoint(gmu=gmu, run_id=record.run_id, verdict=result.verdict or None,
+                                   ceiling=result.ceiling, start_at=start_at, start_at_reason=aim,
                                    prediction=asdict(prediction) if prediction else None)
                 sweep["points"].append({**point.to_dict(), **outcome})  # outcome: sweep_plan.sweep_point_outcome
                 _count_boots(sweep)
                 save(sweep_dir, sweep)
-                say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"
-                    + (f" at {result['ceiling']:,}" if result.get("ceiling") else "")
+                say(f"sweep {i}/{n}: gmu {gmu:g}: {result.verdict or None}"
+                    + (f" at {result.ceiling:,}" if result.ceiling else "")
                     + f" in {outcome['boots']} boot(s): {outcome['note']}")
     except Interrupted as exc:
         mark_interrupted(sweep_dir, sweep, f"autotune got {exc}")
@@ -182,7 +183,7 @@ def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float,
     aim = aim if start_at is None else f"{aim} (as booted before the interruption)"
     if record.get("state") == "finished":
         say(f"sweep {i}/{n}: gmu {gmu:g}: run {run_dir.name} had finished; taken as it is")
-        return record.to_dict(), start_at, aim
+        return record, start_at, aim
     say(f"sweep {i}/{n}: gmu {gmu:g}: resuming run {run_dir.name}")
     return tune_mod.resume(run_dir, progress), start_at, aim
 
@@ -197,14 +198,14 @@ def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, RunRecord]]
     return found
 
 
-def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
+def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[RunRecord]:
     """The run records of the points finished so far (the predictions and the fit use them)."""
     records = []
     for point in sweep["points"]:
         if not point.get("run_id"):
             continue
         try:
-            record = artifact.load_run(runs_dir / point["run_id"])
+            record = artifact.load(runs_dir / point["run_id"])
         except artifact.ArtifactError as exc:
             warn(f"Warning: the run of gmu {point['gmu']:g} cannot be read ({exc}); it is left out of the fit")
             continue
@@ -212,7 +213,7 @@ def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
     return records
 
 
-def _prediction(records: list[dict], gmu: float) -> gmu_predict.Prediction | None:
+def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.Prediction | None:
     """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
     from autotune.analysis import device_memory, next_boot
 

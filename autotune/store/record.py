@@ -380,11 +380,6 @@ class RunRecord(Part):
             self.result = Result.interrupted(reason)
 
 
-def as_run_record(data: "RunRecord | Mapping") -> RunRecord:
-    """A run record typed: as it is when it already is, else from its JSON form (exactly, as from_dict)."""
-    return data if isinstance(data, RunRecord) else RunRecord.from_dict(data)
-
-
 # ---- sweep.json ---------------------------------------------------------------------------------
 
 @dataclass
