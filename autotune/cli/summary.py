@@ -14,7 +14,7 @@ from autotune.run import strategy
 from autotune.server import queue_watch, witness
 from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
-from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
+from autotune.store.record import Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
 from autotune.vllm.logcheck import LIMIT_SOURCES
 
@@ -373,13 +373,13 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
         lines.append(f"No verified ceiling: {verdict}{kind}. {r.get('reason', '')}".rstrip())
         lines.extend(_unknown_failure_lines(r, attempts, run_dir))
     ranks = r.get("ranks")
-    if r.available_kv_gib is not ABSENT:
+    if r.has("available_kv_gib"):
         where = _where(r.get("available_kv_gib_source"))
         what = kv_ranks.describe(ranks) if ranks else f"{r.available_kv_gib} GiB available"
         lines.append(f"  KV cache: {what}" + (f"  ({where})" if where else ""))
-    if r.kv_cache_tokens is not ABSENT:
+    if r.has("kv_cache_tokens"):
         where = _where(r.get("kv_cache_tokens_source"))
-        pad = "  KV cache: " if r.available_kv_gib is ABSENT else "            "
+        pad = "  KV cache: " if not r.has("available_kv_gib") else "            "
         across = " across all ranks (each holds its share of every token)" if ranks else ""
         lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
     lines.extend(_context_lines(record))
