@@ -564,12 +564,13 @@ def test_a_slack_is_learnt_only_where_the_ceiling_and_the_pool_saw_one_memory():
     tokens less than the pool the verified boot then showed, because the node's memory had grown in
     between. That run teaches no slack; a run whose two boots saw the same memory does."""
     from autotune.analysis.run_row import _one_memory
+    from autotune.store.record import Attempt
 
-    refused = {"basis": "target", "outcome": "refused", "facts": {"refusal_available_kv_gib": 0.19}}
-    moved = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.28}}
-    still = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.2}}
+    refused = Attempt(basis="target", outcome="refused", facts={"refusal_available_kv_gib": 0.19})
+    moved = Attempt(basis="ceiling", outcome="verified", facts={"available_kv_gib": 0.28})
+    still = Attempt(basis="ceiling", outcome="verified", facts={"available_kv_gib": 0.2})
     assert not _one_memory([refused, moved]) and _one_memory([refused, still])
-    assert _one_memory([{"basis": "auto", "outcome": "verified", "facts": {"available_kv_gib": 0.3}}])
+    assert _one_memory([Attempt(basis="auto", outcome="verified", facts={"available_kv_gib": 0.3})])
 
 
 H100 = ("NVIDIA H100 80GB HBM3", 79.19)

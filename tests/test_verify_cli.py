@@ -30,7 +30,7 @@ def test_a_deployed_server_at_the_runs_ceiling_is_verified_and_shown_on_the_run(
     check = deployed.verifications_of(_runs_dir, tuned["run_id"])[0]
     assert (check.kind, check.link("verifies"), check.result.verdict, check.result.ceiling) == \
         ("verify", tuned["run_id"], "verified", 16384)
-    assert check.result.probe["max_model_len"] == 16384 and check.deployment["run_ceiling"] == 16384
+    assert check.result.probe.max_model_len == 16384 and check.deployment["run_ceiling"] == 16384
     shown = invoke_autotune("show", tuned["run_id"]).stdout
     assert f"  deployed at {url}, verified {check.ended_at[:10]}, vLLM 0.33.0 (run {check.run_id})" in shown
     listed = invoke_autotune("runs").stdout

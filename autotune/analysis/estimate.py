@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
+from autotune.store.record import BootFacts, RunRecord
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).
@@ -336,17 +337,17 @@ def calibration_runs(records: list, model: str, device: Device, vllm_version: st
         if why:
             skipped.append(f"{row.run_id}: {why}")
             continue
-        attempts = record.get("attempts") or []
-        facts = (attempts[-1].get("facts") or {}) if attempts else {}
+        attempts = record.attempts or []
+        facts = (attempts[-1].facts if attempts else None) or BootFacts()
         memory = row.device_memory_gib
         chosen.append(CalibrationRun(
             row.run_id, row.gmu, memory * GIB if memory else None, row.available_kv_gib, row.kv_cache_tokens,
-            facts.get("max_concurrency_tokens"), row.ceiling, row.vllm_version,
-            facts.get("cpu_worker_requested_gib"), row.compile_cache))
+            facts.max_concurrency_tokens, row.ceiling, row.vllm_version,
+            facts.cpu_worker_requested_gib, row.compile_cache))
     return chosen, skipped
 
 
-def calibration_set(records: list[dict], model: str, device: Device,
+def calibration_set(records: list[RunRecord], model: str, device: Device,
                     settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The runs a prediction calibrates on: this configuration's verified runs (calibration_runs),
     of the newest vLLM among them, of one compile cache state; and a line for each run left out."""

@@ -60,7 +60,7 @@ def check(records: list[RunRecord]) -> list[NodeCheck]:
     """One check per (GPU model, model, vLLM, settings, gmu) that fleet runs measured on 2+ nodes."""
     groups: dict[tuple, list[tuple[str, Row]]] = {}
     for record in records:
-        fleet = record.get("fleet") or {}
+        fleet = record.fleet or {}
         node = node_name(fleet)
         row = run_row(record)
         if node is None or row.available_kv_gib is None:

@@ -86,7 +86,7 @@ def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
             return "sweep", path, None
     run_dir = artifact.resolve_run(ref, runs_dir)
     record = artifact.load(run_dir)
-    if record.get("state") != "finished":
+    if record.state != "finished":
         # A member of a sweep or lever search continues the whole of it, when that was interrupted.
         found = latest.member_of(run_dir, record)
         if found is not None:

@@ -94,9 +94,9 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, opts: TuneOpt
     options = rules.RecoveryOptions(
         stopped_own_server=bool(earlier),
         recovered=tuple(a.recovery.kind for a in record.attempts if a.recovery is not None))
-    fix = rules.recovery_for(attempt.to_dict(), argv, options)
+    fix = rules.recovery_for(attempt, argv, options)
     if fix is None:
-        why = rules.explain_no_recovery(attempt.to_dict(), argv, options)
+        why = rules.explain_no_recovery(attempt, argv, options)
         if why:
             attempt.no_recovery = why
         return None

@@ -19,7 +19,7 @@ from autotune.run.options import Emit, TuneOptions
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
-from autotune.store.record import BootFacts, Reach, ReachStep, Result, RunRecord
+from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
 
@@ -99,14 +99,14 @@ class LeverSearch:
         last = [a for a in record.attempts if a.outcome == strategy.VERIFIED][-1]
         facts = last.facts if last.facts is not None else BootFacts()
         version_default = vllminfo.default_gmu(record.get("vllm_version")) or vllminfo.LOWEST_DEFAULT_GMU
-        if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
+        if facts.cpu_worker_requested_gib and facts.cpu_node_total_gib:
             # The CPU backend prints what it reserved: that ratio is the gmu in force.
-            version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
+            version_default = round(facts.cpu_worker_requested_gib / facts.cpu_node_total_gib, 3)
         argv = servecmd.with_config(list(record.command.argv), record.command.get("cwd"))  # --config's values count
         gmu = levers.effective_gmu(argv, self.env, version_default)
-        gpus = record.get("machine", {}).get("gpus") or []
-        total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
-        pinned = record.get("gpus", {}).get("indices") or [g["index"] for g in gpus]
+        gpus = (record.machine or Machine()).gpus or []
+        total = gpus[0]["memory_total_gib"] if gpus else facts.cpu_node_total_gib
+        pinned = (record.gpus or GpuPlan()).indices or [g["index"] for g in gpus]
         limits = levers.Limits(max_gmu=self.opts.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
                                fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
         available = self.result.get("available_kv_gib")

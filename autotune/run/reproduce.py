@@ -18,7 +18,7 @@ from autotune.analysis import reproduce as rep
 from autotune.errors import AutotuneError
 from autotune.run import tune as tune_mod
 from autotune.run.options import Emit, TuneOptions
-from autotune.store.record import Command, Result, RunRecord
+from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK
 from autotune.vllm import versions as vllminfo
 
@@ -43,19 +43,19 @@ def plan(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_
         raise NotReproducible(f"run {old.run_id} has no verified configuration to reproduce "
                               f"(its verdict: {result.verdict or None})")
     env, missing = rep.reproduction_env(old.environment or {}, env_now, tune_mod.RELEVANT_ENV_PREFIXES, MASK)
-    options = old.options or {}
-    recorded_probe = options.get("probe") or (rep.probe_of(old) or {}).get("mode")
+    options = old.options or KeptOptions()
+    recorded_probe = options.probe or (rep.probe_of(old) or ProbeResult()).mode
     if probe is not None:
         mode, source = probe, "--probe"
     elif recorded_probe:
         mode, source = recorded_probe, f"the probe run {old.run_id} ran"
     else:
         mode, source = "none", f"run {old.run_id} ran no probe (--probe quick runs one)"
-    extra_env = {k: v for k, v in (options.get("extra_env") or {}).items() if v != MASK}
-    extra_env.update((old.gpus or {}).get("environment") or {})
+    extra_env = {k: v for k, v in (options.extra_env or {}).items() if v != MASK}
+    extra_env.update((old.gpus or GpuPlan()).environment or {})
     opts = TuneOptions(target=int(old.target), serve_argv=argv, runs_dir=Path(runs_dir), env=env,
                        extra_env=extra_env, stall_timeout_s=stall_timeout_s, kind="reproduce", strategy="auto",
-                       probe=mode, max_boots=int(options.get("max_boots") or 6),
+                       probe=mode, max_boots=int(options.max_boots or 6),
                        links={"reproduces": old.run_id})
     return Plan(opts, missing, source)
 
@@ -73,7 +73,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
     cache: dict[tuple, str | None] = {}
 
     def installed(record: RunRecord) -> str | None:
-        argv = list((record.get("command") or {}).get("argv") or [])
+        argv = list((record.command or {}).get("argv") or [])
         if not argv:
             return None
         key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM

@@ -3,7 +3,7 @@
     clean up after a killed autotune         store/cleanup.py
     pin GPUs, preflight checks               run/checks.py (rules: run/preflight.py, host/gpus.py)
     choose the plan from the vLLM version    vllm/versions.py
-    write run.json (state running)           store/artifact.py, the record's types in store/record.py
+    write run.json (state running)           store/artifact.py, the record's types in store/record/
     the boot loop                            run/loop.py: the next launch is run/strategy.py's,
                                              one boot is run/boot.py, the result run/result.py
     the lever search (--reach)               run/reach.py

@@ -40,6 +40,11 @@ class BootFacts(Part):
     mamba_cache_blocks: int | None = None
     max_num_seqs_refused: int | None = None
     cpu_node_total_gib: float | None = None
+    startup_free_gib: float | None = None  # the device's free memory when vLLM started
+    startup_total_gib: float | None = None
+    cuda_graph_estimated_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    cpu_worker_requested_gib: float | None = None  # what the CPU backend reserved (its gmu in force)
     kv_cache_device: str | None = None  # CPU for vLLM's CPU backend
     compile_cache: str | None = None  # cold | warm: the torch.compile cache at this boot
 
@@ -58,7 +63,9 @@ class ProbeResult(Part):
     growth_gib: float | None = None
     growth_flagged: bool | None = None
     head_of_line: dict | None = None  # the short request sent during a long prefill: short_wait_s, ...
-    queued: bool | None = None
+    queued: dict | None = None  # stuck_s, ...: the near-ceiling request waited in vLLM's queue with nothing running
+    memory: dict | None = None  # device memory before, during and after (server/probe_memory.py)
+    repeat_ttft_ratio: float | None = None
 
 
 @dataclass(init=False)
@@ -101,3 +108,5 @@ class BootPrediction(Part):
     checked: bool | None = None
     why: str | None = None
     warning: str | None = None
+    matches: bool | None = None
+    kv_cache_tokens: dict | None = None  # predicted, vllm
