@@ -68,15 +68,15 @@ def test_a_lever_search_keeps_its_verified_result(tmp_path):
 
 def test_a_sweep_whose_autotune_is_gone_becomes_interrupted(tmp_path):
     sweep_dir, record = sweep.create(tmp_path, ["vllm", "serve", "m"], sweep.SweepOptions([0.5, 0.6], 1000))
-    record["owner"] = dead_owner()
+    record.owner = dead_owner()
     sweeps.save(sweep_dir, record)
     (found,) = cleanup.clean(tmp_path)
     assert found.run_dir == sweep_dir and found.action == "marked_interrupted"
-    assert sweeps.load(sweep_dir)["state"] == "interrupted"
+    assert sweeps.load(sweep_dir).state == "interrupted"
     # and one whose owner runs is not touched
     sweep_dir2, _ = sweep.create(tmp_path, ["vllm", "serve", "m"], sweep.SweepOptions([0.5], 1000))
     assert cleanup.clean(tmp_path) == []
-    assert sweeps.load(sweep_dir2)["state"] == "running"
+    assert sweeps.load(sweep_dir2).state == "running"
 
 
 def test_the_boot_a_kill_cut_short_is_recorded_from_its_marker(tmp_path):

@@ -18,7 +18,7 @@ def run(runs_dir, run_id, state="interrupted", **fields):
 
 def a_sweep(runs_dir, state):
     sweep_dir, record = sweep.create(runs_dir, ["vllm", "serve", "m"], sweep.SweepOptions([0.5, 0.6], 1000))
-    record["state"] = state
+    record.state = state
     sweeps.save(sweep_dir, record)
     return sweep_dir
 

@@ -23,7 +23,7 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
             return [path]
         if (path / sweeps.SWEEP_FILE).exists():
             sweep = sweeps.load(path)
-            return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
+            return [path.parent / p.run_id for p in sweep.points or [] if p.run_id]
         if (path / FLEET_FILE).exists():
             return [path.parent / leaf["run_id"] for leaf in fleet_collect.load(path).data["leaves"] if leaf.get("run_id")]
     path = Path(ref)
