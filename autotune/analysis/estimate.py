@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
 from autotune.store.record import BootFacts, RunRecord
+from autotune.store.outcomes import Verdict
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).
@@ -379,7 +380,7 @@ def like_with_like(chosen: list[CalibrationRun], skipped: list[str]) -> tuple[li
 
 
 def _mismatch(row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:
-    if row.verdict != "verified" or row.available_kv_gib is None:
+    if row.verdict != Verdict.VERIFIED or row.available_kv_gib is None:
         return "not a verified run with a KV figure"
     if not row.gmu_sets_kv:
         return f"gmu did not size its KV cache ({row.gmu_note})"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from autotune.analysis.gmu_predict import Prediction
 from autotune.store.record import Result, RunRecord
+from autotune.store.outcomes import Outcome
 
 # How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
 # keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its
@@ -66,7 +67,7 @@ def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
     everything = record.attempts or []
     # A boot cut short by an interruption (the sweep was resumed) cost time but decided nothing:
     # it counts as used, not against the predictions.
-    attempts = [a for a in everything if a.outcome != "interrupted"]
+    attempts = [a for a in everything if a.outcome != Outcome.INTERRUPTED]
     cut_short = len(everything) - len(attempts)
     result = record.result or Result()
     boots = len(attempts)
@@ -81,15 +82,15 @@ def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
         note = f"vLLM's --max-model-len auto fitted it ({boots} boot{'s' if boots != 1 else ''}; no prediction used)"
     elif start_at is None:
         note = "no prediction yet: booted the target first"
-    elif first.outcome == "verified" and boots == 1:
+    elif first.outcome == Outcome.VERIFIED and boots == 1:
         note = (f"saved the boot at the target: the first boot, at {start_at:,} (aimed from the prediction), "
                 f"verified and was accepted as the ceiling")
-    elif first.outcome == "refused":
+    elif first.outcome == Outcome.REFUSED:
         est = first.ceiling
         note = (f"the first boot, at {start_at:,} (aimed from the prediction), was too high: vLLM refused it"
                 + (f" (its estimate: {est:,}, {start_at - est:+,} tokens off)" if est else "")
                 + "; no boot saved")
-    elif first.outcome == "verified":
+    elif first.outcome == Outcome.VERIFIED:
         note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat under the "
                 f"ceiling its KV pool shows: booted again there; no boot saved")
     else:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from autotune.store import artifact
 from autotune.vllm import servecmd
+from autotune.store.outcomes import Outcome
 
 
 def command_key(argv) -> tuple[str, ...]:
@@ -38,7 +39,7 @@ def typical_boot_s(runs_dir: Path, argv, exclude_run: str | None = None, limit: 
             took = attempt.time_to_outcome_s
             if not isinstance(took, (int, float)):
                 continue
-            (ups if attempt.outcome in ("verified", "booted_not_verified", "queued") else others).append(float(took))
+            (ups if attempt.outcome in (Outcome.VERIFIED, Outcome.NOT_VERIFIED, Outcome.QUEUED) else others).append(float(took))
     sample = ups or others
     if not sample:
         return None

@@ -23,6 +23,7 @@ from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 from autotune.store.verified import NotEmittable
+from autotune.store.outcomes import Verdict
 
 
 @click.command("show")
@@ -132,7 +133,7 @@ def _verdict(record: RunRecord, result: Result) -> str:
     verdict = result.verdict or record.state or "?"
     if record.state == "interrupted" and record.link("tried_again_as"):
         return f"{verdict}; its fleet leaf ran again: {record.link('tried_again_as')}"
-    if record.state == "interrupted" and verdict != "interrupted":
+    if record.state == "interrupted" and verdict != Verdict.INTERRUPTED:
         return f"{verdict}; levers interrupted" if record.phase == "reach" else f"{verdict}; interrupted"
     if record.state == "running" and result.verdict:
         return f"{verdict}; levers running" if record.phase == "reach" else verdict

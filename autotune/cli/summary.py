@@ -18,6 +18,7 @@ from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machi
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.logcheck import LIMIT_SOURCES
+from autotune.store.outcomes import Outcome, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -72,8 +73,8 @@ def summary_warnings(record: RunRecord) -> list[dict]:
                 warnings.append(found)
     # Refusals before a recovery that changed what sizes the KV pool were of another pool.
     fresh = max((i for i, a in enumerate(attempts) if (a.recovery or Recovery()).figures_stale), default=-1)
-    refusals = [a for a in attempts[fresh + 1:] if a.outcome == "refused"]
-    if len(refusals) > 1 and result.verdict == "verified":
+    refusals = [a for a in attempts[fresh + 1:] if a.outcome == Outcome.REFUSED]
+    if len(refusals) > 1 and result.verdict == Verdict.VERIFIED:
         computed = any(a.basis == "computed" for a in refusals)
         warnings.append({
             "message": f"vLLM refused {len(refusals)} lengths before one booted",
@@ -81,7 +82,7 @@ def summary_warnings(record: RunRecord) -> list[dict]:
                       "block too long" if computed else
                       "its estimate is tight: re-profiling at a new length moved the available memory a little"),
             "remedy": "nothing to do; keep some headroom if other processes share the device"})
-    if result.verdict == "verified" and isinstance(result.ceiling, int) and \
+    if result.verdict == Verdict.VERIFIED and isinstance(result.ceiling, int) and \
             isinstance(record.target, int) and result.ceiling < record.target:
         cause, remedy = _shortfall(record, result)
         warnings.append({"message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
@@ -165,7 +166,7 @@ def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str
     """A last boot that failed for a reason outside the catalog: what its log said last (its final
     exception line), how the server exited, and where the whole log is."""
     last = attempts[-1] if attempts else None
-    if last is None or result.verdict == "verified" or last.error_kind or \
+    if last is None or result.verdict == Verdict.VERIFIED or last.error_kind or \
             last.outcome not in ("error", "exited"):
         return []
     log = last.log or f"attempt-{last.index}.log"
@@ -358,7 +359,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     verdict = r.verdict
     lines: list[str] = []
     ceiling = r.ceiling
-    if verdict == "verified" and isinstance(ceiling, int):
+    if verdict == Verdict.VERIFIED and isinstance(ceiling, int):
         if isinstance(target, int) and ceiling >= target:
             lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
         elif isinstance(target, int):
@@ -383,7 +384,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
         across = " across all ranks (each holds its share of every token)" if ranks else ""
         lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
     lines.extend(_context_lines(record))
-    if verdict == "verified" and attempts and attempts[-1].basis in strategy.PREDICTED and r.reason:
+    if verdict == Verdict.VERIFIED and attempts and attempts[-1].basis in strategy.PREDICTED and r.reason:
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
     if r.diagnosis:
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")

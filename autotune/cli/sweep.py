@@ -20,6 +20,7 @@ from autotune.store import artifact
 from autotune.store import sweeps
 from autotune.store.record import SweepRecord
 from autotune.vllm import servecmd
+from autotune.store.outcomes import Verdict
 
 
 class GmuListType(click.ParamType):
@@ -138,7 +139,7 @@ def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
         if report.runs:
             click.echo("")
             echo_report(report)
-    all_verified = all(p.verdict == "verified" for p in sweep.points or [])
+    all_verified = all(p.verdict == Verdict.VERIFIED for p in sweep.points or [])
     sys.exit(ExitCode.OK if all_verified else ExitCode.FAILED)
 
 
