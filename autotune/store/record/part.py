@@ -63,15 +63,17 @@ class Part:
     @classmethod
     def _typed(cls: type[P], data: Mapping, take: Callable[[Any], Any]) -> P:
         """The part of data, each value passed through `take` (a copy or the value itself)."""
-        names = _name_set(cls)
-        part = cls()
+        names, nested = _name_set(cls), cls.NESTED
+        state = dict(_nones(cls))  # built in place, not through __init__ and __setattr__: loading is hot
+        other, present = {}, set()
         for key, value in data.items():
             if key in names:
-                object.__setattr__(part, key, _nested(cls, key, value, take))
-                part.present.add(key)
+                state[key] = _nested(cls, key, value, take) if key in nested else take(value)
+                present.add(key)
             else:
-                part.other[key] = take(value)
-        part.order = list(data)
+                other[key] = take(value)
+        part = cls.__new__(cls)
+        part.__dict__.update(state, other=other, order=list(data), present=present)
         return part
 
     def has(self, key: str) -> bool:
@@ -120,6 +122,15 @@ def _nested(cls, key: str, value, take: Callable[[Any], Any]):
     if not many and isinstance(value, Mapping):
         return kind._typed(value, take)
     return value if isinstance(value, Part) else take(value)
+
+
+def _nones(cls) -> dict:
+    """Every field of cls holding None (a part with nothing in it)."""
+    cached = cls.__dict__.get("_nones")
+    if cached is None:
+        cached = dict.fromkeys(_field_names(cls))
+        cls._nones = cached
+    return cached
 
 
 def _field_names(cls) -> tuple[str, ...]:
