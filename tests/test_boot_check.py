@@ -7,7 +7,7 @@ concurrency for 166,016 tokens per request: 1.00x".
 import pytest
 
 from autotune.analysis import boot_check
-from autotune.store.record import Attempt
+from autotune.store.record import Attempt, BootFacts
 from autotune.testing.tiny_model import build_kind
 from tests.helpers.model_folders import gqa_folder
 
@@ -26,22 +26,22 @@ def argv(model, *extra):
 
 
 def test_a_real_boot_matches_the_files(models):
-    result = boot_check.check(argv(models["gqa"]), FACTS)
+    result = boot_check.check(argv(models["gqa"]), BootFacts.from_dict(FACTS))
     assert result["matches"] and "warning" not in result
     low, high = result["kv_cache_tokens"]["predicted_range"]
     assert low <= 166144 <= high and result["kv_bytes_per_token"]["files"] == 2048
 
 
 def test_twice_the_tokens_is_an_8_bit_kv_cache_warning(models):
-    result = boot_check.check(argv(models["gqa"]), {**FACTS, "kv_cache_tokens": 2 * 166144})
+    result = boot_check.check(argv(models["gqa"]), BootFacts.from_dict({**FACTS, "kv_cache_tokens": 2 * 166144}))
     assert not result["matches"] and "8 bits" in result["warning"]
-    halved = boot_check.check(argv(models["gqa"], "--kv-cache-dtype", "fp8"), FACTS)
+    halved = boot_check.check(argv(models["gqa"], "--kv-cache-dtype", "fp8"), BootFacts.from_dict(FACTS))
     assert "not applied" in halved["warning"]
 
 
 def test_a_fixed_pool_is_exact_and_hybrids_report_their_pool(models):
     facts = {**FACTS, "available_kv_gib": 0.12, "kv_cache_tokens": 100_000, "max_concurrency_tokens": 4096}
-    result = boot_check.check(argv(models["hybrid"], "--kv-cache-memory-bytes", "128M"), facts)
+    result = boot_check.check(argv(models["hybrid"], "--kv-cache-memory-bytes", "128M"), BootFacts.from_dict(facts))
     assert result["available_from"] == "--kv-cache-memory-bytes"
     assert result["kv_cache_tokens"]["predicted_range"][0] == result["kv_cache_tokens"]["predicted_range"][1]
     assert result["pool"]["tokens"] > 0 and "concurrency x length" in result["pool"]["note"]
@@ -55,4 +55,4 @@ def test_attach_keeps_the_result_in_the_attempt_and_never_raises(models):
     assert attempt.to_dict()["prediction"]["matches"] is False and warnings[0].startswith("boot 1:")
     broken = Attempt(index=2, argv=["vllm", "serve"], facts=FACTS)
     assert boot_check.attach(broken, broken.argv, print) is None
-    assert boot_check.check(argv(models["gqa"]), {"vllm_version": "0.32.0"}) is None
+    assert boot_check.check(argv(models["gqa"]), BootFacts.from_dict({"vllm_version": "0.32.0"})) is None

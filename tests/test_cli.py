@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
+from autotune.store.record import RunRecord
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 
@@ -88,7 +89,7 @@ def test_resume_of_a_finished_run_is_refused(tmp_path):
     from autotune.store import artifact
 
     run = artifact.create_run_dir(tmp_path, "m")
-    artifact.save_run(run, {"run_id": run.name, "state": "finished", "target": 1, "command": {"argv": ["x"]}})
+    artifact.save_run(run, RunRecord.from_dict({"run_id": run.name, "state": "finished", "target": 1, "command": {"argv": ["x"]}}))
     result = invoke("resume", run.name, "--runs-dir", str(tmp_path))
     assert result.exit_code == 1
     assert "only an interrupted run can be resumed" in result.output

@@ -13,18 +13,18 @@ from autotune.analysis import gmu_predict
 from autotune.analysis import run_groups
 from autotune.analysis import run_row
 from autotune.analysis import sweep_plan
-from autotune.store.record import as_run_record
 from autotune.cli.main import cli
-from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record
+from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record, typed
+from autotune.store.record import RunRecord
 
 
 def row_of(rec):
     """compare's row of a hand-made record (run_row takes the typed record, as artifact.load gives it)."""
-    return run_row.run_row(as_run_record(rec))
+    return run_row.run_row(typed(rec))
 
 
 def outcome_of(rec, start_at):
-    return sweep_plan.sweep_point_outcome(as_run_record(rec), start_at)
+    return sweep_plan.sweep_point_outcome(typed(rec), start_at)
 
 
 def pair(report, older, newer):
@@ -40,7 +40,7 @@ def pair(report, older, newer):
 def test_the_3_55_vs_2_18_story_is_explained_by_gmu():
     notes = record("run-01", gmu=0.98, kv=3.55)
     later = record("run-02", gmu=0.92, kv=2.18)
-    report = cmp.compare([later, notes])
+    report = cmp.compare(typed([later, notes]))
     (group,) = report.groups
     assert group.fit.a_gib == pytest.approx(22.833, abs=0.001)  # ~ usable memory of a 24 GB card
     assert group.fit.b_gib == pytest.approx(18.827, abs=0.001)
@@ -53,15 +53,15 @@ def test_the_3_55_vs_2_18_story_is_explained_by_gmu():
 
 
 def test_a_planted_regression_at_the_same_gmu_is_unexplained():
-    report = cmp.compare([record("run-01", gmu=0.92, kv=2.18), record("run-02", gmu=0.92, kv=1.68)])
+    report = cmp.compare(typed([record("run-01", gmu=0.92, kv=2.18), record("run-02", gmu=0.92, kv=1.68)]))
     p = pair(report, "run-01", "run-02")
     assert p.verdict == "unexplained"
     assert p.text.startswith("unexplained Δ -0.50 GiB (expected Δ +0.00 GiB from the same gmu, observed Δ -0.50 GiB")
 
 
 def test_the_device_memory_slope_points_at_the_bad_run_where_a_fit_would_blur_it():
-    report = cmp.compare([record("run-01", gmu=0.98, kv=3.55), record("run-02", gmu=0.92, kv=2.18),
-                          record("run-03", gmu=0.92, kv=1.68)])
+    report = cmp.compare(typed([record("run-01", gmu=0.98, kv=3.55), record("run-02", gmu=0.92, kv=2.18),
+                          record("run-03", gmu=0.92, kv=1.68)]))
     verdicts = {(p.older, p.newer): p.verdict for p in report.groups[0].pairs}
     # each run against the previous one: the step into run-03 is the one gmu does not explain
     assert verdicts == {("run-01", "run-02"): "explained", ("run-02", "run-03"): "unexplained"}
@@ -77,7 +77,7 @@ def test_the_device_memory_slope_points_at_the_bad_run_where_a_fit_would_blur_it
 def test_cpu_runs_use_the_node_memory_vllm_printed(kvs, verdict):
     runs = [record(f"run-0{i}", gmu=g, kv=kv, gpus=(), version="0.32.0", node_total=9.09)
             for i, (g, kv) in enumerate(zip((0.15, 0.18, 0.21), kvs), 1)]
-    report = cmp.compare(runs)
+    report = cmp.compare(typed(runs))
     group = report.groups[0]
     assert group.expectation.gib_per_gmu == 9.09 and "NUMA node" in group.expectation.source
     assert pair(report, "run-02", "run-03").verdict == verdict
@@ -87,8 +87,8 @@ def test_cpu_runs_use_the_node_memory_vllm_printed(kvs, verdict):
 
 def test_a_device_memory_that_moved_between_runs_is_part_of_the_expectation():
     # Real: the same command at gmu 0.18 on a VM whose NUMA node grew from 10.09 to 10.34 GiB.
-    report = cmp.compare([record("run-01", gmu=0.18, kv=1.02, gpus=(), version="0.32.0", node_total=10.09),
-                          record("run-02", gmu=0.18, kv=1.07, gpus=(), version="0.32.0", node_total=10.34)])
+    report = cmp.compare(typed([record("run-01", gmu=0.18, kv=1.02, gpus=(), version="0.32.0", node_total=10.09),
+                          record("run-02", gmu=0.18, kv=1.07, gpus=(), version="0.32.0", node_total=10.34)]))
     p = pair(report, "run-01", "run-02")
     assert p.verdict == "explained"
     assert p.text == ("explained by the memory vLLM saw (10.09 -> 10.34 GiB) "
@@ -97,13 +97,13 @@ def test_a_device_memory_that_moved_between_runs_is_part_of_the_expectation():
 
 
 def test_without_device_memory_two_runs_get_no_verdict_and_three_use_the_fitted_slope():
-    two = cmp.compare([record("run-01", gmu=0.15, kv=0.5, gpus=(), version="0.32.0"),
-                       record("run-02", gmu=0.18, kv=0.77, gpus=(), version="0.32.0")])
+    two = cmp.compare(typed([record("run-01", gmu=0.15, kv=0.5, gpus=(), version="0.32.0"),
+                       record("run-02", gmu=0.18, kv=0.77, gpus=(), version="0.32.0")]))
     p = pair(two, "run-01", "run-02")
     assert p.verdict == "no_verdict" and "too few runs" in p.text
-    three = cmp.compare([record("run-01", gmu=0.15, kv=0.5, gpus=(), version="0.32.0"),
+    three = cmp.compare(typed([record("run-01", gmu=0.15, kv=0.5, gpus=(), version="0.32.0"),
                          record("run-02", gmu=0.18, kv=0.77, gpus=(), version="0.32.0"),
-                         record("run-03", gmu=0.21, kv=1.04, gpus=(), version="0.32.0")])
+                         record("run-03", gmu=0.21, kv=1.04, gpus=(), version="0.32.0")]))
     assert three.groups[0].expectation.source.startswith("the fitted slope a = 9.00 GiB")
     assert {p.verdict for p in three.groups[0].pairs} == {"explained"}
 
@@ -111,12 +111,12 @@ def test_without_device_memory_two_runs_get_no_verdict_and_three_use_the_fitted_
 # ---- grouping ---------------------------------------------------------------------------------------
 
 def test_runs_that_differ_in_more_than_gmu_are_not_comparable_and_the_keys_are_named():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         record("run-01", gmu=0.9, kv=3.0, extra=["--max-num-seqs", "1"]),
         record("run-02", gmu=0.9, kv=2.6, extra=["--max-num-seqs", "8"]),
         record("run-03", gmu=0.9, kv=3.1, extra=["--max-num-seqs", "1"], gpus=(RTX_4090,)),
         record("run-04", gmu=0.9, kv=3.0, extra=["--max-num-seqs", "1", "--port", "9000"]),  # port is neutral
-    ])
+    ]))
     assert [g.run_ids for g in report.groups] == [["run-01", "run-04"], ["run-02"], ["run-03"]]
     differing = {tuple(nc["groups"]): nc["differing"] for nc in report.not_comparable}
     assert differing[("G1", "G2")] == {"setting --max-num-seqs": ["1", "8"]}
@@ -126,11 +126,11 @@ def test_runs_that_differ_in_more_than_gmu_are_not_comparable_and_the_keys_are_n
 
 
 def test_memory_environment_variables_split_groups_and_logging_ones_do_not():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         record("run-01", gmu=0.9, kv=3.0, env={"VLLM_LOGGING_LEVEL": "DEBUG"}),
         record("run-02", gmu=0.9, kv=3.0),
         record("run-03", gmu=0.9, kv=3.5, env={"VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": "0"}),
-    ])
+    ]))
     assert [g.run_ids for g in report.groups] == [["run-01", "run-02"], ["run-03"]]
     assert report.not_comparable[0]["differing"] == {
         "setting env VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": [None, "0"]}
@@ -152,10 +152,10 @@ def test_gpu_identity_follows_the_gpus_vllm_saw():
 
 
 def test_a_fixed_kv_pool_makes_gmu_irrelevant():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         record("run-01", gmu=0.5, kv=0.12, gpus=(), version="0.32.0", extra=["--kv-cache-memory-bytes", "128M"]),
         record("run-02", gmu=0.9, kv=0.12, gpus=(), version="0.32.0", extra=["--kv-cache-memory-bytes", "128M"]),
-    ])
+    ]))
     (group,) = report.groups
     assert group.fit is None and group.expectation.mode == "fixed"
     assert group.pairs[0].verdict == "consistent"
@@ -191,10 +191,10 @@ def test_a_gmu_flag_is_read_in_either_spelling():
 # ---- vLLM changes ----------------------------------------------------------------------------------
 
 def test_the_same_command_on_two_vllm_versions_is_a_vllm_change():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         record("run-01", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000, version="0.19.1"),
         record("run-02", gmu=0.9, kv=2.5, tokens=40_960, ceiling=40_800, version="0.20.0"),
-    ])
+    ]))
     (nc,) = report.not_comparable
     assert nc["vllm_change_only"] and nc["differing"] == {"vllm_version": ["0.19.1", "0.20.0"]}
     (vc,) = report.version_changes
@@ -206,7 +206,7 @@ def test_the_same_command_on_two_vllm_versions_is_a_vllm_change():
 
 def test_a_version_change_separates_the_moved_default_gmu_from_vllms_own_change():
     # No gmu flag: 0.19 used 0.9, 0.20 uses 0.92 (+0.48 GiB on 24 GiB) but reserves CUDA-graph memory.
-    report = cmp.compare([record("run-01", kv=3.0, version="0.19.1"), record("run-02", kv=2.9, version="0.20.0")])
+    report = cmp.compare(typed([record("run-01", kv=3.0, version="0.19.1"), record("run-02", kv=2.9, version="0.20.0")]))
     (vc,) = report.version_changes
     assert vc.gmu == [0.9, 0.92]
     assert vc.expected_from_gmu_gib == pytest.approx(0.48)
@@ -215,8 +215,8 @@ def test_a_version_change_separates_the_moved_default_gmu_from_vllms_own_change(
 
 
 def test_runs_at_different_gmu_on_two_versions_are_not_paired():
-    report = cmp.compare([record("run-01", gmu=0.9, kv=3.0, version="0.19.1"),
-                          record("run-02", gmu=0.95, kv=4.0, version="0.20.0")])
+    report = cmp.compare(typed([record("run-01", gmu=0.9, kv=3.0, version="0.19.1"),
+                          record("run-02", gmu=0.95, kv=4.0, version="0.20.0")]))
     assert report.version_changes == [] and report.not_comparable[0]["vllm_change_only"]
 
 
@@ -267,7 +267,7 @@ def test_tokens_per_gib_prefers_a_refusals_large_figure():
 # ---- prediction ------------------------------------------------------------------------------------
 
 def predict_at(records, gmu):
-    report = cmp.compare(records)
+    report = cmp.compare(typed(records))
     rows = {r.run_id: r for r in report.runs}
     group = report.groups[0]
     return gmu_predict.predict(group, [rows[i] for i in group.run_ids], gmu)
@@ -405,7 +405,7 @@ def test_sweep_point_outcome(outcomes, start_at, ceiling, boots, saved, note):
 def save(runs_dir, rec):
     run_dir = runs_dir / rec["run_id"]
     run_dir.mkdir(parents=True)
-    artifact.save_run(run_dir, rec)
+    artifact.save_run(run_dir, RunRecord.from_dict(rec))
     return run_dir
 
 
@@ -530,10 +530,10 @@ def test_cli_compare_expands_a_sweep_folder(reference_runs):
 def test_each_run_is_judged_against_the_previous_run_of_its_group_and_a_reproduce_against_its_original():
     runs = [record(f"run-{i:02d}", gmu=0.5 + i / 100, kv=2.0 + 0.24 * i) for i in range(1, 7)]
     runs.append({**record("run-07", gmu=0.52, kv=2.48), "kind": "reproduce", "links": {"reproduces": "run-02"}})
-    group = cmp.compare(runs).groups[0]
+    group = cmp.compare(typed(runs)).groups[0]
     assert [(p.older, p.newer) for p in group.pairs] == \
         [(f"run-{i:02d}", f"run-{i + 1:02d}") for i in range(1, 7)] + [("run-02", "run-07")]
-    assert pair(cmp.compare(runs), "run-02", "run-07").verdict == "consistent"  # same gmu, same KV
+    assert pair(cmp.compare(typed(runs)), "run-02", "run-07").verdict == "consistent"  # same gmu, same KV
 
 
 def test_a_reproduce_on_another_vllm_is_matched_with_its_original_not_with_the_newest_run():
@@ -541,17 +541,17 @@ def test_a_reproduce_on_another_vllm_is_matched_with_its_original_not_with_the_n
     new = [record("run-03", gmu=0.9, kv=3.4, version="0.32.0"),
            {**record("run-04", gmu=0.9, kv=3.5, version="0.32.0"), "kind": "reproduce",
             "links": {"reproduces": "run-01"}}]
-    report = cmp.compare(old + new)
+    report = cmp.compare(typed(old + new))
     changes = {(vc.older, vc.newer): vc.reproduces for vc in report.version_changes}
     assert changes == {("run-02", "run-04"): False, ("run-01", "run-04"): True}
 
 
 def test_compare_grows_linearly_with_the_runs():
     def report_of(n):
-        return cmp.compare([record(f"run-{i:05d}", gmu=0.5 + (i % 40) / 100, kv=2.0 + (i % 40) * 0.24,
+        return cmp.compare(typed([record(f"run-{i:05d}", gmu=0.5 + (i % 40) / 100, kv=2.0 + (i % 40) * 0.24,
                                    started=f"2026-01-01T{i // 3600 % 24:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z",
                                    model=f"org/m{i % 7}", version=("0.31.0", "0.32.0")[i % 2])
-                            for i in range(n)])
+                            for i in range(n)]))
     small, large = report_of(200), report_of(2000)
     for report, n in ((small, 200), (large, 2000)):
         assert sum(len(g.pairs) for g in report.groups) == n - len(report.groups)  # one per run after the first
@@ -564,12 +564,13 @@ def test_a_slack_is_learnt_only_where_the_ceiling_and_the_pool_saw_one_memory():
     tokens less than the pool the verified boot then showed, because the node's memory had grown in
     between. That run teaches no slack; a run whose two boots saw the same memory does."""
     from autotune.analysis.run_row import _one_memory
+    from autotune.store.record import Attempt
 
-    refused = {"basis": "target", "outcome": "refused", "facts": {"refusal_available_kv_gib": 0.19}}
-    moved = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.28}}
-    still = {"basis": "ceiling", "outcome": "verified", "facts": {"available_kv_gib": 0.2}}
+    refused = Attempt(basis="target", outcome="refused", facts={"refusal_available_kv_gib": 0.19})
+    moved = Attempt(basis="ceiling", outcome="verified", facts={"available_kv_gib": 0.28})
+    still = Attempt(basis="ceiling", outcome="verified", facts={"available_kv_gib": 0.2})
     assert not _one_memory([refused, moved]) and _one_memory([refused, still])
-    assert _one_memory([{"basis": "auto", "outcome": "verified", "facts": {"available_kv_gib": 0.3}}])
+    assert _one_memory([Attempt(basis="auto", outcome="verified", facts={"available_kv_gib": 0.3})])
 
 
 H100 = ("NVIDIA H100 80GB HBM3", 79.19)
@@ -581,7 +582,7 @@ def test_one_command_on_an_h100_and_a_3090_differs_in_vllms_default_batch():
     h100, rtx = record("run-01", gmu=0.9, kv=60.0, gpus=(H100,)), record("run-02", gmu=0.9, kv=3.0)
     assert row_of(h100).batch_defaults == {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
     assert row_of(rtx).batch_defaults == {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
-    report = cmp.compare([h100, rtx])
+    report = cmp.compare(typed([h100, rtx]))
     differing = report.not_comparable[0]["differing"]
     assert differing["vLLM default max_num_batched_tokens"] == [8192, 2048]
     assert differing["vLLM default max_num_seqs"] == [1024, 256]

@@ -29,11 +29,10 @@ def test_a_graph_compiled_after_one_loaded_makes_the_boot_cold():
 # ---- the cache state as a setting: compare, the calibration, the next boot's prediction -------------
 
 from autotune.analysis import compare as cmp  # noqa: E402
-from autotune.store import record as record_mod
 from autotune.analysis import run_row
 from autotune.analysis import estimate, next_boot  # noqa: E402
 from autotune.cli.compare import render_report  # noqa: E402
-from tests.helpers.compare_records import cpu_sweep, record  # noqa: E402
+from tests.helpers.compare_records import cpu_sweep, record, typed  # noqa: E402
 
 
 def with_cache(rec: dict, state: str | None) -> dict:
@@ -43,10 +42,10 @@ def with_cache(rec: dict, state: str | None) -> dict:
 
 
 def test_a_cold_and_a_warm_boot_of_one_command_are_apart_only_by_their_cache():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         with_cache(record("run-01", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000), "cold"),
         with_cache(record("run-02", gmu=0.9, kv=3.5, tokens=57_344, ceiling=57_200), "warm"),
-    ])
+    ]))
     assert [g.key.get("compile_cache") for g in report.groups] == ["cold", "warm"]
     assert [p for g in report.groups for p in g.pairs] == []  # a cold boot's KV is not held against a warm one
     (nc,) = report.not_comparable
@@ -61,15 +60,15 @@ def test_a_cold_and_a_warm_boot_of_one_command_are_apart_only_by_their_cache():
 
 def test_runs_that_compile_nothing_keep_the_key_they_always_had():
     rec = record("run-01", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000)
-    assert "compile_cache" not in run_row.run_row(record_mod.as_run_record(rec)).key()
-    assert run_row.run_row(record_mod.as_run_record(with_cache(rec, "warm"))).key()["compile_cache"] == "warm"
+    assert "compile_cache" not in run_row.run_row(typed(rec)).key()
+    assert run_row.run_row(typed(with_cache(rec, "warm"))).key()["compile_cache"] == "warm"
 
 
 def test_an_upgrade_that_compiles_afresh_is_still_a_vllm_change_and_says_so():
-    report = cmp.compare([
+    report = cmp.compare(typed([
         with_cache(record("run-01", gmu=0.9, kv=3.5, tokens=57_344, ceiling=57_200, version="0.19.1"), "warm"),
         with_cache(record("run-02", gmu=0.9, kv=3.0, tokens=49_152, ceiling=49_000, version="0.20.0"), "cold"),
-    ])
+    ]))
     (vc,) = report.version_changes
     assert vc.compile_cache == ["warm", "cold"]
     assert vc.text.endswith("; the torch.compile cache was warm then cold (a cold cache has been reported to "
@@ -92,10 +91,10 @@ def test_the_next_boot_is_predicted_from_the_warm_group():
     warm = [record(f"run-1{i}", gmu=g, kv=kv, tokens=t, ceiling=t - 128, gpus=(), version="0.32.0", node_total=9.09)
             for i, (g, kv, t) in enumerate([(0.15, 0.6, 78_643), (0.21, 1.1, 144_179)], 1)]
     records = [with_cache(r, "cold") for r in cold] + [with_cache(r, "warm") for r in warm]
-    key = run_row.run_row(record_mod.as_run_record(cold[0])).key()
+    key = run_row.run_row(typed(cold[0])).key()
     del key["compile_cache"]  # a command not yet booted: its cache state is not known
-    prediction, runs = next_boot.predict_next(records, key, 0.18)
+    prediction, runs = next_boot.predict_next(typed(records), key, 0.18)
     assert runs == ["run-11", "run-12"]
     assert prediction.available_kv_gib == pytest.approx(0.85)
     # a sweep's own points: one family, whatever their cache
-    assert next_boot.predict_next(records, None, 0.18)[1] == ["run-11", "run-12"]
+    assert next_boot.predict_next(typed(records), None, 0.18)[1] == ["run-11", "run-12"]

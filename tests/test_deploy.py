@@ -146,7 +146,7 @@ def test_a_cold_pull_fits_the_startup_allowance_and_downloads_land_on_a_volume(r
     download on a claim a restarted pod finds again."""
     lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
     verified = next(a for a in lever_run.attempts if a.outcome == "verified")
-    boot, per_rank = verified.time_to_outcome_s, verified.facts["weights_gib"]
+    boot, per_rank = verified.time_to_outcome_s, verified.facts.weights_gib
     files = rendered["replay-tp2-levers"]
     assert all(seconds >= 615 for seconds in _startup_s(files).values()), _startup_s(files)
     why = (f"weights {2 * per_rank:.1f} GiB ({per_rank:.2f} GiB per rank x 2 ranks, vLLM's \"Model loading took\" "
@@ -180,7 +180,7 @@ def test_a_slow_pull_lengthens_the_startup_allowance(replay):
     """At 10 MB/s the download alone is over half an hour: the allowance is the sum, not the floor."""
     lever_run = artifact.load(replay.runs_dir / replay.record.result.reached_with_levers)
     verified = next(a for a in lever_run.attempts if a.outcome == "verified")
-    expected = 2 * verified.facts["weights_gib"] * 2**30 / 10e6 + 120 + 3 * verified.time_to_outcome_s
+    expected = 2 * verified.facts.weights_gib * 2**30 / 10e6 + 120 + 3 * verified.time_to_outcome_s
     found = targets.sources(replay.run_dir, replay.record, pull_mb_s=startup.parse_bandwidth("80Mbit/s"))
     files = {name: emit.render(replay.record, name, found=found) for name in DEPLOY_FILES}
     for seconds in _startup_s(files).values():

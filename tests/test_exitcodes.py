@@ -18,6 +18,7 @@ from autotune.host.gpus import GpuSelectorError
 from autotune.run.errors import PreflightFailed
 from autotune.host.signals import Interrupted
 from autotune.store.artifact import ArtifactError
+from tests.helpers.compare_records import typed
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"
 
@@ -37,10 +38,10 @@ def test_reproduce_verdict_codes_are_the_enum_values():
 
 
 def test_verdicts_map_to_codes():
-    assert exit_code_of({"result": {"verdict": "verified"}}) == 0
-    assert exit_code_of({"result": {"verdict": "hung"}}) == ExitCode.HUNG
-    assert exit_code_of({"result": {"verdict": "something new"}}) == ExitCode.FAILED
-    assert exit_code_of({"result": {"verdict": "error", "error_kind": "command_not_found"}}) == ExitCode.INPUT
+    assert exit_code_of(typed({"result": {"verdict": "verified"}})) == 0
+    assert exit_code_of(typed({"result": {"verdict": "hung"}})) == ExitCode.HUNG
+    assert exit_code_of(typed({"result": {"verdict": "something new"}})) == ExitCode.FAILED
+    assert exit_code_of(typed({"result": {"verdict": "error", "error_kind": "command_not_found"}})) == ExitCode.INPUT
     assert set(VERDICT_EXIT.values()) <= set(ExitCode)
 
 

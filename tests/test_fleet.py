@@ -20,6 +20,7 @@ from autotune.cli import cli
 from autotune.fleet import collect, plan as plan_mod
 from autotune.store import artifact
 from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, write_plan
+from tests.helpers.compare_records import typed
 
 
 # ---- the plan -----------------------------------------------------------------------------------
@@ -288,10 +289,10 @@ leaves:
     state = collect.load(collect.list_fleets(runs)[0])
     records = []
     for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c")):
-        record = artifact.load_run(runs / entry["run_id"])
+        record = artifact.load(runs / entry["run_id"]).to_dict()
         record["fleet"]["node"] = {"hostname": node, "node_id": None}  # three nodes, one machine
         records.append(record)
-    checks = node_outliers.check(records)
+    checks = node_outliers.check(typed(records))
     assert len(checks) == 1 and [f.node for f in checks[0].nodes] == ["node-a", "node-b", "node-c"]
     assert [o["node"] for o in checks[0].outliers] == ["node-b"]
     assert checks[0].outliers[0]["diff_gib"] == pytest.approx(-1.5, abs=0.02)

@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from autotune.store import artifact, cleanup, kept
+from autotune.store.record import RunRecord
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def kept_server(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
     record = {"run_id": run_dir.name, "state": "finished", "attempts": [],
               "result": {"verdict": "verified", "serving": {"pid": proc.pid, "url": "https://127.0.0.1:8443"}}}
-    artifact.save_run(run_dir, record)
+    artifact.save_run(run_dir, RunRecord.from_dict(record))
     (run_dir / cleanup.MARKER).write_text(json.dumps({
         "pid": proc.pid, "create_time": psutil.Process(proc.pid).create_time(), "argv": ["vllm"], "index": 1,
         "log": "attempt-1.log", "autotune_pid": 999999, "autotune_create_time": 1.0}))  # its autotune is gone

@@ -9,6 +9,7 @@ from autotune.cli.resume import what_to_resume
 from autotune.run import deployed
 from autotune.store import artifact, latest
 from tests.helpers.cli import invoke_autotune
+from autotune.store.record import RunRecord
 
 
 def a_run(runs_dir, run_id, state="finished", kind="tune", argv=None, **fields):
@@ -16,7 +17,7 @@ def a_run(runs_dir, run_id, state="finished", kind="tune", argv=None, **fields):
     record = {"run_id": run_id, "kind": kind, "state": state, "attempts": [], **fields}
     if argv is not None:
         record["command"] = {"argv": argv}
-    artifact.save_run(runs_dir / run_id, record)
+    artifact.save_run(runs_dir / run_id, RunRecord.from_dict(record))
     return runs_dir / run_id
 
 

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.testing import profiles
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
+from tests.helpers.compare_records import typed
 
 V021 = "v1-0.21.0"
 
@@ -261,7 +262,7 @@ def test_a_refusal_tune_starts_at_what_this_machines_runs_predict(machine):
     vllms_ceiling = only["facts"]["kv_cache_tokens"] - slack  # what its own pool shows
     assert second["result"]["ceiling"] == vllms_ceiling  # to the token (issue 28: was within 1%)
     from autotune.cli.summary import render_summary
-    assert (f"  accepted: {vllms_ceiling:,} boots and is the ceiling its KV pool shows") in render_summary(second)
+    assert (f"  accepted: {vllms_ceiling:,} boots and is the ceiling its KV pool shows") in render_summary(typed(second))
 
 
 def test_a_hybrid_prediction_off_by_3_percent_costs_no_more_boots_than_none(machine):

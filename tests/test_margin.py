@@ -87,16 +87,16 @@ def test_the_seed_keeps_half_a_gib_free_and_every_file_says_so(monkeypatch, tmp_
     assert "raise --gpu-memory-utilization" not in remedy, remedy
     run_dir = next(tmp_path.iterdir())
     record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
-    assert record.margin["gmu"] == 0.9791 and record.margin["replaced_gmu"] == "0.98"
-    assert record.margin["device"] == "gpu" and record.margin["device_total_gib"] == 24.0
-    assert record.margin["device_source"] == "NVML total memory of GPU 0 (the replaying vLLM's, --print-gpus)"
-    assert record.options["max_gmu"] == 0.95 and record.options["margin_bytes"] == GIB // 2
+    assert record.margin.gmu == 0.9791 and record.margin.replaced_gmu == "0.98"
+    assert record.margin.device == "gpu" and record.margin.device_total_gib == 24.0
+    assert record.margin.device_source == "NVML total memory of GPU 0 (the replaying vLLM's, --print-gpus)"
+    assert record.options.max_gmu == 0.95 and record.options.margin_bytes == GIB // 2
     # the command as the user gave it; what booted: the command with the margin's gmu (so every
     # paste-ready file has it)
     assert _gmu(record.command.argv) == "0.98"
     booted = record.attempts[-1]
     assert _gmu(booted.argv) == "0.9791" and _gmu(record.result.final_argv) == "0.9791"
-    assert booted.facts["non_default_args"]["gpu_memory_utilization"] == 0.9791  # as vLLM read it
+    assert booted.facts.non_default_args["gpu_memory_utilization"] == 0.9791  # as vLLM read it
     # the seed at 0.98 (0.48 GiB free) verifies 61,152 with 3.9 GiB of KV; keeping 0.5 GiB costs 0.02 GiB
     assert (record.result.available_kv_gib, record.result.ceiling) == (3.88, 60784)
     command = (run_dir / "command.sh").read_text()

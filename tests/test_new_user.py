@@ -16,7 +16,7 @@ from autotune.cli.compare import render_report
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode
 from autotune.analysis import compare as cmp
 from autotune.store import artifact
-from tests.helpers.compare_records import record
+from tests.helpers.compare_records import record, typed
 
 SEED = "seed-3090-qwen3.6-27b"
 
@@ -86,7 +86,7 @@ def test_predict_from_runs_without_gmu_uses_their_vllms_default_and_says_so(seed
 def test_tune_json_is_the_record_as_run_json_holds_it(_runs_dir):
     result = invoke("tune", "--json", "--quiet", "--target", "8192", "--probe", "none", "--", *fake("v1-0.33.0"))
     printed = json.loads(result.stdout)
-    stored = artifact.load_run(_runs_dir / printed["run_id"])
+    stored = artifact.load(_runs_dir / printed["run_id"]).to_dict()
     assert printed["schema_version"] == stored["schema_version"] == artifact.SCHEMA_VERSION
     assert printed["autotune_version"] == stored["autotune_version"]
 
@@ -112,11 +112,11 @@ def test_sweep_help_names_its_usage_error():
 def test_defaults_of_many_vllm_versions_share_one_footnote_mark():
     records = [record(f"run-0{i}", kv=3.0 + i / 10, tokens=50_000, ceiling=49_000, version=v)
                for i, v in enumerate(["0.17.0", "0.19.1", "0.20.2", "0.21.0", "0.32.0", "0.33.0"], 1)]
-    text = render_report(cmp.compare(records))
+    text = render_report(cmp.compare(typed(records)))
     assert "**" not in text  # it was 0.92****** by the sixth version
     assert text.count("  * gmu not on the command line: vLLM's default for the run's version "
                       "(0.9 before 0.20, 0.92 from 0.20)") == 1
-    unknown = render_report(cmp.compare([*records, record("run-07", kv=3.0, version=None)]))
+    unknown = render_report(cmp.compare(typed([*records, record("run-07", kv=3.0, version=None)])))
     assert "?** " in unknown and "  ** gmu not on the command line: no --gpu-memory-utilization and the vLLM " \
                                   "version is unknown" in unknown
 

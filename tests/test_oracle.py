@@ -182,7 +182,7 @@ def tune(case: Case, runs: Path):
         if holder:
             holder.close()
     dirs = artifact.list_runs(runs) if runs.exists() else []
-    record = artifact.load_run(dirs[0]) if dirs else None
+    record = artifact.load(dirs[0]).to_dict() if dirs else None
     return result.exit_code, result.output, record, target, found, final
 
 
@@ -589,7 +589,7 @@ def run_step(step: Step, runs: Path) -> tuple[int, str, list[dict]]:
     after = artifact.list_runs(runs) if runs.exists() else []
     records = []
     for run_dir in sorted(set(after) - before):
-        record = artifact.load_run(run_dir)
+        record = artifact.load(run_dir).to_dict()
         if record.get("attempts") is not None:
             record["_dir"] = str(run_dir)
             records.append(record)
@@ -614,7 +614,7 @@ def _interrupted_then_resumed(args: list[str], runs: Path, env: dict):
         stopped = _invoke(args, env)
     if stopped.exit_code != 130:
         return stopped  # it ended before a boot (a preflight refusal)
-    (stopped_run,) = [d for d in artifact.list_runs(runs) if artifact.load_run(d).get("state") == "interrupted"]
+    (stopped_run,) = [d for d in artifact.list_runs(runs) if artifact.load(d).state == "interrupted"]
     return _invoke(["resume", "--quiet", "--runs-dir", str(runs), stopped_run.name], env)
 
 

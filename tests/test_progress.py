@@ -28,6 +28,7 @@ from autotune.cli import progress
 from autotune.vllm.logparse import BootLogParser
 from autotune.cli.progress import (FAILED, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, GRAPHS,
                                Progress, advance, phase_of, render_summary, starting_step)
+from tests.helpers.compare_records import typed
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -423,7 +424,7 @@ def test_show_log_on_a_terminal_prints_lines_above_the_live_line(tmp_path):
 
 def test_summary_of_a_real_refused_then_verified_run():
     rec = record("cpu-0.32.0-refused-then-verified.run.json")
-    card = render_summary(rec, run_dir="runs/20261129T104543Z-tiny-llama")
+    card = render_summary(typed(rec), run_dir="runs/20261129T104543Z-tiny-llama")
     lines = card.splitlines()
     assert lines[0] == "Verified ceiling: --max-model-len 16,256 (25% of the target 65,536; 49,280 tokens short)."
     assert "  KV cache: 0.12 GiB available  (attempt-2.log line 52)" in lines
@@ -440,7 +441,7 @@ def test_summary_of_a_real_refused_then_verified_run():
 
 
 def test_summary_of_an_auto_fit_run_names_the_fitted_length():
-    card = render_summary(record("cpu-0.32.0-auto-verified.run.json"))
+    card = render_summary(typed(record("cpu-0.32.0-auto-verified.run.json")))
     assert "  boots:    1 in 84 s: auto (fitted 16,256) verified (84 s)" in card.splitlines()
 
 
@@ -451,7 +452,7 @@ def test_summary_of_a_failed_run_gives_kind_cause_and_fix():
     rec["result"] = {"verdict": "error", "ceiling": None, "verified": False, "error_kind": "model_not_found",
                      "reason": "the boot at 65536 failed (model_not_found), not for lack of KV cache",
                      "diagnosis": {"cause": "the model path does not exist", "fix": "check --model"}}
-    lines = render_summary(rec).splitlines()
+    lines = render_summary(typed(rec)).splitlines()
     assert lines[0] == ("No verified ceiling: error (model_not_found). "
                         "the boot at 65536 failed (model_not_found), not for lack of KV cache")
     assert "  cause:    the model path does not exist" in lines and "  fix:      check --model" in lines
@@ -464,7 +465,7 @@ def test_summary_shows_probe_results_and_leftover_processes():
                               "prefill_tokens_per_s": 7012.9, "growth_gib": 0.0, "growth_flagged": False,
                               "head_of_line": {"short_wait_s": 2.2}}
     rec["attempts"][0]["stop"]["leftover_pids"] = [4138]
-    lines = render_summary(rec).splitlines()
+    lines = render_summary(typed(rec)).splitlines()
     assert ("  probe:    full passed: 16,200 prompt tokens, time to first token 2.3 s, prefill 7,013 tokens/s, "
             "memory growth 0.0 GiB") in lines
     assert "            a short request sent during the long prefill waited 2.2 s" in lines
@@ -474,7 +475,7 @@ def test_summary_shows_probe_results_and_leftover_processes():
 def test_summary_of_a_run_still_in_progress():
     rec = record("cpu-0.32.0-refused-then-verified.run.json")
     rec.update(state="running", result=None, duration_s=None, attempts=rec["attempts"][:1])
-    assert render_summary(rec).splitlines()[0] == "No result yet: the run is running."
+    assert render_summary(typed(rec)).splitlines()[0] == "No result yet: the run is running."
 
 
 def test_the_other_events_of_a_run_get_one_line_each():
@@ -504,7 +505,7 @@ def test_summary_shows_what_the_levers_did():
     rec = record("cpu-0.32.0-refused-then-verified.run.json")
     rec["reach"] = {"explanation": ["64K needs 4.16 GiB of KV, 3.90 GiB available: 0.26 GiB short",
                                     "stopped at 16,256"]}
-    lines = render_summary(rec).splitlines()
+    lines = render_summary(typed(rec)).splitlines()
     assert "  levers:   64K needs 4.16 GiB of KV, 3.90 GiB available: 0.26 GiB short" in lines
     assert "            stopped at 16,256" in lines
 
@@ -559,9 +560,9 @@ def test_a_target_reached_in_a_lever_run_shows_that_runs_check_and_an_interrupte
               "result": {"verdict": "verified", "ceiling": 150_000, "verified": True, "reached_with_levers": "C",
                          "checked": {"run": "C", "reason": "/v1/models reports max_model_len 150000"}},
               "reach": {"explanation": ["gpu-memory-utilization 0.167 reaches 150,000 tokens"], "boots": 1}}
-    text = render_summary(record, run_dir="runs/P")
+    text = render_summary(typed(record), run_dir="runs/P")
     assert "checked:  /v1/models reports max_model_len 150000 (run C)" in text
     assert "54400" not in text
     record["state"], record["phase"] = "interrupted", "reach"
     record["reach"]["interrupted"] = {"by": "autotune got SIGTERM; `autotune resume P` continues the lever search"}
-    assert "levers:   interrupted: autotune got SIGTERM" in render_summary(record, run_dir="runs/P")
+    assert "levers:   interrupted: autotune got SIGTERM" in render_summary(typed(record), run_dir="runs/P")

@@ -19,6 +19,7 @@ from autotune.server import metrics, probe, queue_watch, health
 from autotune.host import processes
 from autotune.testing import profiles
 from tests.helpers.replay import boot
+from tests.helpers.compare_records import typed
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]
@@ -95,7 +96,7 @@ def test_a_tune_never_verifies_a_length_whose_requests_wait_forever(strategy_nam
     queued = [a for a in record["attempts"] if a["outcome"] == "queued"]
     assert [a["max_model_len"] for a in queued] == [262144]
     assert "would wait in vLLM's queue forever" in queued[0]["verification"]["reason"]
-    card = render_summary(record)
+    card = render_summary(typed(record))
     assert "at 262,144 booted, but a request that long waits in vLLM's queue forever" in card
     assert "--no-scheduler-reserve-full-isl" in card
 

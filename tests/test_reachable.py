@@ -3,6 +3,7 @@ import pytest
 
 from autotune.analysis import estimate, reachable
 from tests.helpers.calibration import NODE, argv_for, record
+from tests.helpers.compare_records import typed
 from tests.helpers.model_folders import gqa_folder
 
 DEVICE = estimate.Device("cpu", NODE, "test")
@@ -15,23 +16,23 @@ def gqa(tmp_path_factory):
 
 def test_a_target_beyond_the_highest_gmu_is_refused_with_the_figures(gqa):
     # 2 KiB per token: at gmu 0.99 of 8.34 GiB less 0.85 GiB, about 3.7M tokens at most
-    found = reachable.problem(argv_for(gqa, 0.5), {}, 5_000_000, [record(gqa)], DEVICE)
+    found = reachable.problem(argv_for(gqa, 0.5), {}, 5_000_000, [typed(record(gqa))], DEVICE)
     assert found["kind"] == "target_beyond_prediction"
     assert "needs 9.54 GiB of KV cache" in found["saw"] and "at gmu 0.99" in found["saw"]
     assert "calibrated on 1 verified run" in found["why"] and "--force" not in found["fix"]  # a note: it boots anyway
 
 
 def test_a_target_that_fits_somewhere_is_not_refused(gqa):
-    assert reachable.problem(argv_for(gqa, 0.14), {}, 1_000_000, [record(gqa)], DEVICE) is None
+    assert reachable.problem(argv_for(gqa, 0.14), {}, 1_000_000, [typed(record(gqa))], DEVICE) is None
 
 
 def test_no_calibrating_run_or_a_fixed_pool_refuses_nothing(gqa):
     assert reachable.problem(argv_for(gqa, 0.5), {}, 5_000_000, [], DEVICE) is None
     other = argv_for(gqa, 0.5) + ["--max-num-batched-tokens", "512"]  # other settings: not calibrated
-    assert reachable.problem(other, {}, 5_000_000, [record(gqa)], DEVICE) is None
+    assert reachable.problem(other, {}, 5_000_000, [typed(record(gqa))], DEVICE) is None
     fixed = argv_for(gqa, 0.5) + ["--kv-cache-memory-bytes", "128M"]
-    assert reachable.problem(fixed, {}, 5_000_000, [record(gqa)], DEVICE) is None
-    assert reachable.problem(argv_for(gqa, 0.5), {"VLLM_CPU_KVCACHE_SPACE": "1"}, 5_000_000, [record(gqa)],
+    assert reachable.problem(fixed, {}, 5_000_000, [typed(record(gqa))], DEVICE) is None
+    assert reachable.problem(argv_for(gqa, 0.5), {"VLLM_CPU_KVCACHE_SPACE": "1"}, 5_000_000, [typed(record(gqa))],
                              DEVICE) is None
 
 

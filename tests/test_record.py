@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.store import artifact
-from autotune.store.record import (ABSENT, RESULT_FIGURES, Attempt, Command, Reach, ReachStep, Result, RunRecord,
+from autotune.store.record import (RESULT_FIGURES, Attempt, Command, Reach, ReachStep, Result, RunRecord,
                                    SweepPoint)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,7 +19,7 @@ FIXTURES = sorted((ROOT / "tests" / "fixtures").rglob("*.run.json"))
 
 
 def names(cls) -> set[str]:
-    return {f.name for f in fields(cls)} - {"other", "order"}
+    return {f.name for f in fields(cls)} - {"other", "order", "present"}
 
 
 def table(heading: str) -> list[tuple[list[str], str]]:
@@ -76,14 +76,14 @@ def test_absent_keys_stay_absent_and_unknown_keys_are_kept(tmp_path):
             "attempts": [{"index": 1, "outcome": "refused", "new_figure": 3}]}
     (tmp_path / "run.json").write_text(json.dumps(data))
     run = artifact.load(tmp_path)
-    assert run.result is ABSENT and run.state is ABSENT
+    assert not run.has("result") and not run.has("state") and run.result is None and run.state is None
     assert run.attempts[0].other == {"new_figure": 3}
     run.state = "interrupted"
     artifact.save_run(tmp_path, run)
     again = json.loads((tmp_path / "run.json").read_text())
     assert again["future_key"] == {"x": 1} and again["attempts"][0]["new_figure"] == 3
     assert "result" not in again and again["state"] == "interrupted"
-    assert "_dir" not in artifact.load_run(tmp_path)
+    assert "_dir" not in artifact.load(tmp_path).to_dict()
 
 
 def test_interrupted_is_built_once_for_a_run_and_for_a_lever_search():
@@ -119,8 +119,27 @@ def test_a_typed_record_shares_nothing_with_the_dicts_around_it(path):
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
-def test_load_run_is_the_typed_load_as_json_key_order_included(path, tmp_path):
+def test_the_loader_gives_back_the_file_as_json_key_order_included(path, tmp_path):
     (tmp_path / "run.json").write_text(path.read_text())
-    plain, typed = artifact.load_run(tmp_path), artifact.load(tmp_path).to_dict()
+    plain, typed = artifact.migrate(json.loads(path.read_text())), artifact.load(tmp_path).to_dict()
     assert plain == typed and list(plain) == list(typed)
     assert [list(a) for a in plain["attempts"]] == [list(a) for a in typed["attempts"]]
+
+
+def test_a_part_knows_which_keys_it_holds_absent_apart_from_null():
+    result = Result(verdict="verified", ceiling=None)
+    assert result.has("ceiling") and not result.has("reason") and result.reason is None
+    assert result.to_dict() == {"verdict": "verified", "ceiling": None}
+    result.reason = "set later"
+    result.drop("ceiling")
+    assert result.to_dict() == {"verdict": "verified", "reason": "set later"} and not result.has("ceiling")
+    with pytest.raises(TypeError, match="no field colour"):
+        Result(colour="red")
+
+
+def test_a_nested_part_set_from_its_json_form_is_typed():
+    run = RunRecord(result={"verdict": "verified", "ceiling": 9}, attempts=[{"index": 1, "outcome": "verified"}])
+    assert isinstance(run.result, Result) and run.result.ceiling == 9
+    assert isinstance(run.attempts[0], Attempt) and run.attempts[0].outcome == "verified"
+    assert run.to_dict() == {"result": {"verdict": "verified", "ceiling": 9},
+                             "attempts": [{"index": 1, "outcome": "verified"}]}

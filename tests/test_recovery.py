@@ -16,6 +16,7 @@ import pytest
 from autotune.vllm import servecmd
 from autotune.vllm.logcheck import limit_from
 from autotune.vllm.logparse import parse_file, parse_lines
+from autotune.store.record import Attempt
 from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -46,7 +47,7 @@ def record_from_file(path: Path) -> dict:
 
 
 def test_mamba_relaunches_with_the_number_vllm_printed():
-    rec = recovery_for(record_from_lines(MAMBA_LINE), ARGV, RecoveryOptions())
+    rec = recovery_for(Attempt.from_dict(record_from_lines(MAMBA_LINE)), ARGV, RecoveryOptions())
     assert rec == Recovery(
         "mamba_cache_blocks",
         "vLLM has Mamba state for 196 sequences, not the 256 of --max-num-seqs: relaunching with "
@@ -59,17 +60,17 @@ def test_mamba_relaunches_with_the_number_vllm_printed():
 
 def test_mamba_with_no_block_at_all_is_not_recovered():
     record = record_from_lines("ValueError: max_num_seqs (4) exceeds available Mamba cache blocks (0).")
-    assert recovery_for(record, ARGV, RecoveryOptions()) is None
-    assert "not even one sequence fits" in explain_no_recovery(record, ARGV, RecoveryOptions())
+    assert recovery_for(Attempt.from_dict(record), ARGV, RecoveryOptions()) is None
+    assert "not even one sequence fits" in explain_no_recovery(Attempt.from_dict(record), ARGV, RecoveryOptions())
 
 
 def test_mamba_is_bounded():
     record = record_from_lines(MAMBA_LINE)
     done = RecoveryOptions(recovered=("mamba_cache_blocks",) * RETRY_LIMITS["mamba_cache_blocks"])
-    assert recovery_for(record, ARGV, done) is None
-    assert explain_no_recovery(record, ARGV, done).startswith(
+    assert recovery_for(Attempt.from_dict(record), ARGV, done) is None
+    assert explain_no_recovery(Attempt.from_dict(record), ARGV, done).startswith(
         "autotune already recovered from mamba_cache_blocks 2 time(s) in this run")
-    assert recovery_for(record, ARGV, RecoveryOptions(recovered=("mamba_cache_blocks",))) is not None
+    assert recovery_for(Attempt.from_dict(record), ARGV, RecoveryOptions(recovered=("mamba_cache_blocks",))) is not None
 
 
 # --- free memory below gmu ----------------------------------------------------------------
@@ -77,20 +78,20 @@ def test_mamba_is_bounded():
 
 def test_free_memory_after_stopping_our_own_server_waits_then_retries_once():
     record = record_from_lines(FREE_MEMORY_LINE)
-    rec = recovery_for(record, ARGV, RecoveryOptions(stopped_own_server=True))
+    rec = recovery_for(Attempt.from_dict(record), ARGV, RecoveryOptions(stopped_own_server=True))
     assert rec.kind == "free_memory_below_gmu"
     assert rec.wait_for_memory and rec.new_argv is None and not rec.new_port
     # 0.9 x 23.58 = 21.22 GiB: the same figure vLLM printed as its requirement.
     assert rec.need_free_gib == 21.22
     assert rec.reason.startswith("only 6.2 of 23.58 GiB were free at startup right after autotune stopped")
     once = RecoveryOptions(stopped_own_server=True, recovered=("free_memory_below_gmu",))
-    assert recovery_for(record, ARGV, once) is None
+    assert recovery_for(Attempt.from_dict(record), ARGV, once) is None
 
 
 def test_free_memory_held_by_another_program_is_not_waited_for():
     record = record_from_lines(FREE_MEMORY_LINE)
-    assert recovery_for(record, ARGV, RecoveryOptions()) is None
-    why = explain_no_recovery(record, ARGV, RecoveryOptions())
+    assert recovery_for(Attempt.from_dict(record), ARGV, RecoveryOptions()) is None
+    why = explain_no_recovery(Attempt.from_dict(record), ARGV, RecoveryOptions())
     assert why.startswith("only 6.2 of 23.58 GiB were free at startup, and autotune had not just stopped a server")
     assert "`autotune gpus` names the processes" in why
 
@@ -98,9 +99,9 @@ def test_free_memory_held_by_another_program_is_not_waited_for():
 def test_free_memory_default_gmu_follows_the_vllm_version():
     lines = ("INFO 09-15 10:00:00 [api_server.py:1] vLLM API server version 0.10.1.1", FREE_MEMORY_LINE)
     argv = servecmd.without_flag(ARGV, "--gpu-memory-utilization")
-    rec = recovery_for(record_from_lines(*lines), argv, RecoveryOptions(stopped_own_server=True))
+    rec = recovery_for(Attempt.from_dict(record_from_lines(*lines)), argv, RecoveryOptions(stopped_own_server=True))
     assert rec.need_free_gib == 21.22  # 0.9 before 0.20
-    rec = recovery_for(record_from_lines(FREE_MEMORY_LINE), argv, RecoveryOptions(stopped_own_server=True))
+    rec = recovery_for(Attempt.from_dict(record_from_lines(FREE_MEMORY_LINE)), argv, RecoveryOptions(stopped_own_server=True))
     assert rec.need_free_gib == 21.69  # version unknown: 0.92, enough for every version
 
 
@@ -111,12 +112,12 @@ def test_real_address_in_use_retries_on_a_new_port():
     record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-address-in-use.log")
     assert record["error_kind"] == "address_in_use"
     argv = servecmd.with_flag(ARGV, "--port", 49789)
-    rec = recovery_for(record, argv, RecoveryOptions())
+    rec = recovery_for(Attempt.from_dict(record), argv, RecoveryOptions())
     assert rec == Recovery("address_in_use",
                            "port 49789 is already in use by another process: retrying on another free port",
                            new_port=True)
     tired = RecoveryOptions(recovered=("address_in_use",) * RETRY_LIMITS["address_in_use"])
-    assert recovery_for(record, argv, tired) is None
+    assert recovery_for(Attempt.from_dict(record), argv, tired) is None
 
 
 # --- above the model's own maximum ---------------------------------------------------------
@@ -128,8 +129,8 @@ def test_real_above_derived_is_a_ceiling_not_a_failure_to_fix():
     record = record_from_file(FIXTURES / "failures" / "cpu-0.32.0-max-model-len-above-derived.log")
     assert record["error_kind"] == "max_model_len_above_derived"
     argv = servecmd.with_max_model_len(ARGV, 2097152)
-    assert recovery_for(record, argv, RecoveryOptions()) is None
-    assert explain_no_recovery(record, argv, RecoveryOptions()) is None
+    assert recovery_for(Attempt.from_dict(record), argv, RecoveryOptions()) is None
+    assert explain_no_recovery(Attempt.from_dict(record), argv, RecoveryOptions()) is None
     assert limit_from(record["facts"]) == (1048576, "model_maximum")
 
 
@@ -145,15 +146,15 @@ def test_real_above_derived_is_a_ceiling_not_a_failure_to_fix():
 ])
 def test_no_recovery(path):
     record = record_from_file(path)
-    assert recovery_for(record, ARGV, RecoveryOptions(stopped_own_server=True)) is None
-    assert explain_no_recovery(record, ARGV, RecoveryOptions()) is None
+    assert recovery_for(Attempt.from_dict(record), ARGV, RecoveryOptions(stopped_own_server=True)) is None
+    assert explain_no_recovery(Attempt.from_dict(record), ARGV, RecoveryOptions()) is None
 
 
 # --- a recovery that changes what sizes the KV pool (issue 20) ----------------------------
 
 
 def test_lowering_max_num_seqs_changes_the_kv_pool_options_a_new_port_does_not():
-    lowered = recovery_for(record_from_lines(MAMBA_LINE), ARGV, RecoveryOptions()).new_argv
+    lowered = recovery_for(Attempt.from_dict(record_from_lines(MAMBA_LINE)), ARGV, RecoveryOptions()).new_argv
     assert servecmd.kv_pool_options(ARGV)["max-num-seqs"] == 256
     assert servecmd.kv_pool_options(lowered) != servecmd.kv_pool_options(ARGV)
     assert servecmd.kv_pool_options(servecmd.with_flag(ARGV, "--port", 9)) == servecmd.kv_pool_options(ARGV)

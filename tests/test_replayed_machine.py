@@ -15,6 +15,7 @@ from autotune.cli import cli
 from autotune.host import machine
 from autotune.store import artifact
 from autotune.testing import profiles
+from tests.helpers.compare_records import typed
 
 SEED = "seed-3090-qwen3.6-27b"
 
@@ -57,7 +58,7 @@ def test_the_seeds_092_vs_098_compare_is_explained_by_gmu_from_a_plain_command_l
     assert "RTX 3090 24.0 GiB" in out and "cpu " not in out
     assert "--m " not in out and "fake_vllm" not in out  # the launcher is not a setting
     assert "#1 (gmu 0.92) -> #2 (gmu 0.98): explained by gmu (expected Δ +1.44 GiB, observed Δ +1.44 GiB)" in out
-    record = artifact.load_run(sorted((tmp_path / "runs").iterdir())[0])
+    record = artifact.load(sorted((tmp_path / "runs").iterdir())[0]).to_dict()
     assert record["machine"]["gpus_source"].startswith("the replaying vLLM (--print-gpus)")
 
 
@@ -65,7 +66,7 @@ def _records_without_gpus(runs_dir):
     """The seed's two runs as a machine without NVML records them (no GPUs, the host's RAM)."""
     records = []
     for folder in sorted(runs_dir.iterdir()):
-        record = artifact.load_run(folder)
+        record = artifact.load(folder).to_dict()
         record["machine"]["gpus"] = []
         record["machine"]["host"]["ram_total_gib"] = 23.54
         records.append(record)
@@ -77,9 +78,9 @@ def test_compare_takes_the_device_memory_a_record_cannot_know(_runs_dir):
         run("tune", "--target", "65536", "--probe", "none", "--quiet", "--",
             *fake(SEED, "--gpu-memory-utilization", gmu, "--max-num-seqs", "8"))
     records = _records_without_gpus(_runs_dir)
-    (pair,) = cmp.compare(records).groups[0].pairs
+    (pair,) = cmp.compare(typed(records)).groups[0].pairs
     assert pair.verdict == "no_verdict" and "compare --device-memory 24GiB" in pair.text
-    report = cmp.compare(records, device_memory_gib=24.0)
+    report = cmp.compare(typed(records), device_memory_gib=24.0)
     (pair,) = report.groups[0].pairs
     assert pair.verdict == "explained" and report.runs[0].device_memory_source == "given with --device-memory"
     for folder, record in zip(sorted(_runs_dir.iterdir()), records):
@@ -90,7 +91,7 @@ def test_compare_takes_the_device_memory_a_record_cannot_know(_runs_dir):
 
 def test_a_record_that_knows_its_device_memory_keeps_it(_runs_dir):
     run("tune", "--target", "65536", "--probe", "none", "--quiet", "--", *fake(SEED, "--max-num-seqs", "8"))
-    row = cmp.compare([artifact.load_run(next(_runs_dir.iterdir()))], device_memory_gib=80.0).runs[0]
+    row = cmp.compare(typed([artifact.load(next(_runs_dir.iterdir()))]), device_memory_gib=80.0).runs[0]
     assert (row.device_memory_gib, row.device_memory_source) == (24.0, "the GPU's total memory (NVML)")
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from autotune.analysis import reproduce as rep
-from tests.helpers.compare_records import record
+from tests.helpers.compare_records import record, typed
 
 # ---- reproduce -------------------------------------------------------------------------------------
 
@@ -23,16 +23,16 @@ OLD = record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, version
     (reproduced(None, None, None, verdict="error"), "error", 3),
 ])
 def test_reproduce_verdict_and_exit_code(new, verdict, code):
-    got = rep.reproduce_verdict(OLD, new)
+    got = rep.reproduce_verdict(typed(OLD), typed(new))
     assert (got.verdict, got.exit_code) == (verdict, code), got.reason
     assert got.vllm_version == ["0.32.0", "0.33.0"]
 
 
 def test_reproduce_names_flags_vllm_no_longer_shows_and_the_backend_change():
-    got = rep.reproduce_verdict(OLD, reproduced(0.47, 61_824, 61_696, backend="TORCH_SDPA"))
+    got = rep.reproduce_verdict(typed(OLD), typed(reproduced(0.47, 61_824, 61_696, backend="TORCH_SDPA")))
     assert got.flags_no_longer_shown == ["enforce_eager"]
     assert got.attention_backend == ["CPU_ATTN", "TORCH_SDPA"]
-    regression = rep.reproduce_verdict(OLD, reproduced(0.40, 52_480, 52_352))
+    regression = rep.reproduce_verdict(typed(OLD), typed(reproduced(0.40, 52_480, 52_352)))
     assert regression.reason.startswith("available KV GiB 0.47 -> 0.40 (beyond the tolerance of 0.02)")
 
 
@@ -41,13 +41,13 @@ def test_reproduce_does_not_hold_a_moved_device_memory_against_vllm():
                  node_total=10.09, kv_needed=3.82)
     grew = record("run-02", gmu=0.18, kv=1.07, tokens=140_127, ceiling=132_961, gpus=(), version="0.32.0",
                   node_total=10.34)
-    got = rep.reproduce_verdict(old, grew)
+    got = rep.reproduce_verdict(typed(old), typed(grew))
     assert (got.verdict, got.exit_code) == ("same", 0)
     assert got.device_memory_gib == [10.09, 10.34]
     assert "the memory vLLM budgets from moved 10.09 -> 10.34 GiB (+0.05 GiB at gmu 0.18)" in got.reason
     shrank = record("run-02", gmu=0.18, kv=0.77, tokens=100_900, ceiling=100_700, gpus=(), version="0.32.0",
                     node_total=8.7)
-    got = rep.reproduce_verdict(old, shrank)  # 0.25 GiB less budget explains the lower ceiling
+    got = rep.reproduce_verdict(typed(old), typed(shrank))  # 0.25 GiB less budget explains the lower ceiling
     assert (got.verdict, got.exit_code) == ("same", 0), got.changes
 
 
@@ -71,7 +71,7 @@ def with_probe(rec, ok=True, tokens=61_000, ttft=2.0, tps=30_500.0, reason=""):
 
 
 def test_an_upgrade_that_gives_more_context_shows_as_a_better_ceiling_toward_the_old_target():
-    got = rep.reproduce_verdict(OLD, reproduced(0.60, 78_848, 78_720))
+    got = rep.reproduce_verdict(typed(OLD), typed(reproduced(0.60, 78_848, 78_720)))
     ceiling = next(c for c in got.changes if c["what"] == "ceiling")
     assert (ceiling["status"], got.verdict, got.exit_code, got.target) == ("better", "better", 0, 500_000)
 
@@ -79,14 +79,14 @@ def test_an_upgrade_that_gives_more_context_shows_as_a_better_ceiling_toward_the
 def test_both_at_the_target_is_the_same_ceiling_whatever_the_pool():
     old = record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=32_768, target=32_768, gpus=(), version="0.32.0")
     new = record("run-02", gmu=0.15, kv=0.60, tokens=78_848, ceiling=32_768, target=32_768, gpus=(), version="0.33.0")
-    got = rep.reproduce_verdict(old, new)
+    got = rep.reproduce_verdict(typed(old), typed(new))
     assert next(c for c in got.changes if c["what"] == "ceiling")["status"] == "same"
 
 
 def test_an_upgrade_that_breaks_long_prompts_is_a_regression_even_with_the_same_memory():
     old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"))
     new = with_probe(reproduced(0.47, 61_824, 61_696), ok=False, reason="the request was dropped (HTTP 500)")
-    got = rep.reproduce_verdict(old, new)
+    got = rep.reproduce_verdict(typed(old), typed(new))
     assert (got.verdict, got.exit_code) == ("regression", 7)
     assert "the probe failed on the new vLLM: the request was dropped (HTTP 500)" in got.reason
     assert got.probe["ok"] == [True, False]
@@ -100,7 +100,7 @@ def test_an_upgrade_that_breaks_long_prompts_is_a_regression_even_with_the_same_
 def test_ttft_and_prefill_rate_are_compared_with_a_stated_tolerance(ttft, tps, status_ttft, status_tps, verdict):
     old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"))
     new = with_probe(reproduced(0.47, 61_824, 61_696), ttft=ttft, tps=tps, tokens=61_100)
-    got = rep.reproduce_verdict(old, new)
+    got = rep.reproduce_verdict(typed(old), typed(new))
     status = {c["what"]: c["status"] for c in got.changes}
     assert (status["TTFT s"], status["prefill tokens/s"], got.verdict) == (status_ttft, status_tps, verdict)
     assert "timings within a factor of 1.5 count as same" in got.probe["note"]
@@ -109,14 +109,14 @@ def test_ttft_and_prefill_rate_are_compared_with_a_stated_tolerance(ttft, tps, s
 def test_probes_of_different_lengths_are_not_timed_against_each_other():
     old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"))
     new = with_probe(reproduced(0.60, 78_848, 78_720), tokens=78_000, ttft=9.0)
-    got = rep.reproduce_verdict(old, new)
+    got = rep.reproduce_verdict(typed(old), typed(new))
     assert "TTFT s" not in {c["what"] for c in got.changes} and "differ in length" in got.probe["note"]
 
 
 def test_the_report_names_the_new_paste_ready_files():
     new = reproduced(0.47, 61_824, 61_696)
     new["result"]["files"] = ["command.sh", "vllm-config.yaml"]
-    assert rep.reproduce_verdict(OLD, new).new_files == {"command.sh": "run-02/command.sh",
+    assert rep.reproduce_verdict(typed(OLD), typed(new)).new_files == {"command.sh": "run-02/command.sh",
                                                          "vllm-config.yaml": "run-02/vllm-config.yaml"}
 
 
@@ -129,9 +129,9 @@ def test_outdated_takes_the_newest_verified_run_of_each_configuration_on_another
     failed = record("run-04", gmu=0.7, kv=1.0, version="0.31.0", verdict="error", started="2026-01-04T00:00:00Z")
     point = {**record("run-05", gmu=0.6, kv=1.0, ceiling=4096, version="0.31.0"), "kind": "sweep-point"}
     a2["command"]["argv"] += ["--port", "8001"]  # a port is not another configuration
-    got = rep.outdated([a1, a2, b, failed, point], lambda r: "0.32.0")
-    assert [(r["run_id"], now) for r, now in got] == [("run-02", "0.32.0")]
-    assert rep.outdated([a1, b], lambda r: None) == []  # the installed version unknown: nothing claimed
+    got = rep.outdated(typed([a1, a2, b, failed, point]), lambda r: "0.32.0")
+    assert [(r.run_id, now) for r, now in got] == [("run-02", "0.32.0")]
+    assert rep.outdated(typed([a1, b]), lambda r: None) == []  # the installed version unknown: nothing claimed
 
 
 def test_one_exit_code_for_several_reproduces():
@@ -169,9 +169,9 @@ def test_outdated_with_nothing_recorded_on_another_vllm_exits_0(_runs_dir):
 
 def test_outdated_says_when_the_vllm_a_command_starts_is_unknown():
     a = record("a1", gmu=0.9, kv=3.0, ceiling=4096)
-    assert rep.nothing_outdated([a], lambda r: None).startswith("which vLLM the recorded commands start now could "
+    assert rep.nothing_outdated(typed([a]), lambda r: None).startswith("which vLLM the recorded commands start now could "
                                                                 "not be found")
-    assert rep.nothing_outdated([a], lambda r: a["vllm_version"]) == ("1 verified configuration(s) were measured on "
+    assert rep.nothing_outdated(typed([a]), lambda r: a["vllm_version"]) == ("1 verified configuration(s) were measured on "
                                                                       "the vLLM their command starts now")
 
 

@@ -7,17 +7,18 @@ from autotune.run import sweep
 from autotune.store import sweeps
 from autotune.cli.main import cli
 from autotune.cli.resume import what_to_resume as _what_to_resume
+from autotune.store.record import RunRecord
 
 
 def run(runs_dir, run_id, state="interrupted", **fields):
     (runs_dir / run_id).mkdir(parents=True)
-    artifact.save_run(runs_dir / run_id, {"run_id": run_id, "state": state, "attempts": [], **fields})
+    artifact.save_run(runs_dir / run_id, RunRecord.from_dict({"run_id": run_id, "state": state, "attempts": [], **fields}))
     return runs_dir / run_id
 
 
 def a_sweep(runs_dir, state):
     sweep_dir, record = sweep.create(runs_dir, ["vllm", "serve", "m"], sweep.SweepOptions([0.5, 0.6], 1000))
-    record["state"] = state
+    record.state = state
     sweeps.save(sweep_dir, record)
     return sweep_dir
 

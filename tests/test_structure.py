@@ -176,6 +176,82 @@ def test_no_run_record_parameter_is_a_bare_dict():
     assert found - RECORD_DICT_PARAMS == set()
 
 
+# The run record is read typed (store/record/): `artifact.load` is its one loader, and commands and
+# analysis read attributes (record.result.ceiling), not JSON keys. What still reads a record field's
+# name as a dict key is counted, and the count may only fall. Measured at 33 when this was written:
+# 16 in cli/progress.py (the progress events carry an attempt's JSON form, as redact.scrubbing masks
+# it), 7 in cli/gpus.py (this machine's live facts, not a record), 6 + 1 on the reproduction's own
+# probe summary, 2 on boot_check's own result dict, and summary.py's record.get("warnings") (a key
+# RunRecord does not model: Part.get serves keys kept from other autotune versions).
+RECORD_NAMES = {"record", "run", "run_record", "old", "new", "attempt", "a", "last", "first", "final", "result",
+                "r", "reach", "step", "command", "facts", "probe", "verification", "recovery", "stop", "machine",
+                "options", "margin", "prediction", "kept"}
+READ_FOLDERS = ("cli", "analysis")
+MAX_RECORD_KEY_READS = 33
+MAX_GET_CALLS = 261  # every `.get(` in cli/ and analysis/ (423 `.get("` alone before the record was typed)
+
+
+def record_keys() -> set[str]:
+    from dataclasses import fields
+
+    from autotune.store.record import RECORD_CLASSES
+
+    return {f.name for cls in RECORD_CLASSES for f in fields(cls)} - {"other", "order", "present"}
+
+
+def record_key_reads(source: str, keys: set[str]) -> list[str]:
+    """`x.get("key")` and `x["key"]` where key is a record field and x is named like a record or its
+    part (RECORD_NAMES, or an attribute of that name: run.result.get("ceiling"))."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                and node.args and isinstance(node.args[0], ast.Constant):
+            receiver, key = node.func.value, node.args[0].value
+        elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+                and isinstance(node.ctx, ast.Load):
+            receiver, key = node.value, node.slice.value
+        else:
+            continue
+        name = receiver.id if isinstance(receiver, ast.Name) else receiver.attr \
+            if isinstance(receiver, ast.Attribute) else None
+        if key in keys and name in RECORD_NAMES:
+            found.append(f"{ast.unparse(node)} (line {node.lineno})")
+    return found
+
+
+def read_modules():
+    return [p for folder in READ_FOLDERS for p in sorted((PACKAGE / folder).rglob("*.py"))]
+
+
+def test_the_record_has_one_loader_and_no_untyped_record_parameter():
+    untyped = set()
+    for path in modules().values():
+        source = path.read_text()
+        assert "load_run" not in source and "as_run_record" not in source, rel(path)
+        for f in functions(ast.parse(source)):
+            for arg in [*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs]:
+                shown = ast.unparse(arg.annotation) if arg.annotation is not None else ""
+                if arg.arg in ("record", "run", "old", "new", "records") and ("Mapping" in shown or "dict" in shown):
+                    untyped.add(f"{rel(path)}:{f.name}({arg.arg}: {shown})")
+    assert untyped == set()
+
+
+def test_commands_and_analysis_read_records_typed():
+    keys = record_keys()
+    reads = [f"{rel(p)}: {r}" for p in read_modules() for r in record_key_reads(p.read_text(), keys)]
+    assert len(reads) <= MAX_RECORD_KEY_READS, "\n".join(reads)
+    gets = sum(p.read_text().count(".get(") for p in read_modules())
+    assert gets <= MAX_GET_CALLS  # every .get( in cli/ and analysis/, records or not: it may only fall
+
+
+def test_the_record_read_counter_finds_each_spelling():
+    keys = {"ceiling", "facts"}
+    source = ('record.get("ceiling"); run.result.get("ceiling"); a["facts"]; record.ceiling; '
+              'd.get("ceiling"); record.get("not_a_field"); result["ceiling"] = 1')
+    assert [r.split(" (")[0] for r in record_key_reads(source, keys)] == [
+        "record.get('ceiling')", "run.result.get('ceiling')", "a['facts']"]
+
+
 TESTS = PACKAGE.parent / "tests"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 from autotune.cli.tables import echo_table, table
+from tests.helpers.compare_records import typed
 
 HEADER = ["RUN", "CEILING"]
 ROWS = [["20261130T120000Z-tiny-llama", "16,384"], ["20261130T120500Z-tiny-llama", "-"]]
@@ -46,10 +47,10 @@ def test_the_card_is_plain_off_a_terminal_and_its_verdict_coloured_on_one(monkey
     fixture = Path(__file__).parent / "fixtures" / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
     record = json.loads(fixture.read_text())
     plain = io.StringIO()
-    echo_card(record, "runs/R", stream=plain)
-    assert plain.getvalue() == render_summary(record, run_dir="runs/R") + "\n"
+    echo_card(typed(record), "runs/R", stream=plain)
+    assert plain.getvalue() == render_summary(typed(record), run_dir="runs/R") + "\n"
     coloured = Terminal()
-    echo_card(record, "runs/R", stream=coloured)
+    echo_card(typed(record), "runs/R", stream=coloured)
     first, _, rest = coloured.getvalue().partition("\n")
     assert first.startswith("\x1b[1;32mVerified ceiling: --max-model-len 16,256")
     assert rest == plain.getvalue().partition("\n")[2]

@@ -98,7 +98,7 @@ def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
     assert record["result"]["verdict"] == "verified", record["result"]
     (attempt,) = record["attempts"]
     assert [r["try"] for r in attempt["http_retries"]] == [1, 2]
-    on_disk = artifact.load_run(tmp_path / record["run_id"])
+    on_disk = artifact.load(tmp_path / record["run_id"]).to_dict()
     assert on_disk["attempts"][0]["http_retries"] == attempt["http_retries"]
     warnings = [d["text"] for kind, d in events if kind == "warning"]
     assert any("asking again in 0.5 s (retry 1 of 4)" in w for w in warnings), warnings

@@ -11,6 +11,7 @@ from autotune.store import artifact
 from autotune.testing.selfsigned import make_self_signed
 from tests.helpers.cli import invoke_autotune
 from tests.helpers.front_door_server import FrontDoorServer
+from autotune.store.record import RunRecord
 
 V033 = "v1-0.33.0"
 SEED = "seed-3090-qwen3.6-27b"
@@ -29,7 +30,7 @@ def test_a_deployed_server_at_the_runs_ceiling_is_verified_and_shown_on_the_run(
     check = deployed.verifications_of(_runs_dir, tuned["run_id"])[0]
     assert (check.kind, check.link("verifies"), check.result.verdict, check.result.ceiling) == \
         ("verify", tuned["run_id"], "verified", 16384)
-    assert check.result.probe["max_model_len"] == 16384 and check.deployment["run_ceiling"] == 16384
+    assert check.result.probe.max_model_len == 16384 and check.deployment["run_ceiling"] == 16384
     shown = invoke_autotune("show", tuned["run_id"]).stdout
     assert f"  deployed at {url}, verified {check.ended_at[:10]}, vLLM 0.33.0 (run {check.run_id})" in shown
     listed = invoke_autotune("runs").stdout
@@ -125,8 +126,8 @@ def test_bad_input(args, code, says):
 
 def test_a_run_without_a_verified_ceiling_is_bad_input(_runs_dir):
     run_dir = artifact.create_run_dir(_runs_dir, "m")
-    artifact.save_run(run_dir, {"run_id": run_dir.name, "kind": "tune", "state": "finished",
-                                "result": {"verdict": "refused_no_ceiling", "ceiling": None, "verified": False}})
+    artifact.save_run(run_dir, RunRecord.from_dict({"run_id": run_dir.name, "kind": "tune", "state": "finished",
+                                "result": {"verdict": "refused_no_ceiling", "ceiling": None, "verified": False}}))
     result = invoke_autotune("verify", "http://127.0.0.1:9", "--run", run_dir.name)
     assert result.exit_code == 1
     assert f"run {run_dir.name} has no verified ceiling to compare with (verdict: refused_no_ceiling)" in result.output

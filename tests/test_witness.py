@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.cli.summary import render_summary
 from autotune.server import metrics, witness
+from tests.helpers.compare_records import typed
 
 FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 REAL_LOG_FACTS = {"kv_cache_tokens": 16384, "max_concurrency": 2.0}
@@ -78,7 +79,7 @@ def test_every_verified_boot_of_the_replaying_vllm_keeps_an_agreeing_witness():
     assert seen["read"] is True and seen["disagreements"] == []
     assert seen["cache_config"]["kv_cache_size_tokens"] == record["attempts"][-1]["facts"]["kv_cache_tokens"]
     assert seen["cache_config"]["kv_cache_memory_bytes"] == 2 << 30
-    assert "/metrics" not in render_summary(record)
+    assert "/metrics" not in render_summary(typed(record))
 
 
 def test_a_wrapper_that_changes_gmu_is_caught_by_the_witness(tmp_path):
@@ -93,6 +94,6 @@ def test_a_wrapper_that_changes_gmu_is_caught_by_the_witness(tmp_path):
     record = json.loads(result.output[result.output.index("{"):])
     (found,) = record["attempts"][-1]["metrics"]["disagreements"]
     assert (found["figure"], found["asked"], found["metrics"]) == ("gpu_memory_utilization", 0.9, 0.8)
-    card = render_summary(record)
+    card = render_summary(typed(record))
     assert "vLLM's /metrics disagrees with --gpu-memory-utilization: 0.9 in the command, 0.8 in /metrics" in card
     assert "attempt-1.log" in card

@@ -16,15 +16,16 @@ import math
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
+from autotune.store.record import BootFacts
 from autotune.vllm import versions
 
 GIB = 2**30
 
 
-def check(argv: list[str], facts: dict, local_dir=None) -> dict | None:
+def check(argv: list[str], facts: BootFacts, local_dir=None) -> dict | None:
     """The check for one boot (None when the boot printed no KV figures, or the model's files are
     not on this machine). `local_dir`: the model folder, if the caller resolved it already."""
-    tokens, length = facts.get("kv_cache_tokens"), facts.get("max_concurrency_tokens")
+    tokens, length = facts.kv_cache_tokens, facts.max_concurrency_tokens
     if not tokens or not length:
         return None
     try:
@@ -34,7 +35,7 @@ def check(argv: list[str], facts: dict, local_dir=None) -> dict | None:
     folder = local_dir or _local(serve.model)
     if folder is None:
         return None
-    device = "cpu" if str(facts.get("kv_cache_device") or "").upper() == "CPU" else "gpu"
+    device = "cpu" if str(facts.kv_cache_device or "").upper() == "CPU" else "gpu"
     try:
         ssm = kv_pool.CPU_SSM_CACHE_DTYPE if device == "cpu" else None
         shape = mf.kv_shape(mf.read_config(folder), serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
@@ -44,12 +45,12 @@ def check(argv: list[str], facts: dict, local_dir=None) -> dict | None:
         serve.block_size or kv_pool.block_size_for(shape, device), int(length),
         serve.max_num_batched_tokens or kv_pool.DEFAULT_MAX_NUM_BATCHED_TOKENS,
         2 if serve.prefix_caching and not (device == "cpu" and "mla" in shape.attention_kinds) else 1,
-        versions.check_holds_back_null_block(facts.get("vllm_version")))
+        versions.check_holds_back_null_block(facts.vllm_version))
     if serve.kv_cache_memory_bytes is not None:
         low = high = serve.kv_cache_memory_bytes
         available_source = "--kv-cache-memory-bytes"
-    elif facts.get("available_kv_gib") is not None:
-        gib = facts["available_kv_gib"]
+    elif facts.available_kv_gib is not None:
+        gib = facts.available_kv_gib
         low, high = (gib - estimate.PRINTED_GIB_ROUNDING) * GIB, (gib + estimate.PRINTED_GIB_ROUNDING) * GIB
         available_source = f"vLLM's {gib} GiB (two decimals)"
     else:
@@ -106,7 +107,7 @@ def attach(attempt, argv: list[str], emit) -> dict | None:
     """Check one finished boot (a store.record.Attempt) and keep the result as its `prediction`;
     a mismatch is emitted as a warning. Never raises: a check must not stop a tune."""
     try:
-        facts = attempt.facts if isinstance(attempt.facts, dict) else {}
+        facts = attempt.facts if attempt.facts is not None else BootFacts()
         result = check(argv, facts)
     except Exception as exc:  # noqa: BLE001 - the tune goes on; the record says why
         result = {"checked": False, "why": f"the check failed: {exc.__class__.__name__}: {exc}"}

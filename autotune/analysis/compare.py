@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 
 from autotune.analysis.run_groups import Group, VersionChange, differing_keys, group_rows, version_changes
 from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row, run_row
-from autotune.store.record import RunRecord, as_run_record
+from autotune.store.record import RunRecord
 
 
 @dataclass
@@ -42,10 +42,10 @@ class Report:
         return asdict(self)
 
 
-def compare(records: list[RunRecord | dict], device_memory_gib: float | None = None) -> Report:
-    """The whole comparison of some run records (typed, or their JSON form). device_memory_gib:
+def compare(records: list[RunRecord], device_memory_gib: float | None = None) -> Report:
+    """The whole comparison of some run records. device_memory_gib:
     what vLLM multiplied gmu by, for the runs whose records cannot say (`compare --device-memory`)."""
-    rows = sorted((with_device_memory(run_row(as_run_record(r)), device_memory_gib) for r in records),
+    rows = sorted((with_device_memory(run_row(r), device_memory_gib) for r in records),
                   key=lambda r: (r.started_at or "", r.run_id))
     seen, unique = set(), []
     for row in rows:  # the same run named twice (by id and by folder) counts once

@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
+from autotune.store.record import BootFacts, RunRecord
+from autotune.store.outcomes import Verdict
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).
@@ -323,31 +325,30 @@ def serve_settings(argv: list[str]) -> ServeSettings:
         prefix_caching=not servecmd.has_flag(argv, "--no-enable-prefix-caching"))
 
 
-def calibration_runs(records: list[dict], model: str, device: Device, vllm_version: str | None,
+def calibration_runs(records: list, model: str, device: Device, vllm_version: str | None,
                      settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The verified runs that measure this configuration's overhead, as calibrate() reads them, and
     why the others were left out (one line each)."""
     from autotune.analysis.run_row import run_row
-    from autotune.store.record import as_run_record
 
     chosen, skipped = [], []
     for record in records:
-        row = run_row(as_run_record(record))
+        row = run_row(record)
         why = _mismatch(row, model, device, vllm_version, settings)
         if why:
             skipped.append(f"{row.run_id}: {why}")
             continue
-        attempts = record.get("attempts") or []
-        facts = (attempts[-1].get("facts") or {}) if attempts else {}
+        attempts = record.attempts or []
+        facts = (attempts[-1].facts if attempts else None) or BootFacts()
         memory = row.device_memory_gib
         chosen.append(CalibrationRun(
             row.run_id, row.gmu, memory * GIB if memory else None, row.available_kv_gib, row.kv_cache_tokens,
-            facts.get("max_concurrency_tokens"), row.ceiling, row.vllm_version,
-            facts.get("cpu_worker_requested_gib"), row.compile_cache))
+            facts.max_concurrency_tokens, row.ceiling, row.vllm_version,
+            facts.cpu_worker_requested_gib, row.compile_cache))
     return chosen, skipped
 
 
-def calibration_set(records: list[dict], model: str, device: Device,
+def calibration_set(records: list[RunRecord], model: str, device: Device,
                     settings: dict[str, str]) -> tuple[list[CalibrationRun], list[str]]:
     """The runs a prediction calibrates on: this configuration's verified runs (calibration_runs),
     of the newest vLLM among them, of one compile cache state; and a line for each run left out."""
@@ -379,7 +380,7 @@ def like_with_like(chosen: list[CalibrationRun], skipped: list[str]) -> tuple[li
 
 
 def _mismatch(row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:
-    if row.verdict != "verified" or row.available_kv_gib is None:
+    if row.verdict != Verdict.VERIFIED or row.available_kv_gib is None:
         return "not a verified run with a KV figure"
     if not row.gmu_sets_kv:
         return f"gmu did not size its KV cache ({row.gmu_note})"

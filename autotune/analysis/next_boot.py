@@ -18,7 +18,7 @@ from autotune.analysis.estimate import CACHE_PREFERENCE
 from autotune.analysis.gmu_predict import Prediction, predict
 from autotune.analysis.run_groups import Group
 from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row
-from autotune.store.record import RunRecord
+from autotune.store.record import Result, RunRecord
 
 
 def _family(key: dict) -> dict:
@@ -47,13 +47,13 @@ def like_group(groups: list[Group], key: dict | None) -> Group | None:
     return min(groups, key=lambda g: (CACHE_PREFERENCE.index(g.key.get(COMPILE_CACHE_KEY)), -len(g.run_ids)))
 
 
-def predict_next(records: list[RunRecord | dict], key: dict | None, gmu: float,
+def predict_next(records: list[RunRecord], key: dict | None, gmu: float,
                  cpu_node_gib: float | None = None, model_maximum: int | None = None
                  ) -> tuple[Prediction | None, list[str]]:
     """The prediction at `gmu` from the verified runs among `records` of the group `key` names
     (see like_group), and those runs' ids. cpu_node_gib: the CPU node's memory now, which vLLM's
     CPU backend multiplies gmu by (a VM's node can change between runs); GPU runs keep the GPU's."""
-    verified = [r for r in records if (r.get("result") or {}).get("verified")]
+    verified = [r for r in records if isinstance(r.result, Result) and r.result.verified]
     if not verified:
         return None, []
     report = compare(verified)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from autotune.analysis import run_groups
 from autotune.analysis.run_row import Row, run_row
-from autotune.store.record import as_run_record
+from autotune.store.record import RunRecord
 
 
 @dataclass
@@ -56,12 +56,11 @@ def node_name(fleet: dict) -> str | None:
     return host
 
 
-def check(records: list) -> list[NodeCheck]:
+def check(records: list[RunRecord]) -> list[NodeCheck]:
     """One check per (GPU model, model, vLLM, settings, gmu) that fleet runs measured on 2+ nodes."""
     groups: dict[tuple, list[tuple[str, Row]]] = {}
-    for data in records:
-        record = as_run_record(data)
-        fleet = record.get("fleet") or {}
+    for record in records:
+        fleet = record.fleet or {}
         node = node_name(fleet)
         row = run_row(record)
         if node is None or row.available_kv_gib is None:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from autotune.store.record import BootFacts
 from autotune.vllm import servecmd
 
 
-def parallel_sizes(argv: Sequence[str], facts: dict | None = None) -> tuple[int, int]:
+def parallel_sizes(argv: Sequence[str], non_default_args: dict | None = None) -> tuple[int, int]:
     """(tensor, pipeline) parallel sizes: the serve command's flags, else vLLM's non-default args."""
-    args = (facts or {}).get("non_default_args") or {}
+    args = non_default_args or {}
     options = servecmd.long_options(argv)  # reads -tp / -pp too
 
     def size(flag: str, arg: str) -> int:
@@ -34,17 +35,17 @@ def parallel_sizes(argv: Sequence[str], facts: dict | None = None) -> tuple[int,
                                                                           "pipeline_parallel_size")
 
 
-def kv_by_rank(argv: Sequence[str], facts: dict) -> dict | None:
+def kv_by_rank(argv: Sequence[str], facts: BootFacts) -> dict | None:
     """The KV figures per rank and in total, and which is which; None for a single rank."""
-    tp, pp = parallel_sizes(argv, facts)
+    tp, pp = parallel_sizes(argv, facts.non_default_args)
     ranks = tp * pp
     if ranks == 1:
         return None
-    per_rank = facts.get("available_kv_gib")
+    per_rank = facts.available_kv_gib
     total = round(per_rank * ranks, 2) if isinstance(per_rank, (int, float)) else None
     return {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "ranks": ranks,
             "available_kv_gib_per_rank": per_rank, "available_kv_gib_total": total,
-            "kv_cache_tokens": facts.get("kv_cache_tokens"),
+            "kv_cache_tokens": facts.kv_cache_tokens,
             "note": (f"available KV is per rank as vLLM prints it; the total is {ranks} ranks x that. KV tokens "
                      f"are the model's: each rank holds its share of every token, so they are not multiplied")}
 

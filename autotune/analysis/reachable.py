@@ -15,6 +15,7 @@ import os
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
+from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
 GIB = 2**30
@@ -22,7 +23,7 @@ HIGHEST_GMU = 0.99  # the highest gmu tune allows without --allow-risky-gmu (pre
 HIGHEST_GMU_RISKY = 1.0
 
 
-def problem(argv: list[str], env: dict[str, str], target: int, records: list[dict], device: estimate.Device,
+def problem(argv: list[str], env: dict[str, str], target: int, records: list[RunRecord], device: estimate.Device,
             allow_risky_gmu: bool = False) -> dict | None:
     """{kind, saw, why, fix} when a calibrated prediction says `target` cannot fit at the highest gmu."""
     from autotune.analysis import run_row
@@ -78,7 +79,7 @@ def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> d
     }
 
 
-def load_records(runs_dir) -> list[dict]:
+def load_records(runs_dir) -> list[RunRecord]:
     """Every run record under runs_dir (none when it does not exist)."""
     from autotune.store import artifact
 
@@ -87,7 +88,7 @@ def load_records(runs_dir) -> list[dict]:
     out = []
     for folder in artifact.list_runs(runs_dir):
         try:
-            record = artifact.load_run(folder)
+            record = artifact.load(folder)
         except artifact.ArtifactError:
             continue
         if artifact.booted(record):

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED
 from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
 from autotune.analysis.run_row import run_row
-from autotune.store.record import RunRecord, as_run_record
+from autotune.store.record import BootFacts, Command, ProbeResult, Result, RunRecord
 from autotune.vllm import servecmd
 
 TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slower or faster
@@ -68,22 +68,22 @@ class Reproduction:
     new_files: dict = field(default_factory=dict)  # the new run's paste-ready files: name -> path (runs dir/run/name)
 
 
-def reproduce_verdict(old: dict, new: dict) -> Reproduction:
+def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
     """Old run vs its re-tune: what changed beyond what the machine explains, and the exit code.
 
     The command and gmu are the same, but the memory vLLM budgets from may not be (a CPU
     node's memory in a VM with hot-plugged memory): that change of budget is expected, and
     only the rest counts for the verdict. The figures themselves are reported as measured.
     """
-    old_run, new_run = as_run_record(old), as_run_record(new)
+    old_run, new_run = old, new
     o, n = run_row(old_run), run_row(new_run)
     o_facts, n_facts = _final_facts(old_run), _final_facts(new_run)
-    o_args = o_facts.get("non_default_args") or {}
-    n_args = n_facts.get("non_default_args") or {}
+    o_args = o_facts.non_default_args or {}
+    n_args = n_facts.non_default_args or {}
     gone = sorted(k for k in o_args if k not in n_args) if n_args else []
     budget_moved = (n.budget_gib - o.budget_gib) if o.budget_gib is not None and n.budget_gib is not None else 0.0
     tpg = o.tokens_per_gib or n.tokens_per_gib
-    target = old.get("target")
+    target = old.target
     changes = []
     if o.available_kv_gib is not None and n.available_kv_gib is not None:
         tol = tolerance_for(o.available_kv_gib, n.available_kv_gib, None)
@@ -111,19 +111,19 @@ def reproduce_verdict(old: dict, new: dict) -> Reproduction:
         device_memory_gib=[o.device_memory_gib, n.device_memory_gib],
         available_kv_gib=[o.available_kv_gib, n.available_kv_gib],
         kv_cache_tokens=[o.kv_cache_tokens, n.kv_cache_tokens], ceiling=[o.ceiling, n.ceiling],
-        attention_backend=[o_facts.get("attention_backend"), n_facts.get("attention_backend")],
+        attention_backend=[o_facts.attention_backend, n_facts.attention_backend],
         flags_no_longer_shown=gone, changes=changes, verdict=verdict, reason=reason, exit_code=code,
         target=target, probe=probe,
-        new_files={name: f"{n.run_id}/{name}" for name in (new.get("result") or {}).get("files") or []})
+        new_files={name: f"{n.run_id}/{name}" for name in (new.result or Result()).files or []})
 
 
-def _verdict(new: dict, changes: list[dict], probe: dict) -> tuple[str, str]:
-    new_result = new.get("result") or {}
-    if new_result.get("verdict") == "probe_failed" or probe.get("ok", [None, None])[1] is False:
+def _verdict(new: RunRecord, changes: list[dict], probe: dict) -> tuple[str, str]:
+    new_result = new.result or Result()
+    if new_result.verdict == "probe_failed" or probe.get("ok", [None, None])[1] is False:
         return "regression", f"the probe failed on the new vLLM: {probe.get('reason_new') or 'see the new run'}"
-    if not new_result.get("verified"):
-        return "error", (f"the re-tune did not verify ({new_result.get('verdict')}"
-                         + (f", {new_result['error_kind']}" if new_result.get("error_kind") else "") + ")")
+    if not new_result.verified:
+        return "error", (f"the re-tune did not verify ({new_result.verdict}"
+                         + (f", {new_result.error_kind}" if new_result.error_kind else "") + ")")
     worse = [c for c in changes if c["status"] == "worse"]
     if worse:
         return "regression", "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])} "
@@ -134,13 +134,13 @@ def _verdict(new: dict, changes: list[dict], probe: dict) -> tuple[str, str]:
     return "same", "no change beyond tolerance"
 
 
-def probe_of(record: RunRecord) -> dict | None:
+def probe_of(record: RunRecord) -> ProbeResult | None:
     """The probe of a run's final boot (None: it ran none)."""
-    result = record.get("result") or {}
-    if result.get("probe"):
-        return result.get("probe")
-    attempts = record.get("attempts") or []
-    return attempts[-1].get("probe") if attempts else None
+    result = record.result or Result()
+    if result.probe:
+        return result.probe
+    attempts = record.attempts or []
+    return attempts[-1].probe if attempts else None
 
 
 def probe_changes(old: RunRecord, new: RunRecord) -> tuple[dict, list[dict]]:
@@ -150,35 +150,35 @@ def probe_changes(old: RunRecord, new: RunRecord) -> tuple[dict, list[dict]]:
     two prompts are within SAME_LENGTH of each other (a longer prompt takes longer by itself).
     """
     po, pn = probe_of(old), probe_of(new)
-    summary = {"mode": (pn or po or {}).get("mode"), "ok": [_ok(po), _ok(pn)],
-               "prompt_tokens": [(po or {}).get("prompt_tokens"), (pn or {}).get("prompt_tokens")],
-               "reason_new": (pn or {}).get("reason") if pn and not pn.get("ok") else None}
-    if not po or not pn or not po.get("ok") or not pn.get("ok"):
+    summary = {"mode": (pn or po or ProbeResult()).mode, "ok": [_ok(po), _ok(pn)],
+               "prompt_tokens": [(po or ProbeResult()).prompt_tokens, (pn or ProbeResult()).prompt_tokens],
+               "reason_new": pn.reason if pn and not pn.ok else None}
+    if not po or not pn or not po.ok or not pn.ok:
         summary["note"] = ("no probe on either run" if not po and not pn else
                            "the old run ran no probe: nothing to time against" if not po else
                            "the new run ran no probe" if not pn else "a probe failed: no timings compared")
         return summary, []
-    a, b = po.get("prompt_tokens"), pn.get("prompt_tokens")
+    a, b = po.prompt_tokens, pn.prompt_tokens
     if not a or not b or abs(a - b) > SAME_LENGTH * max(a, b):
         summary["note"] = f"the probes' prompts differ in length ({_num(a)} vs {_num(b)} tokens): timings not compared"
         return summary, []
     out = []
-    if po.get("ttft_s") and pn.get("ttft_s"):
-        out.append(_timing_change("TTFT s", po["ttft_s"], pn["ttft_s"], lower_is_better=True))
-    if po.get("prefill_tokens_per_s") and pn.get("prefill_tokens_per_s"):
-        out.append(_timing_change("prefill tokens/s", po["prefill_tokens_per_s"], pn["prefill_tokens_per_s"]))
+    if po.ttft_s and pn.ttft_s:
+        out.append(_timing_change("TTFT s", po.ttft_s, pn.ttft_s, lower_is_better=True))
+    if po.prefill_tokens_per_s and pn.prefill_tokens_per_s:
+        out.append(_timing_change("prefill tokens/s", po.prefill_tokens_per_s, pn.prefill_tokens_per_s))
     summary["note"] = (f"both probed {_num(a)} vs {_num(b)} prompt tokens; timings within a factor of "
                        f"{TIMING_FACTOR:g} count as same")
     return summary, out
 
 
-def _ok(probe: dict | None) -> bool | None:
-    return None if not probe else bool(probe.get("ok"))
+def _ok(probe: ProbeResult | None) -> bool | None:
+    return None if not probe else bool(probe.ok)
 
 
-def _final_facts(record: RunRecord) -> dict:
-    attempts = record.get("attempts") or []
-    return dict(attempts[-1].get("facts") or {}) if attempts else {}
+def _final_facts(record: RunRecord) -> BootFacts:
+    attempts = record.attempts or []
+    return (attempts[-1].facts if attempts else None) or BootFacts()
 
 
 def _change(what: str, before, after, expected: float, tolerance: float) -> dict:
@@ -213,32 +213,32 @@ def _num(value) -> str:
 def configuration_key(record: RunRecord) -> tuple:
     """What makes two runs the same configuration to re-measure: the command (without the
     lengths and ports autotune sets) and the environment that changes vLLM."""
-    argv = list((record.get("command") or {}).get("argv") or [])
+    argv = list((record.command or Command()).argv or [])
     for flag in ("--max-model-len", "--port"):
         argv = servecmd.without_flag(argv, flag)
-    env = record.get("environment") or {}
-    return tuple(argv), tuple(sorted(env.items())), record.get("target")
+    env = record.environment or {}
+    return tuple(argv), tuple(sorted(env.items())), record.target
 
 
-def outdated(records: list[dict], installed_version) -> list[tuple[dict, str]]:
+def outdated(records: list[RunRecord], installed_version) -> list[tuple[RunRecord, str]]:
     """The newest verified run of each configuration whose vLLM is not the installed one, with
     that version. `installed_version(run_record)` says which vLLM the run's command would start now
     (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
     out = []
-    for record, typed in configurations(records):
-        now = installed_version(typed)
-        if now is not None and record.get("vllm_version") != now:
+    for record in configurations(records):
+        now = installed_version(record)
+        if now is not None and record.vllm_version != now:
             out.append((record, now))
     return out
 
 
-def nothing_outdated(records: list[dict], installed_version) -> str:
+def nothing_outdated(records: list[RunRecord], installed_version) -> str:
     """Why `reproduce --outdated` finds nothing to do, truthfully (the runs, or the versions, may be
     what is missing)."""
     found = configurations(records)
     if not found:
         return "no verified configuration is recorded (sweep points are reproduced as their sweep)"
-    unknown = [record.get("run_id") for record, typed in found if installed_version(typed) is None]
+    unknown = [record.run_id for record in found if installed_version(record) is None]
     if len(unknown) == len(found):
         return ("which vLLM the recorded commands start now could not be found (their Python or `vllm` is not "
                 "here), so none is known to be outdated")
@@ -246,21 +246,20 @@ def nothing_outdated(records: list[dict], installed_version) -> str:
     return text + (f"; for {', '.join(unknown)} the vLLM it starts now is unknown" if unknown else "")
 
 
-def configurations(records: list[dict]) -> list[tuple[dict, RunRecord]]:
-    """The newest verified run of each configuration (sweep points left out), as JSON and typed."""
-    newest: dict[tuple, tuple[dict, RunRecord]] = {}
-    for record in sorted(records, key=lambda r: (r.get("started_at") or "", r.get("run_id") or "")):
-        if record.get("kind") == "sweep-point" or not (record.get("result") or {}).get("verified"):
+def configurations(records: list[RunRecord]) -> list[RunRecord]:
+    """The newest verified run of each configuration (sweep points left out)."""
+    newest: dict[tuple, RunRecord] = {}
+    for record in sorted(records, key=lambda r: (r.started_at or "", r.run_id or "")):
+        if record.kind == "sweep-point" or not (isinstance(record.result, Result) and record.result.verified):
             continue
-        typed = as_run_record(record)
-        newest[configuration_key(typed)] = (record, typed)
+        newest[configuration_key(record)] = record
     return list(newest.values())
 
 
-def undetermined(records: list[dict], installed_version) -> list[str]:
+def undetermined(records: list[RunRecord], installed_version) -> list[str]:
     """The run ids of the verified configurations whose command's vLLM now cannot be told (a wrapper
     script, a container, a Python that is not here): `--outdated` checked nothing for them."""
-    return [record.get("run_id") for record, typed in configurations(records) if installed_version(typed) is None]
+    return [record.run_id for record in configurations(records) if installed_version(record) is None]
 
 
 def worst_exit(codes: list[int]) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from autotune.host import gpus as gpus_mod
 from autotune.store import outcomes
-from autotune.store.record import RunRecord
+from autotune.store.record import BootFacts, Command, GpuPlan, Machine, Result, RunRecord
 from autotune.vllm import servecmd, versions
 
 GMU_FLAG = "--gpu-memory-utilization"
@@ -156,23 +156,23 @@ def default_gmu(vllm_version: str | None) -> tuple[float | None, str]:
 def used_gpus(record: RunRecord) -> list[dict]:
     """The GPUs the run's vLLM saw: the NVML indices tune recorded, else what the recorded
     environment's CUDA_VISIBLE_DEVICES names (gpus.visible_gpus), else all of them."""
-    machine = record.get("machine") or {}
-    inventory = list(machine.get("gpus") or [])
+    machine = record.machine or Machine()
+    inventory = list(machine.gpus or [])
     if not inventory:
         return []
-    indices = (record.get("gpus") or {}).get("indices")
+    indices = (record.gpus or GpuPlan()).indices
     if indices:
         chosen = [g for i in indices for g in inventory if g.get("index") == i]
         if chosen:
             return chosen
-    env = dict(record.get("environment") or {})
-    if "CUDA_VISIBLE_DEVICES" not in env and machine.get("cuda_visible_devices") is not None:
-        env["CUDA_VISIBLE_DEVICES"] = machine["cuda_visible_devices"]
+    env = dict(record.environment or {})
+    if "CUDA_VISIBLE_DEVICES" not in env and machine.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = machine.cuda_visible_devices
     seen = gpus_mod.visible_gpus(env, inventory)
     return list(seen.gpus) if seen is not None and seen.gpus else inventory
 
 
-def device_of(machine: dict, gpus: list[dict], facts: dict) -> tuple[str, float | None, str]:
+def device_of(machine: Machine, gpus: list[dict], facts: BootFacts) -> tuple[str, float | None, str]:
     """(device label, the memory vLLM multiplies gmu by, where that figure came from)."""
     if gpus:
         names = sorted({(g.get("name") or "GPU", g.get("memory_total_gib")) for g in gpus},
@@ -184,9 +184,9 @@ def device_of(machine: dict, gpus: list[dict], facts: dict) -> tuple[str, float 
         if len(mems) == 1 and None not in mems:
             return label, float(mems.pop()), "the GPU's total memory (NVML)"
         return label, None, "GPUs of different sizes"
-    ram = ((machine or {}).get("host") or {}).get("ram_total_gib")
+    ram = ((machine or Machine()).host or {}).get("ram_total_gib")
     label = f"cpu {ram} GiB RAM" if ram is not None else "cpu"
-    node = facts.get("cpu_node_total_gib")
+    node = facts.cpu_node_total_gib
     if node is not None:
         return label, float(node), "the NUMA node's memory as vLLM printed it"
     return label, None, "not in the log (the CPU backend prints it from vLLM 0.20)"
@@ -212,7 +212,7 @@ def _float(text: str | None) -> float | None:
         return None
 
 
-def tokens_per_gib_of(record: RunRecord, facts: dict) -> tuple[float | None, str | None]:
+def tokens_per_gib_of(record: RunRecord, facts: BootFacts) -> tuple[float | None, str | None]:
     """KV tokens per GiB for this model and settings, as precisely as the run shows it.
 
     A refusal prints the GiB needed for the requested length (8.0 GiB for 1,048,576 tokens):
@@ -220,14 +220,14 @@ def tokens_per_gib_of(record: RunRecord, facts: dict) -> tuple[float | None, str
     token count over its GiB figure (a small GiB number: rounding can cost a few percent).
     """
     best = None
-    for attempt in record.get("attempts") or []:
-        f = attempt.get("facts") or {}
-        need, length = f.get("kv_needed_gib"), f.get("max_model_len_requested")
+    for attempt in record.attempts or []:
+        f = attempt.facts or BootFacts()
+        need, length = f.kv_needed_gib, f.max_model_len_requested
         if need and length and (best is None or need > best[0]):
             best = (need, length)
     if best is not None:
         return best[1] / best[0], f"a refusal: {best[1]:,} tokens need {best[0]} GiB"
-    tokens, gib = facts.get("kv_cache_tokens"), facts.get("available_kv_gib")
+    tokens, gib = facts.kv_cache_tokens, facts.available_kv_gib
     if tokens and gib:
         return tokens / gib, f"{tokens:,} KV tokens in {gib} GiB"
     return None, None
@@ -235,23 +235,23 @@ def tokens_per_gib_of(record: RunRecord, facts: dict) -> tuple[float | None, str
 
 def run_row(record: RunRecord) -> Row:
     """One run record (as artifact.load returns it) as a comparison row."""
-    command = record.get("command") or {}
-    result = record.get("result") or {}
+    command = record.command or Command()
+    result = record.result or Result()
     # The settings of the command that was verified: a recovery (Mamba blocks lowering --max-num-seqs,
     # --margin's gmu) changed the user's, and the figures are that command's.
-    verified_argv = result.get("final_argv") if result.get("verified") else None
-    argv = servecmd.with_config(list(verified_argv or command.get("argv") or []), command.get("cwd"))
-    kept_free = record.get("margin") or {}
-    if not verified_argv and kept_free.get("gmu") is not None:  # command.argv is the user's; --margin's gmu booted
-        argv = servecmd.with_flag(argv, GMU_FLAG, f"{kept_free['gmu']:g}")
-    attempts = record.get("attempts") or []
-    facts = dict((attempts[-1].get("facts") or {}) if attempts else {})
-    for key in ("available_kv_gib", "kv_cache_tokens", "weights_gib"):
-        if facts.get(key) is None and result.get(key) is not None:
-            facts[key] = result[key]
-    version = record.get("vllm_version") or facts.get("vllm_version")
-    environment = record.get("environment") or {}
-    device, memory, memory_source = device_of(record.get("machine") or {}, used_gpus(record), facts)
+    verified_argv = result.final_argv if result.verified else None
+    argv = servecmd.with_config(list(verified_argv or command.argv or []), command.cwd)
+    kept_free = record.margin
+    if not verified_argv and kept_free is not None and kept_free.gmu is not None:
+        argv = servecmd.with_flag(argv, GMU_FLAG, f"{kept_free.gmu:g}")  # command.argv is the user's; --margin's gmu booted
+    attempts = record.attempts or []
+    facts = BootFacts.from_dict(attempts[-1].facts.to_dict() if attempts and attempts[-1].facts else {})  # a copy
+    for key in ("available_kv_gib", "kv_cache_tokens", "weights_gib"):  # the result's figures fill what it lacks
+        if getattr(facts, key) is None and getattr(result, key) is not None:
+            setattr(facts, key, getattr(result, key))
+    version = record.vllm_version or facts.vllm_version
+    environment = record.environment or {}
+    device, memory, memory_source = device_of(record.machine or Machine(), used_gpus(record), facts)
 
     flag = servecmd.flag_value(argv, GMU_FLAG)
     if flag is not None:
@@ -270,17 +270,17 @@ def run_row(record: RunRecord) -> Row:
         gmu_sets_kv, gmu_note = False, "before vLLM 0.20 the CPU backend ignores gmu (VLLM_CPU_KVCACHE_SPACE sizes KV)"
 
     tpg, tpg_source = tokens_per_gib_of(record, facts)
-    verified = bool(result.get("verified"))
-    final_basis = attempts[-1].get("basis") if attempts else None
+    verified = bool(result.verified)
+    final_basis = attempts[-1].basis if attempts else None
     return Row(
-        run_id=record.get("run_id") or "?",
-        started_at=record.get("started_at"),
-        kind=record.get("kind") or "tune",
+        run_id=record.run_id or "?",
+        started_at=record.started_at,
+        kind=record.kind or "tune",
         vllm_version=version,
         device=device,
         device_memory_gib=memory,
         device_memory_source=memory_source,
-        model=record.get("model"),
+        model=record.model,
         gmu=gmu,
         gmu_source=gmu_source,
         gmu_sets_kv=gmu_sets_kv,
@@ -289,21 +289,21 @@ def run_row(record: RunRecord) -> Row:
         max_num_batched_tokens=servecmd.flag_value(argv, "--max-num-batched-tokens"),
         kv_cache_dtype=servecmd.flag_value(argv, "--kv-cache-dtype"),
         settings=settings_of(argv, environment),
-        weights_gib=facts.get("weights_gib"),
-        available_kv_gib=facts.get("available_kv_gib"),
-        kv_cache_tokens=facts.get("kv_cache_tokens"),
-        ceiling=result.get("ceiling") if verified else None,
-        target=record.get("target"),
-        verdict=result.get("verdict"),
+        weights_gib=facts.weights_gib,
+        available_kv_gib=facts.available_kv_gib,
+        kv_cache_tokens=facts.kv_cache_tokens,
+        ceiling=result.ceiling if verified else None,
+        target=record.target,
+        verdict=result.verdict,
         tokens_per_gib=tpg,
         tokens_per_gib_source=tpg_source,
         ceiling_from_vllm=final_basis not in outcomes.PREDICTED,
         one_memory=_one_memory(attempts),
-        links=dict(record.get("links") or {}),
-        compile_cache=facts.get("compile_cache"),
+        links=dict(record.links or {}),
+        compile_cache=facts.compile_cache,
         block_size=_block_size(attempts, argv),
-        limit=result.get("limit") if verified else None,
-        model_maximum=_model_maximum(attempts, result if verified else {}) or (record.get("preflight") or {}).get(
+        limit=result.limit if verified else None,
+        model_maximum=_model_maximum(attempts, result if verified else Result()) or (record.preflight or {}).get(
             "model_maximum"),
         batch_defaults=batch_defaults_of(argv, version, used_gpus(record), on_cpu),
     )
@@ -314,23 +314,23 @@ GIB_PRINTED = 0.02  # two-decimal GiB figures, and the few MiB re-profiling move
 
 def _one_memory(attempts: list) -> bool:
     """Do the verified boot's pool and the ceiling it booted come from the same available memory?"""
-    if not attempts or attempts[-1].get("basis") != "ceiling" or len(attempts) < 2:
+    if not attempts or attempts[-1].basis != "ceiling" or len(attempts) < 2:
         return True  # auto-fit, the target itself, a prediction: one boot
-    before, last = (a.get("facts") or {} for a in attempts[-2:])
-    seen = before.get("refusal_available_kv_gib") or before.get("available_kv_gib")
-    now = last.get("available_kv_gib")
+    before, last = (a.facts or BootFacts() for a in attempts[-2:])
+    seen = before.refusal_available_kv_gib or before.available_kv_gib
+    now = last.available_kv_gib
     return seen is None or now is None or abs(seen - now) <= GIB_PRINTED
 
 
-def _model_maximum(attempts: list, result: dict) -> int | None:
+def _model_maximum(attempts: list, result: Result) -> int | None:
     """The model's own maximum as vLLM named it (a refusal above it, auto-fit's 'reduced from'), or
     the verified ceiling it set."""
     for attempt in attempts:
-        facts = attempt.get("facts") or {}
-        for key in ("derived_max_model_len", "autofit_from"):  # auto-fit starts from the model's maximum
-            if isinstance(facts.get(key), int) and facts[key] > 0:
-                return facts[key]
-    return result.get("ceiling") if result.get("limit") == "model_maximum" else None
+        facts = attempt.facts or BootFacts()
+        for length in (facts.derived_max_model_len, facts.autofit_from):  # auto-fit starts from the model's maximum
+            if isinstance(length, int) and length > 0:
+                return length
+    return result.ceiling if result.limit == "model_maximum" else None
 
 
 def _block_size(attempts: list, argv: list[str]) -> int | None:

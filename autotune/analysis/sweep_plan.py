@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.analysis.gmu_predict import Prediction
-from autotune.store.record import RunRecord
+from autotune.store.record import Result, RunRecord
+from autotune.store.outcomes import Outcome
 
 # How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
 # keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its
@@ -63,37 +64,37 @@ def sweep_start_at(prediction: Prediction | None, target: int) -> tuple[int | No
 
 def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
     """Boots a sweep point used, against the two of the refusal path, and which one was saved."""
-    everything = record.get("attempts") or []
+    everything = record.attempts or []
     # A boot cut short by an interruption (the sweep was resumed) cost time but decided nothing:
     # it counts as used, not against the predictions.
-    attempts = [a for a in everything if a.get("outcome") != "interrupted"]
+    attempts = [a for a in everything if a.outcome != Outcome.INTERRUPTED]
     cut_short = len(everything) - len(attempts)
-    result = record.get("result") or {}
+    result = record.result or Result()
     boots = len(attempts)
-    ceiling = result.get("ceiling") if result.get("verified") else None
-    target = record.get("target")
+    ceiling = result.ceiling if result.verified else None
+    target = record.target
     first = attempts[0] if attempts else {}
     # Without a prediction a point costs 2 boots when the target is refused (the target, then
     # vLLM's ceiling) and 1 when the target fits.
     baseline = 1 if ceiling is not None and target is not None and ceiling >= target else 2
-    if record.get("plan") in ("auto", "auto_probe"):
+    if record.plan in ("auto", "auto_probe"):
         baseline = boots  # vLLM fits the length itself: predictions have nothing to save
         note = f"vLLM's --max-model-len auto fitted it ({boots} boot{'s' if boots != 1 else ''}; no prediction used)"
     elif start_at is None:
         note = "no prediction yet: booted the target first"
-    elif first.get("outcome") == "verified" and boots == 1:
+    elif first.outcome == Outcome.VERIFIED and boots == 1:
         note = (f"saved the boot at the target: the first boot, at {start_at:,} (aimed from the prediction), "
                 f"verified and was accepted as the ceiling")
-    elif first.get("outcome") == "refused":
-        est = first.get("ceiling")
+    elif first.outcome == Outcome.REFUSED:
+        est = first.ceiling
         note = (f"the first boot, at {start_at:,} (aimed from the prediction), was too high: vLLM refused it"
                 + (f" (its estimate: {est:,}, {start_at - est:+,} tokens off)" if est else "")
                 + "; no boot saved")
-    elif first.get("outcome") == "verified":
+    elif first.outcome == Outcome.VERIFIED:
         note = (f"the first boot, at {start_at:,} (aimed from the prediction), verified but sat under the "
                 f"ceiling its KV pool shows: booted again there; no boot saved")
     else:
-        note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.get('outcome')}"
+        note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.outcome}"
     outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,
                "note": note}
     if cut_short:

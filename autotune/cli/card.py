@@ -4,7 +4,6 @@ verdict line (green verified, red otherwise). Off a terminal it is the plain tex
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
 
 import click
 
@@ -13,7 +12,7 @@ from autotune.cli.tables import on_terminal
 from autotune.store.record import RunRecord
 
 
-def echo_card(record: RunRecord | Mapping, run_dir: str | Path | None = None, stream=None) -> None:
+def echo_card(record: RunRecord, run_dir: str | Path | None = None, stream=None) -> None:
     text = render_summary(record, run_dir=run_dir)
     if not on_terminal(stream):
         click.echo(text, file=stream)

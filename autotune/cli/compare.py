@@ -18,6 +18,7 @@ from autotune.cli.options import MemoryType, runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
 from autotune.vllm import versions
+from autotune.store.outcomes import Verdict
 
 
 def _short_device(device: str) -> str:
@@ -64,7 +65,7 @@ def runs_table(report: cmp.Report) -> tuple[list[list[str]], list[str]]:
         rows.append([labels[r.run_id], r.run_id, date, r.vllm_version or "?", _short_device(r.device), _model_name(r.model), gmu,
                      r.max_num_seqs or "-", r.max_num_batched_tokens or "-", r.kv_cache_dtype or "-",
                      gib(r.weights_gib), gib(r.available_kv_gib), or_dash(r.kv_cache_tokens),
-                     or_dash(r.ceiling) if r.ceiling is not None or r.verdict == "verified" else (r.verdict or "-"), group_of.get(r.run_id, "-")])
+                     or_dash(r.ceiling) if r.ceiling is not None or r.verdict == Verdict.VERIFIED else (r.verdict or "-"), group_of.get(r.run_id, "-")])
     return rows, [f"  {mark} {text if text.startswith('gmu does not') else 'gmu not on the command line: ' + text}"
                   for text, mark in notes.items()]
 

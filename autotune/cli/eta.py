@@ -7,6 +7,7 @@ from pathlib import Path
 
 from autotune.store import artifact
 from autotune.vllm import servecmd
+from autotune.store.outcomes import Outcome
 
 
 def command_key(argv) -> tuple[str, ...]:
@@ -32,13 +33,13 @@ def typical_boot_s(runs_dir: Path, argv, exclude_run: str | None = None, limit: 
             record = artifact.load(folder)  # the version check: a newer run.json is skipped, not misread
         except artifact.ArtifactError:
             continue
-        if command_key(record.command.get("argv") if record.get("command") else None) != key:
+        if command_key(record.command.argv if record.command else None) != key:
             continue
-        for attempt in record.get("attempts") or []:
-            took = attempt.get("time_to_outcome_s")
+        for attempt in record.attempts or []:
+            took = attempt.time_to_outcome_s
             if not isinstance(took, (int, float)):
                 continue
-            (ups if attempt.get("outcome") in ("verified", "booted_not_verified", "queued") else others).append(float(took))
+            (ups if attempt.outcome in (Outcome.VERIFIED, Outcome.NOT_VERIFIED, Outcome.QUEUED) else others).append(float(took))
     sample = ups or others
     if not sample:
         return None

@@ -8,26 +8,27 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Callable, Mapping
+from typing import Callable
 
 import click
 
 from autotune.errors import AutotuneError, ExitCode
 from autotune.host.signals import Interrupted
 from autotune.run.errors import PreflightFailed
-from autotune.store.record import RunRecord
+from autotune.store.outcomes import Verdict
+from autotune.store.record import Result, RunRecord
 
 
 # A run's verdict (result.verdict in run.json) -> the exit code of tune and resume.
 VERDICT_EXIT = {
-    "verified": ExitCode.OK,
-    "error": ExitCode.FAILED,
-    "not_verified": ExitCode.NOT_VERIFIED,
-    "hung": ExitCode.HUNG,
-    "refused_no_ceiling": ExitCode.NO_CEILING,
-    "nothing_fits": ExitCode.NO_CEILING,
-    "max_boots": ExitCode.NO_CEILING,
-    "front_door": ExitCode.FRONT_DOOR,
+    Verdict.VERIFIED: ExitCode.OK,
+    Verdict.ERROR: ExitCode.FAILED,
+    Verdict.NOT_VERIFIED: ExitCode.NOT_VERIFIED,
+    Verdict.HUNG: ExitCode.HUNG,
+    Verdict.REFUSED_NO_CEILING: ExitCode.NO_CEILING,
+    Verdict.NOTHING_FITS: ExitCode.NO_CEILING,
+    Verdict.MAX_BOOTS: ExitCode.NO_CEILING,
+    Verdict.FRONT_DOOR: ExitCode.FRONT_DOOR,
 }
 
 PREFLIGHT_REFUSED = "Not booting: a preflight check says this cannot work (--force boots anyway)."
@@ -37,10 +38,10 @@ def interrupted_code(signum: int) -> int:
     return 128 + signum
 
 
-def exit_code_of(record: RunRecord | Mapping) -> int:
+def exit_code_of(record: RunRecord) -> int:
     """The exit code of tune and resume for a finished run record."""
-    result = (record if isinstance(record, RunRecord) else RunRecord.from_dict(record)).result
-    if result.get("error_kind") == "command_not_found":
+    result = record.result if isinstance(record.result, Result) else Result()
+    if result.error_kind == "command_not_found":
         return ExitCode.INPUT
     return VERDICT_EXIT.get(result.verdict, ExitCode.FAILED)
 

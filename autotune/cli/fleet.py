@@ -323,9 +323,9 @@ def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[flo
             record = artifact.load(folder)
         except artifact.ArtifactError:
             continue
-        took = record.get("duration_s")
-        if record.get("state") == "finished" and isinstance(took, (int, float)) and record.get("command"):
-            out.setdefault(command_key(record.command.get("argv")), []).append(float(took))
+        took = record.duration_s
+        if record.state == "finished" and isinstance(took, (int, float)) and record.command:
+            out.setdefault(command_key(record.command.argv), []).append(float(took))
     return out
 
 

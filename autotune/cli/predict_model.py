@@ -18,6 +18,7 @@ from autotune.analysis import device_memory, estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
+from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
 GIB = 2**30
@@ -51,7 +52,7 @@ def default_gmu(argv: list[str]) -> tuple[float, str]:
                  "--gpu-memory-utilization; --gmu predicts another)")
 
 
-def run(records: list[dict], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
+def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
         device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.Prediction, float | None]:
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
     predicted for (--gmu, the command's, else its vLLM's default)."""
@@ -181,7 +182,7 @@ def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, co
 
     argv = serve_argv(model_dir, serve_command, dashed)
     records = load_records(runs, runs_dir) if runs else (
-        [r for r in (artifact.load_run(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
+        [r for r in (artifact.load(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
         if Path(runs_dir).is_dir() else [])
     p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
     emit(p, json_, used_gmu, target)

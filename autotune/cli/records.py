@@ -23,7 +23,7 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
             return [path]
         if (path / sweeps.SWEEP_FILE).exists():
             sweep = sweeps.load(path)
-            return [path.parent / p["run_id"] for p in sweep.get("points", []) if p.get("run_id")]
+            return [path.parent / p.run_id for p in sweep.points or [] if p.run_id]
         if (path / FLEET_FILE).exists():
             return [path.parent / leaf["run_id"] for leaf in fleet_collect.load(path).data["leaves"] if leaf.get("run_id")]
     path = Path(ref)
@@ -36,10 +36,12 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
                                  f"a folder of runs, or `latest`")
 
 
-def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[dict]:
+def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[RunRecord]:
+    """The records of the runs that booted vLLM among those the RUN arguments name (all under runs_dir
+    when none); bad input exits 1."""
     try:
         dirs = [d for ref in refs for d in run_dirs(ref, runs_dir)] if refs else list(reversed(artifact.list_runs(runs_dir)))
-        records = [r for r in (artifact.load_run(d) for d in dirs) if artifact.booted(r)]  # no verifications
+        records = [r for r in (artifact.load(d) for d in dirs) if artifact.booted(r)]  # no verifications
         if not records:
             raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
         return records

@@ -16,6 +16,7 @@ from autotune.cli.options import ProgressPrinter, request_option, runs_dir_optio
 from autotune.cli.records import load_one
 from autotune.cli.tables import or_dash, table
 from autotune.cli.tune import INTERRUPTED_RUN
+from autotune.store.record import RunRecord
 
 
 @click.command("reproduce")
@@ -74,7 +75,7 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
     env_now = dict(os.environ)
     if outdated:
         _reproduce_outdated(runs_dir, env_now, stall_timeout, probe, json_, quiet)
-    old = load_one(run, runs_dir)[1].to_dict()  # analysis/ reads the JSON form
+    old = load_one(run, runs_dir)[1]
     verdict = _reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet)
     if json_:
         click.echo(json.dumps(asdict(verdict), indent=2, ensure_ascii=False))
@@ -89,7 +90,7 @@ def _reproduce_outdated(runs_dir, env_now: dict, stall_timeout: float, probe: st
     from autotune.cli.records import load_records
     from autotune.run import reproduce as reproduce_mod
 
-    records = [r.to_dict() if hasattr(r, "to_dict") else r for r in _all_records(load_records, runs_dir)]
+    records = _all_records(load_records, runs_dir)
     installed = reproduce_mod.installed_version_finder(env_now)
     todo = rep_mod.outdated(records, installed)
     unknown = rep_mod.undetermined(records, installed)
@@ -97,7 +98,7 @@ def _reproduce_outdated(runs_dir, env_now: dict, stall_timeout: float, probe: st
         click.echo(f"nothing to reproduce under {runs_dir}: {rep_mod.nothing_outdated(records, installed)}", err=True)
     elif not quiet:
         click.echo(f"{len(todo)} configuration(s) measured on another vLLM: "
-                   + ", ".join(f"{r['run_id']} ({r.get('vllm_version') or '?'} -> {now})" for r, now in todo),
+                   + ", ".join(f"{r.run_id} ({r.vllm_version or '?'} -> {now})" for r, now in todo),
                    err=True)
     verdicts = [_reproduce_one(old, runs_dir, env_now, stall_timeout, probe, quiet) for old, _ in todo]
     if json_:
@@ -118,7 +119,7 @@ def _all_records(load_records, runs_dir) -> list:
         return []  # no runs at all: nothing is outdated
 
 
-def _reproduce_one(old: dict, runs_dir, env_now: dict, stall_timeout: float, probe: str | None, quiet: bool):
+def _reproduce_one(old: RunRecord, runs_dir, env_now: dict, stall_timeout: float, probe: str | None, quiet: bool):
     from autotune.run import reproduce as reproduce_mod
 
     try:
@@ -126,12 +127,11 @@ def _reproduce_one(old: dict, runs_dir, env_now: dict, stall_timeout: float, pro
     except reproduce_mod.NotReproducible as exc:
         raise click.ClickException(str(exc))
     for name in plan.missing_secrets:
-        click.echo(f"Warning: {name} was set for run {old['run_id']} (its value was not recorded) and is not set now",
+        click.echo(f"Warning: {name} was set for run {old.run_id} (its value was not recorded) and is not set now",
                    err=True)
     if not quiet:
-        result = old.get("result") or {}
-        click.echo(f"reproducing {old['run_id']} (vLLM {old.get('vllm_version') or '?'}, ceiling "
-                   f"{result.get('ceiling'):,} of the target {plan.options.target:,}): tuning toward the target "
+        click.echo(f"reproducing {old.run_id} (vLLM {old.vllm_version or '?'}, ceiling "
+                   f"{old.result.ceiling:,} of the target {plan.options.target:,}): tuning toward the target "
                    f"on the vLLM installed now; probe {plan.options.probe} ({plan.probe_source})", err=True)
     with exits(INTERRUPTED_RUN, preflight_code=ExitCode.FAILED,
                preflight_head="Error: not relaunched: a preflight check says the recorded configuration cannot "

@@ -16,6 +16,7 @@ from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
 from autotune.store import artifact
 from autotune.store import latest
+from autotune.store.record import RunRecord
 from autotune.store import sweeps
 
 
@@ -64,14 +65,14 @@ def resume(run, runs_dir, json_, quiet):
     with exits(INTERRUPTED_RUN):
         progress = ProgressPrinter(quiet=quiet)
         try:
-            record = tune_mod.resume(path, progress)
+            record = RunRecord.from_json(tune_mod.resume(path, progress))  # resume's JSON form, nobody else's
         finally:
             progress.close()
     if json_:
         click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
         # A run whose command names no model was renamed for the model vLLM serves when it finished.
-        echo_card(record, run_dir=Path(path).parent / record["run_id"])
+        echo_card(record, run_dir=Path(path).parent / record.run_id)
     sys.exit(exit_code_of(record))
 
 
@@ -85,7 +86,7 @@ def what_to_resume(ref: str, runs_dir: Path) -> tuple[str, Path, str | None]:
             return "sweep", path, None
     run_dir = artifact.resolve_run(ref, runs_dir)
     record = artifact.load(run_dir)
-    if record.get("state") != "finished":
+    if record.state != "finished":
         # A member of a sweep or lever search continues the whole of it, when that was interrupted.
         found = latest.member_of(run_dir, record)
         if found is not None:

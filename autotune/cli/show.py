@@ -23,6 +23,7 @@ from autotune.store import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 from autotune.store.verified import NotEmittable
+from autotune.store.outcomes import Verdict
 
 
 @click.command("show")
@@ -100,7 +101,7 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
         except NotEmittable as exc:
             raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
         return
-    if run_record.get("kind") == deployed.KIND:
+    if run_record.kind == deployed.KIND:
         click.echo(render_verification(run_record))
         return
     echo_card(run_record, run_dir=folder)
@@ -117,36 +118,36 @@ RUN_COLUMNS = (("RUN", "run_id", False), ("STARTED (UTC)", "started", False), ("
 def run_row(record: RunRecord) -> dict:
     """One line of `autotune runs` from a run record (pure)."""
     result = record.result if isinstance(record.result, Result) else Result()
-    started = record.get("started_at") or ""
-    reproduces = (record.get("links") or {}).get("reproduces")
-    where = deployed.found_at(record) if record.get("kind") == deployed.KIND else None
+    started = record.started_at or ""
+    reproduces = (record.links or {}).get("reproduces")
+    where = deployed.found_at(record) if record.kind == deployed.KIND else None
     return {
-        "run_id": record.get("run_id"),
-        "kind": record.get("kind", "tune"),
+        "run_id": record.run_id,
+        "kind": record.kind or "tune",
         "started_at": started or None,
         "started": started[:16].replace("T", " ") if started else "?",
-        "model": record.get("model"),
-        "target": record.get("target"),
-        "ceiling": result.get("ceiling"),
+        "model": record.model,
+        "target": record.target,
+        "ceiling": result.ceiling,
         "verdict": _verdict(record, result) + (f"; reproduces {reproduces}" if reproduces else "")
         + (f"; {where}" + (f", verifies {record.link('verifies')}" if record.link("verifies") else "")
            if where else ""),
         "reproduces": reproduces,
-        "boots": len(record.get("attempts") or []),
-        "vllm_version": record.get("vllm_version"),
-        "available_kv_gib": result.get("available_kv_gib"),
-        "kv_cache_tokens": result.get("kv_cache_tokens"),
+        "boots": len(record.attempts or []),
+        "vllm_version": record.vllm_version,
+        "available_kv_gib": result.available_kv_gib,
+        "kv_cache_tokens": result.kv_cache_tokens,
     }
 
 
 def _verdict(record: RunRecord, result: Result) -> str:
-    verdict = result.get("verdict") or record.get("state") or "?"
-    if record.get("state") == "interrupted" and record.link("tried_again_as"):
+    verdict = result.verdict or record.state or "?"
+    if record.state == "interrupted" and record.link("tried_again_as"):
         return f"{verdict}; its fleet leaf ran again: {record.link('tried_again_as')}"
-    if record.get("state") == "interrupted" and verdict != "interrupted":
-        return f"{verdict}; levers interrupted" if record.get("phase") == "reach" else f"{verdict}; interrupted"
-    if record.get("state") == "running" and result.get("verdict"):
-        return f"{verdict}; levers running" if record.get("phase") == "reach" else verdict
+    if record.state == "interrupted" and verdict != Verdict.INTERRUPTED:
+        return f"{verdict}; levers interrupted" if record.phase == "reach" else f"{verdict}; interrupted"
+    if record.state == "running" and result.verdict:
+        return f"{verdict}; levers running" if record.phase == "reach" else verdict
     return verdict
 
 

@@ -14,13 +14,11 @@ from autotune.run import strategy
 from autotune.server import queue_watch, witness
 from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
-from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
+from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Margin, ProbeResult, Reach,
+                                   Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.logcheck import LIMIT_SOURCES
-
-
-def _typed(record: RunRecord | Mapping) -> RunRecord:
-    return record if isinstance(record, RunRecord) else RunRecord.from_dict(record)
+from autotune.store.outcomes import Outcome, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -40,20 +38,19 @@ def _where(source: dict | None) -> str:
 def _boot_list(attempts: list[Attempt]) -> str:
     parts = []
     for a in attempts:
-        length = a.get("max_model_len")
+        length = a.max_model_len
         shown = f"{length:,} " if isinstance(length, int) else f"{length} " if length else ""
         fitted = a.fact("autofit_max_model_len")
         if not isinstance(length, int) and isinstance(fitted, int):
             shown += f"(fitted {fitted:,}) "
-        took = f" ({fmt_duration(a.duration_s)})" if isinstance(a.get("duration_s"), (int, float)) else ""
-        named = LIMIT_SOURCES.get(a.get("ceiling_source"))  # refused above a limit vLLM named, not a failure
-        parts.append(f"{shown}{f'above {named}' if named else a.get('outcome', '?')}{took}")
+        took = f" ({fmt_duration(a.duration_s)})" if isinstance(a.duration_s, (int, float)) else ""
+        named = LIMIT_SOURCES.get(a.ceiling_source)  # refused above a limit vLLM named, not a failure
+        parts.append(f"{shown}{f'above {named}' if named else a.outcome or '?'}{took}")
     return ", ".join(parts)
 
 
-def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
+def summary_warnings(record: RunRecord) -> list[dict]:
     """Warnings about a finished run, each with a cause and a remedy (pure)."""
-    record = _typed(record)
     result = _result_of(record)
     attempts = _attempts_of(record)
     warnings: list[dict] = []
@@ -63,7 +60,7 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
                              "cause": item.get("cause"), "remedy": item.get("fix") or item.get("remedy")})
         else:
             warnings.append({"message": str(item), "cause": None, "remedy": None})
-    leftovers = sorted({pid for a in attempts for pid in ((a.get("stop") or {}).get("leftover_pids") or [])})
+    leftovers = sorted({pid for a in attempts for pid in ((a.stop or StopReport()).leftover_pids or [])})
     if leftovers:
         warnings.append({
             "message": f"processes still alive after a boot was stopped: pids {', '.join(map(str, leftovers))}",
@@ -71,22 +68,22 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
             "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
                       "they may still hold device memory"})
     for a in attempts:  # the second witness (server/witness.py); a length whose requests wait forever (queue_watch.py)
-        for found in (witness.card_warning(a.get("metrics"), a.get("log")), queue_watch.card_warning(a)):
+        for found in (witness.card_warning(a.metrics, a.log), queue_watch.card_warning(a)):
             if found:
                 warnings.append(found)
     # Refusals before a recovery that changed what sizes the KV pool were of another pool.
-    fresh = max((i for i, a in enumerate(attempts) if (a.get("recovery") or {}).get("figures_stale")), default=-1)
-    refusals = [a for a in attempts[fresh + 1:] if a.get("outcome") == "refused"]
-    if len(refusals) > 1 and result.get("verdict") == "verified":
-        computed = any(a.get("basis") == "computed" for a in refusals)
+    fresh = max((i for i, a in enumerate(attempts) if (a.recovery or Recovery()).figures_stale), default=-1)
+    refusals = [a for a in attempts[fresh + 1:] if a.outcome == Outcome.REFUSED]
+    if len(refusals) > 1 and result.verdict == Verdict.VERIFIED:
+        computed = any(a.basis == "computed" for a in refusals)
         warnings.append({
             "message": f"vLLM refused {len(refusals)} lengths before one booted",
             "cause": ("this vLLM prints no estimate: the length computed from its two-decimal GiB figures was a "
                       "block too long" if computed else
                       "its estimate is tight: re-profiling at a new length moved the available memory a little"),
             "remedy": "nothing to do; keep some headroom if other processes share the device"})
-    if result.get("verdict") == "verified" and isinstance(result.get("ceiling"), int) and \
-            isinstance(record.get("target"), int) and result.ceiling < record.target:
+    if result.verdict == Verdict.VERIFIED and isinstance(result.ceiling, int) and \
+            isinstance(record.target, int) and result.ceiling < record.target:
         cause, remedy = _shortfall(record, result)
         warnings.append({"message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
                          "cause": cause, "remedy": remedy})
@@ -96,7 +93,7 @@ def summary_warnings(record: RunRecord | Mapping) -> list[dict]:
 def _shortfall(record: RunRecord, result: Result) -> tuple[str, str]:
     """Why a verified ceiling is below the target, and what would raise it: the KV pool's levers, or,
     for a limit that is not memory (result.limit), that limit's own way past it."""
-    limit, ceiling = result.get("limit"), result.ceiling
+    limit, ceiling = result.limit, result.ceiling
     if limit == "model_maximum":
         return (f"{ceiling:,} tokens is the model's own maximum (vLLM's derived max_model_len, from its "
                 "config.json): memory is not the limit",
@@ -116,14 +113,14 @@ def _shortfall(record: RunRecord, result: Result) -> tuple[str, str]:
                 "VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner speculates only within the draft's length)")
     reach = record.reach if isinstance(record.reach, Reach) else Reach()
     return ("the KV cache left after weights and activations holds fewer tokens than the target needs",
-            _beyond_search(record, reach) if reach.get("explanation") else _levers(record))
+            _beyond_search(record, reach) if reach.explanation else _levers(record))
 
 
 def _beyond_search(record: RunRecord, reach: Reach) -> str:
     """What is left once the lever search (--reach) stopped short: never a lever it already tried."""
-    options = record.get("options") or {}
+    options = record.options or KeptOptions()
     left = []
-    gmu, max_gmu = reach.get("gmu_in_force"), options.get("max_gmu")
+    gmu, max_gmu = reach.gmu_in_force, options.max_gmu
     if isinstance(gmu, (int, float)) and isinstance(max_gmu, (int, float)) and max(gmu, max_gmu) < RISKY_GMU:
         left.append(f"--max-gmu above {max_gmu} lets the search raise --gpu-memory-utilization further")
     if any("needs --allow-kv-quant" in str(line) for line in reach.explanation):
@@ -134,9 +131,9 @@ def _beyond_search(record: RunRecord, reach: Reach) -> str:
 
 def _levers(record: RunRecord) -> str:
     """What could still raise the ceiling, given the options this run already used."""
-    argv = _result_of(record).get("final_argv") or (record.command.get("argv") if record.get("command") else None) or []
-    argv = servecmd.with_config(argv, (record.get("command") or {}).get("cwd"))  # a --config file's values count
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    argv = _result_of(record).final_argv or (record.command.argv if record.command else None) or []
+    argv = servecmd.with_config(argv, (record.command or Command()).cwd)  # a --config file's values count
+    gpus = (record.machine or Machine()).gpus or []
     levers = []
     seqs = servecmd.flag_value(argv, "--max-num-seqs")
     hybrid = any(a.fact("mamba_cache_blocks") is not None for a in _attempts_of(record))
@@ -145,20 +142,20 @@ def _levers(record: RunRecord) -> str:
         # oracle: 4 -> 1 on Llama-8B freed 1.8 MB). A hybrid model's state is per sequence: always.
         levers.append(f"lower --max-num-seqs (now {seqs or 'the default'}) toward 1")
     kv_bytes = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
-    space = (record.get("environment") or {}).get("VLLM_CPU_KVCACHE_SPACE")
+    space = (record.environment or {}).get("VLLM_CPU_KVCACHE_SPACE")
     if kv_bytes is not None:
         levers.append(f"raise --kv-cache-memory-bytes (now {kv_bytes}; it fixes the KV pool and "
                       "--gpu-memory-utilization is then ignored)")
     elif space:
         levers.append(f"raise VLLM_CPU_KVCACHE_SPACE (now {space} GiB; it fixes the KV pool and "
                       "--gpu-memory-utilization is then ignored)")
-    elif (kept := record.get("margin")) and kept.get("asked_gib"):  # --margin set the gmu: it is the lever
-        levers.append(f"keep less of the device free: a smaller --margin (now {kept['asked_gib']:g} GiB, which set "
-                      f"--gpu-memory-utilization {kept.get('gmu')})")
+    elif (kept := record.margin) and kept.asked_gib:  # --margin set the gmu: it is the lever
+        levers.append(f"keep less of the device free: a smaller --margin (now {kept.asked_gib:g} GiB, which set "
+                      f"--gpu-memory-utilization {kept.gmu})")
     elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
         where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
         levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
-    pinned = (record.get("gpus") or {}).get("indices")
+    pinned = (record.gpus or GpuPlan()).indices
     used = [g for g in gpus if not pinned or g.get("index") in pinned]
     if servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto") and lever_rules.fp8_supported(used):
         levers.append("use --kv-cache-dtype fp8 (about twice the tokens per GiB; --reach --allow-kv-quant tries it)")
@@ -169,17 +166,17 @@ def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str
     """A last boot that failed for a reason outside the catalog: what its log said last (its final
     exception line), how the server exited, and where the whole log is."""
     last = attempts[-1] if attempts else None
-    if last is None or result.get("verdict") == "verified" or last.get("error_kind") or \
-            last.get("outcome") not in ("error", "exited"):
+    if last is None or result.verdict == Verdict.VERIFIED or last.error_kind or \
+            last.outcome not in ("error", "exited"):
         return []
-    log = last.get("log") or f"attempt-{last.get('index')}.log"
-    stated = (last.facts if isinstance(last.facts, dict) else {}).get("exception")
+    log = last.log or f"attempt-{last.index}.log"
+    stated = last.facts.exception if last.facts is not None else None
     line = ((last.provenance if isinstance(last.provenance, dict) else {}).get("exception") or {}).get("line")
     if not stated:  # no exception line: the log's last words
-        stated, line = next((text for text in reversed(last.get("log_tail") or []) if text.strip()), None), None
+        stated, line = next((text for text in reversed(last.log_tail or []) if text.strip()), None), None
     lines = [f"  failed:   {stated}" + (f"  ({log} line {line})" if line else "")] if stated else []
-    lines += [f"            {text}" for text in _details_of(stated, last.get("traceback_tail") or [])]
-    status = last.get("exit_status")
+    lines += [f"            {text}" for text in _details_of(stated, last.traceback_tail or [])]
+    status = last.exit_status
     if isinstance(status, int):
         lines.append(f"  exit:     {_exit_status(status)}")
     lines.append(f"  log:      {Path(run_dir) / log if run_dir else log}")
@@ -212,7 +209,7 @@ def _exit_status(status: int) -> str:
 
 def _mamba_line(attempts: list[Attempt]) -> list[str]:
     """A hybrid model's Mamba state bounds --max-num-seqs (recovery.py lowered it): concurrency, not length."""
-    lowered = [a for a in attempts if (a.get("recovery") or {}).get("kind") == "mamba_cache_blocks"]
+    lowered = [a for a in attempts if (a.recovery or Recovery()).kind == "mamba_cache_blocks"]
     if not lowered:
         return []
     was, now = lowered[0].fact("max_num_seqs_refused"), lowered[-1].fact("mamba_cache_blocks")
@@ -223,12 +220,12 @@ def _mamba_line(attempts: list[Attempt]) -> list[str]:
 def _reach_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> list[str]:
     """The lever search of --reach: what it explained, each lever run and its ceiling, its best."""
     lines = []
-    for i, text in enumerate(reach.get("explanation") or []):
+    for i, text in enumerate(reach.explanation or []):
         lines.append(("  levers:   " if i == 0 else "            ") + str(text))
-    for step in (reach.steps or []) if reach.get("explanation") else []:
-        ceiling = step.get("ceiling")
-        lines.append(f"            lever run {step.get('run_id')}: {lever_rules.describe(step.get('lever'), step.get('value'))}"
-                     f" -> {f'{ceiling:,}' if isinstance(ceiling, int) else step.get('verdict')}")
+    for step in (reach.steps or []) if reach.explanation else []:
+        ceiling = step.ceiling
+        lines.append(f"            lever run {step.run_id}: {lever_rules.describe(step.lever, step.value)}"
+                     f" -> {f'{ceiling:,}' if isinstance(ceiling, int) else step.verdict}")
     if isinstance(reach.interrupted, dict):
         lines.append(f"  levers:   interrupted: {reach.interrupted.get('by')}")
     return lines + _best_lines(record, reach, run_dir)
@@ -236,9 +233,8 @@ def _reach_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) ->
 
 def _best_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> list[str]:
     """The lever search's best verified configuration, where a lever run beat the run itself."""
-    best = reach.get("best")
-    if not isinstance(best, dict) or best.get("run_id") in (None, record.get("run_id")) or record.result.get(
-            "reached_with_levers"):
+    best = reach.best
+    if not isinstance(best, dict) or best.get("run_id") in (None, record.run_id) or record.result.reached_with_levers:
         return []
     where = Path(run_dir).parent / best["run_id"] if run_dir else Path(best["run_id"])
     lines = [f"  best:     --max-model-len {best['ceiling']:,} with {', '.join(best.get('changed') or []) or 'the same flags'}"
@@ -268,39 +264,39 @@ def _below_risky(gmu: str | None) -> bool:
 def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
     lines = []
     final = attempts[-1] if attempts else Attempt()
-    verification = final.get("verification") or {}
-    checked = result.get("checked") if isinstance(result.get("checked"), dict) else None
+    verification = final.verification or Verification()
+    checked = result.checked if isinstance(result.checked, dict) else None
     if checked:  # the ceiling was reached in a lever run (--reach): its check is the one that counts
         lines.append(f"  checked:  {checked.get('reason')} (run {checked.get('run')})")
-    elif verification.get("reason"):
-        lines.append(f"  checked:  {verification['reason']}")
-    probe = result.get("probe") or final.get("probe") or verification.get("probe")
-    if isinstance(probe, dict):
+    elif verification.reason:
+        lines.append(f"  checked:  {verification.reason}")
+    probe = result.probe or final.probe or verification.probe
+    if isinstance(probe, ProbeResult):
         lines.extend(probe_lines(probe))
     return lines
 
 
-def probe_lines(probe: Mapping) -> list[str]:
+def probe_lines(probe: ProbeResult) -> list[str]:
     """A probe record (server/probe.py) as the card's lines: passed or FAILED, its figures, the head-of-line wait."""
     lines = []
-    mode = f"{probe['mode']} " if probe.get("mode") else ""
-    head = f"  probe:    {mode}{'passed' if probe.get('ok') else 'FAILED'}"
+    mode = f"{probe.mode} " if probe.mode else ""
+    head = f"  probe:    {mode}{'passed' if probe.ok else 'FAILED'}"
     figures = []
-    if isinstance(probe.get("prompt_tokens"), int):
-        figures.append(f"{probe['prompt_tokens']:,} prompt tokens")
-    if isinstance(probe.get("ttft_s"), (int, float)):
-        figures.append(f"time to first token {fmt_duration(probe['ttft_s'])}")
-    if isinstance(probe.get("prefill_tokens_per_s"), (int, float)):
-        figures.append(f"prefill {probe['prefill_tokens_per_s']:,.0f} tokens/s")
-    if isinstance(probe.get("growth_gib"), (int, float)):
-        flagged = " (more than expected: vLLM preallocates the KV pool)" if probe.get("growth_flagged") else ""
-        figures.append(f"memory growth {probe['growth_gib']} GiB{flagged}")
+    if isinstance(probe.prompt_tokens, int):
+        figures.append(f"{probe.prompt_tokens:,} prompt tokens")
+    if isinstance(probe.ttft_s, (int, float)):
+        figures.append(f"time to first token {fmt_duration(probe.ttft_s)}")
+    if isinstance(probe.prefill_tokens_per_s, (int, float)):
+        figures.append(f"prefill {probe.prefill_tokens_per_s:,.0f} tokens/s")
+    if isinstance(probe.growth_gib, (int, float)):
+        flagged = " (more than expected: vLLM preallocates the KV pool)" if probe.growth_flagged else ""
+        figures.append(f"memory growth {probe.growth_gib} GiB{flagged}")
     lines.append(head + (": " + ", ".join(figures) if figures else ""))
-    hol = probe.get("head_of_line") or {}
+    hol = probe.head_of_line or {}
     if isinstance(hol.get("short_wait_s"), (int, float)):
         lines.append(f"            a short request sent during the long prefill waited {fmt_duration(hol['short_wait_s'])}")
-    if not probe.get("ok") and probe.get("reason"):
-        lines.append(f"            {probe['reason']}")
+    if not probe.ok and probe.reason:
+        lines.append(f"            {probe.reason}")
     return lines
 
 
@@ -316,13 +312,13 @@ def _serving_line(serving: Mapping, run_id: str | None) -> str:
 def _context_lines(record: RunRecord) -> list[str]:
     """The margin the run kept (--margin), and the run it reproduces."""
     lines = []
-    kept = record.get("margin") or {}
-    if kept.get("summary"):
-        lines.append(f"  margin:   {kept['summary']}")
-    links = record.get("links") or {}
+    kept = record.margin or Margin()
+    if kept.summary:
+        lines.append(f"  margin:   {kept.summary}")
+    links = record.links or {}
     if links.get("reproduces"):
         lines.append(f"  reproduces {links['reproduces']} (`autotune compare {links['reproduces']} "
-                     f"{record.get('run_id')}` puts them side by side)")
+                     f"{record.run_id}` puts them side by side)")
     return lines
 
 
@@ -339,32 +335,31 @@ def _listened(argv: list[str]) -> str:
 def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     """Where the boots listened (autotune binds them to 127.0.0.1 unless the command says where), and
     that the paste-ready command keeps the command's own host."""
-    where = [(a.get("index"), _listened(list(a.get("argv") or []))) for a in attempts if a.get("argv")]
+    where = [(a.index, _listened(list(a.argv or []))) for a in attempts if a.argv]
     if not where:
         return []
     distinct = list(dict.fromkeys(text for _, text in where))
     text = distinct[0] if len(distinct) == 1 else "; ".join(f"boot {i}: {w}" for i, w in where)
-    user = list(record.command.get("argv") or []) if record.get("command") else []
-    added = any(servecmd.flag_value(a.get("argv") or [], "--host") != servecmd.flag_value(user, "--host")
-                for a in attempts if a.get("argv"))
+    user = list(record.command.argv or []) if record.command else []
+    added = any(servecmd.flag_value(a.argv or [], "--host") != servecmd.flag_value(user, "--host")
+                for a in attempts if a.argv)
     return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
 
 
-def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = None) -> str:
+def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
     ceiling vs target, the KV figures with the log line each was read from, boots and time,
     what verification showed, warnings with cause and remedy, and the files written.
     run_dir: where the run lives, for the file paths (without it, the run id is shown).
     """
-    record = _typed(record)
     r = _result_of(record)
     attempts = _attempts_of(record)
-    target = record.get("target")
-    verdict = r.get("verdict")
+    target = record.target
+    verdict = r.verdict
     lines: list[str] = []
-    ceiling = r.get("ceiling")
-    if verdict == "verified" and isinstance(ceiling, int):
+    ceiling = r.ceiling
+    if verdict == Verdict.VERIFIED and isinstance(ceiling, int):
         if isinstance(target, int) and ceiling >= target:
             lines.append(f"Verified: --max-model-len {ceiling:,} (the target) boots and serves.")
         elif isinstance(target, int):
@@ -373,46 +368,46 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
         else:
             lines.append(f"Verified ceiling: --max-model-len {ceiling:,}.")
     elif verdict is None:
-        lines.append(f"No result yet: the run is {record.get('state', 'unknown')}.")
+        lines.append(f"No result yet: the run is {record.state or 'unknown'}.")
     else:
-        kind = f" ({r.error_kind})" if r.get("error_kind") else ""
-        lines.append(f"No verified ceiling: {verdict}{kind}. {r.get('reason', '')}".rstrip())
+        kind = f" ({r.error_kind})" if r.error_kind else ""
+        lines.append(f"No verified ceiling: {verdict}{kind}. {r.reason or ''}".rstrip())
         lines.extend(_unknown_failure_lines(r, attempts, run_dir))
-    ranks = r.get("ranks")
-    if r.available_kv_gib is not ABSENT:
-        where = _where(r.get("available_kv_gib_source"))
+    ranks = r.ranks
+    if r.has("available_kv_gib"):
+        where = _where(r.available_kv_gib_source)
         what = kv_ranks.describe(ranks) if ranks else f"{r.available_kv_gib} GiB available"
         lines.append(f"  KV cache: {what}" + (f"  ({where})" if where else ""))
-    if r.kv_cache_tokens is not ABSENT:
-        where = _where(r.get("kv_cache_tokens_source"))
-        pad = "  KV cache: " if r.available_kv_gib is ABSENT else "            "
+    if r.has("kv_cache_tokens"):
+        where = _where(r.kv_cache_tokens_source)
+        pad = "  KV cache: " if not r.has("available_kv_gib") else "            "
         across = " across all ranks (each holds its share of every token)" if ranks else ""
         lines.append(f"{pad}{r.kv_cache_tokens:,} tokens{across}" + (f"  ({where})" if where else ""))
     lines.extend(_context_lines(record))
-    if verdict == "verified" and attempts and attempts[-1].get("basis") in strategy.PREDICTED and r.get("reason"):
+    if verdict == Verdict.VERIFIED and attempts and attempts[-1].basis in strategy.PREDICTED and r.reason:
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
-    if r.get("diagnosis"):
+    if r.diagnosis:
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")
-    duration = record.get("duration_s")
+    duration = record.duration_s
     took = f" in {fmt_duration(duration)}" if isinstance(duration, (int, float)) else ""
     reach = record.reach if isinstance(record.reach, Reach) else Reach()
-    more = f" (+ {reach.boots} in lever runs)" if reach.get("boots") else ""
+    more = f" (+ {reach.boots} in lever runs)" if reach.boots else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
     lines.extend(_listen_lines(record, attempts))
     lines.extend(_probe_lines(r, attempts))
     lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))
     for a in attempts:
-        retries = a.get("http_retries") or []
+        retries = a.http_retries or []
         if retries:
             endpoints = ", ".join(sorted({str(x.get("endpoint")) for x in retries}))
-            lines.append(f"  retries:  boot {a.get('index')}: {len(retries)} broken answer(s) from {endpoints} "
+            lines.append(f"  retries:  boot {a.index}: {len(retries)} broken answer(s) from {endpoints} "
                          f"asked again (first: {retries[0].get('error')})")
-    if record.get("vllm_version"):
+    if record.vllm_version:
         lines.append(f"  vLLM:     {record.vllm_version}")
-    if r.get("serving"):
-        lines.append(_serving_line(r.get("serving"), record.get("run_id")))
+    if r.serving:
+        lines.append(_serving_line(r.serving, record.run_id))
     for w in summary_warnings(record):
         lines.append(f"  Warning: {w['message']}")
         if w.get("cause"):
@@ -420,8 +415,8 @@ def render_summary(record: RunRecord | Mapping, run_dir: str | Path | None = Non
         if w.get("remedy"):
             lines.append(f"    remedy: {w['remedy']}")
     folder = run_dir
-    lines.append(f"  run:      {folder if folder else record.get('run_id')}")
-    lines += files_lines(r.get("files") or [], folder)
+    lines.append(f"  run:      {folder if folder else record.run_id}")
+    lines += files_lines(r.files or [], folder)
     return "\n".join(lines)
 
 

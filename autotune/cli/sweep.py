@@ -19,7 +19,9 @@ from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, req
 from autotune.run import sweep as sweep_mod
 from autotune.store import artifact
 from autotune.store import sweeps
+from autotune.store.record import SweepRecord
 from autotune.vllm import servecmd
+from autotune.store.outcomes import Verdict
 
 
 class GmuListType(click.ParamType):
@@ -113,7 +115,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
         raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
     say = sayer(quiet)
     say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
-        f"strategy {sweep['strategy']}: {sweep['strategy_reason']}")
+        f"strategy {sweep.strategy}: {sweep.strategy_reason}")
     run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, warn),
               sweep_dir, json_, quiet)
 
@@ -121,7 +123,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
 def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
     """Run (or resume) a sweep with go(progress), print its result, exit with its code."""
     def what_was_kept() -> str:
-        finished = len(sweeps.load(sweep_dir)["points"])
+        finished = len(sweeps.load(sweep_dir).points or [])
         return (f"the server was stopped; {sweep_dir / sweeps.SWEEP_FILE} keeps the {finished} finished "
                 f"value(s); `autotune resume {sweep_dir.name}` continues")
 
@@ -132,29 +134,28 @@ def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
         finally:
             progress.close()
     if json_:
-        click.echo(json.dumps({"sweep": sweep, "compare": report.to_json()}, indent=2, ensure_ascii=False))
+        click.echo(json.dumps({"sweep": sweep.to_dict(), "compare": report.to_json()}, indent=2, ensure_ascii=False))
     else:
         click.echo(render_sweep(sweep, sweep_dir))
         if report.runs:
             click.echo("")
             echo_report(report)
-    all_verified = all(p["verdict"] == "verified" for p in sweep["points"])
+    all_verified = all(p.verdict == Verdict.VERIFIED for p in sweep.points or [])
     sys.exit(ExitCode.OK if all_verified else ExitCode.FAILED)
 
 
-def render_sweep(sweep: dict, sweep_dir: Path) -> str:
-    lines = [f"Sweep {sweep['sweep_id']}: gmu {', '.join(f'{g:g}' for g in sweep['gmu_values'])}; "
-             f"target {sweep['target']:,}; strategy {sweep['strategy']}"]
-    for p in sweep["points"]:
-        result = f"ceiling {p['ceiling']:,}" if p.get("ceiling") else f"{p['verdict']}"
-        run = f" ({p['run_id']})" if p.get("run_id") else ""
-        lines.append(f"  gmu {p['gmu']:g}: {result} in {p['boots']} boot{'s' if p['boots'] != 1 else ''}"
-                     f"{run}: {p['note']}")
-    cut_short = f" ({sweep['boots_interrupted']} cut short by an interruption)" if sweep.get("boots_interrupted") else ""
-    lines.append(f"  boots: {sweep['boots_used']} used{cut_short}; {sweep['boots_without_predictions']} without "
-                 f"predictions (2K = {sweep['boots_2k']}); saved {sweep['boots_saved']}")
-    if sweep.get("plot"):
-        lines.append(f"  plot: {sweep['plot']}")
+def render_sweep(sweep: SweepRecord, sweep_dir: Path) -> str:
+    lines = [f"Sweep {sweep.sweep_id}: gmu {', '.join(f'{g:g}' for g in sweep.gmu_values)}; "
+             f"target {sweep.target:,}; strategy {sweep.strategy}"]
+    for p in sweep.points or []:
+        result = f"ceiling {p.ceiling:,}" if p.ceiling else f"{p.verdict}"
+        run = f" ({p.run_id})" if p.run_id else ""
+        lines.append(f"  gmu {p.gmu:g}: {result} in {p.boots} boot{'s' if p.boots != 1 else ''}{run}: {p.note}")
+    cut_short = f" ({sweep.boots_interrupted} cut short by an interruption)" if sweep.boots_interrupted else ""
+    lines.append(f"  boots: {sweep.boots_used} used{cut_short}; {sweep.boots_without_predictions} without "
+                 f"predictions (2K = {sweep.boots_2k}); saved {sweep.boots_saved}")
+    if sweep.plot:
+        lines.append(f"  plot: {sweep.plot}")
     lines.append(f"  record: {sweep_dir / sweeps.SWEEP_FILE}")
     return "\n".join(lines)
 

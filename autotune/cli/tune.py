@@ -13,6 +13,7 @@ from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, ech
 from autotune.cli.card import echo_card
 from autotune.store import artifact
 from autotune.store import latest
+from autotune.store.record import RunRecord
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
@@ -75,13 +76,13 @@ def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **
     progress = ProgressPrinter(quiet=quiet, show_log=show_log)
     with exits(INTERRUPTED_RUN):
         try:
-            record = tune_mod.tune(opts, progress)
+            record = RunRecord.from_json(tune_mod.tune(opts, progress))  # tune's JSON form, nobody else's
         finally:
             progress.close()  # clears the live status line whatever happened
     if json_:
         click.echo(json.dumps(artifact.stamped(record), indent=2))  # as run.json holds it
     else:
-        echo_card(record, run_dir=runs_dir / record["run_id"])
+        echo_card(record, run_dir=runs_dir / record.run_id)
     sys.exit(exit_code_of(record))
 
 

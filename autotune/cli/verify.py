@@ -14,7 +14,7 @@ from autotune.cli.formats import fmt_duration
 from autotune.cli.options import request_option, runs_dir_option, sayer
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
-from autotune.store.record import Result, RunRecord
+from autotune.store.record import ProbeResult, Result, RunRecord
 from autotune.vllm.versions import NO_FULL_ISL_FLAG
 
 INTERRUPTED = "the endpoints checked before were recorded, the one being checked was not"
@@ -52,13 +52,13 @@ def could_line(deployment: dict) -> str | None:
 
 def render(record: RunRecord) -> str:
     """One endpoint's card (pure)."""
-    d = record.get("deployment") or {}
+    d = record.deployment or {}
     result = record.result if isinstance(record.result, Result) else Result()
-    verdict, url = result.get("verdict"), d.get("url")
+    verdict, url = result.verdict, d.get("url")
     head = {"verified": "Verified", "not_verified": "Not verified", "front_door": "Turned away",
             "error": "Not reached"}.get(verdict, str(verdict))
-    lines = [f"{head}: {url} {result.get('reason')}."] if verdict in ("verified", "not_verified") else [
-        f"{head}: {result.get('reason')}"]
+    lines = [f"{head}: {url} {result.reason}."] if verdict in ("verified", "not_verified") else [
+        f"{head}: {result.reason}"]
     if d.get("model"):
         root = f" ({d['root']})" if d.get("root") not in (None, d["model"]) else ""
         lines.append(f"  model:    {d['model']}{root}")
@@ -77,15 +77,15 @@ def render(record: RunRecord) -> str:
     if could:
         lines.append(f"  could:    {could}")
         lines.append(f"  how sure: {(d.get('room') or {}).get('certainty')}: {(d.get('room') or {}).get('why')}")
-    probe = result.get("probe")
-    if isinstance(probe, dict):
+    probe = result.probe
+    if isinstance(probe, ProbeResult):
         lines.extend(probe_lines(probe))
-        unread = (probe.get("memory") or {}).get("unavailable_reason")
+        unread = (probe.memory or {}).get("unavailable_reason")
         if unread:
             lines.append(f"            memory not read: {unread}")
     for warning in d.get("warnings") or []:
         lines.append(f"  Warning: {warning}")
-    took = f" in {fmt_duration(record.duration_s)}" if isinstance(record.get("duration_s"), (int, float)) else ""
+    took = f" in {fmt_duration(record.duration_s)}" if isinstance(record.duration_s, (int, float)) else ""
     lines.append(f"  recorded: {record.run_id}{took}" + (f" (verifies {d['verifies']})" if d.get("verifies") else ""))
     return "\n".join(lines)
 
@@ -163,9 +163,9 @@ def _the_run(ref: str | None, runs_dir: Path) -> RunRecord | None:
     if ref is None:
         return None
     _, run = load_one(ref, runs_dir)
-    if not (isinstance(run.result, Result) and run.result.get("verified") and run.result.get("ceiling")):
+    if not (isinstance(run.result, Result) and run.result.verified and run.result.ceiling):
         raise click.ClickException(f"run {run.run_id} has no verified ceiling to compare with "
-                                   f"(verdict: {(run.result or Result()).get('verdict') or run.get('state')})")
+                                   f"(verdict: {(run.result or Result()).verdict or run.state})")
     return run
 
 

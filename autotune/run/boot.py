@@ -172,8 +172,8 @@ class Boot:
         stop_started = time.monotonic()
         self._stop(processes.STAGES_FAST)
         self.kill_delay = round(time.monotonic() - self.refusal_seen_at, 3)
-        if self.attempt.stop["steps"]:
-            self.first_signal_at = stop_started + self.attempt.stop["steps"][0]["at_s"]
+        if self.attempt.stop.steps:
+            self.first_signal_at = stop_started + self.attempt.stop.steps[0]["at_s"]
         self.outcome = strategy.REFUSED
 
     def _autofit(self) -> None:
@@ -349,7 +349,7 @@ class Boot:
             ceiling, source = limit_from(result)  # refused (or lowered) for a limit that is not memory
         if outcome == strategy.PROBE_FAILED or (outcome == strategy.QUEUED and given(a.probe)):
             self.verification["verified"] = False
-            self.verification["reason"] += f"; but the probe failed: {a.probe.get('reason')}"
+            self.verification["reason"] += f"; but the probe failed: {a.probe.reason}"
         failed = outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED)
         a.outcome, a.exit_status = outcome, self.server.proc.returncode
         a.time_to_outcome_s = round(self.time_to_outcome, 2) if self.time_to_outcome is not None else None

@@ -95,31 +95,31 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, emit: Emit):
     earlier = [a for a in record.attempts[:-1] if a.outcome != strategy.INTERRUPTED]
     options = rules.RecoveryOptions(
         stopped_own_server=bool(earlier),
-        recovered=tuple(a.recovery["kind"] for a in record.attempts if isinstance(a.recovery, dict)))
-    fix = rules.recovery_for(attempt.to_dict(), argv, options)
+        recovered=tuple(a.recovery.kind for a in record.attempts if a.recovery is not None))
+    fix = rules.recovery_for(attempt, argv, options)
     if fix is None:
-        why = rules.explain_no_recovery(attempt.to_dict(), argv, options)
+        why = rules.explain_no_recovery(attempt, argv, options)
         if why:
             attempt.no_recovery = why
         return None
     attempt.recovery = {"kind": fix.kind, "reason": fix.reason}
     if fix.new_argv and servecmd.kv_pool_options(fix.new_argv) != servecmd.kv_pool_options(argv):
         # Earlier refusals estimated another pool: the strategy starts again from the target.
-        attempt.recovery["figures_stale"] = True
+        attempt.recovery.figures_stale = True
         if current_summaries(record.attempts[:-1]):
-            attempt.recovery["reason"] += ("; the lengths earlier boots found were sized for the old setting, so "
+            attempt.recovery.reason += ("; the lengths earlier boots found were sized for the old setting, so "
                                            "the search starts again")
-    emit("recovery", index=attempt.index, reason=attempt.recovery["reason"])
+    emit("recovery", index=attempt.index, reason=attempt.recovery.reason)
     if fix.wait_for_memory and fix.need_free_gib:
         indices = record.get("gpus", {}).get("indices") or []
         ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: gpu_facts_for(argv))
-        attempt.recovery["memory_freed"] = ok
+        attempt.recovery.memory_freed = ok
     return fix
 
 
 def counts(attempt: Attempt) -> bool:
     """Does this attempt count for the strategy? Not when interrupted, nor when a recovery redid it."""
-    return attempt.outcome != strategy.INTERRUPTED and not isinstance(attempt.recovery, dict)
+    return attempt.outcome != strategy.INTERRUPTED and attempt.recovery is None
 
 
 def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
@@ -127,7 +127,7 @@ def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
     what sizes the KV pool (a figure read before it describes another pool)."""
     out: list[strategy.AttemptSummary] = []
     for attempt in attempts:
-        if isinstance(attempt.recovery, dict) and attempt.recovery.get("figures_stale"):
+        if attempt.recovery is not None and attempt.recovery.figures_stale:
             out = []
         elif counts(attempt):
             out.append(summary_of(attempt))

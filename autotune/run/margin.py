@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
+from autotune.store.record import Margin as RecordedMargin
 from autotune.vllm import servecmd, versions
 
 GIB = 1 << 30
@@ -111,12 +112,12 @@ def apply(argv: Sequence[str], margin: Margin) -> list[str]:
     return servecmd.with_flag(list(argv), GMU, f"{margin.gmu:g}")
 
 
-def applied(argv: Sequence[str], recorded: Mapping | None) -> list[str]:
+def applied(argv: Sequence[str], recorded: RecordedMargin | None) -> list[str]:
     """The user's serve command (run.json command.argv) as a run booted it: with the gmu of the
     margin run.json records, if any (a resumed run, a lever search, a reproduction keep it)."""
-    if not recorded or recorded.get("gmu") is None:
+    if recorded is None or recorded.gmu is None:
         return list(argv)
-    return servecmd.with_flag(list(argv), GMU, f"{recorded['gmu']:g}")
+    return servecmd.with_flag(list(argv), GMU, f"{recorded.gmu:g}")
 
 
 def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> Margin:

@@ -21,7 +21,7 @@ from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
 from autotune.store.emit import write_all as write_paste_ready
-from autotune.store.record import ABSENT, Reach, ReachStep, Result, RunRecord
+from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
 
@@ -102,23 +102,23 @@ class LeverSearch:
         """(levers.Baseline or None when the log showed no available KV, limits, gmu in force)."""
         record = self.record
         last = [a for a in record.attempts if a.outcome == strategy.VERIFIED][-1]
-        facts = last.facts if isinstance(last.facts, dict) else {}
+        facts = last.facts if last.facts is not None else BootFacts()
         version_default = vllminfo.default_gmu(record.get("vllm_version")) or vllminfo.LOWEST_DEFAULT_GMU
-        if facts.get("cpu_worker_requested_gib") and facts.get("cpu_node_total_gib"):
+        if facts.cpu_worker_requested_gib and facts.cpu_node_total_gib:
             # The CPU backend prints what it reserved: that ratio is the gmu in force.
-            version_default = round(facts["cpu_worker_requested_gib"] / facts["cpu_node_total_gib"], 3)
+            version_default = round(facts.cpu_worker_requested_gib / facts.cpu_node_total_gib, 3)
         argv = servecmd.with_config(self.booted_argv, record.command.get("cwd"))  # --config's values count
         gmu = levers.effective_gmu(argv, self.plan.env, version_default)
-        gpus = record.get("machine", {}).get("gpus") or []
-        total = gpus[0]["memory_total_gib"] if gpus else facts.get("cpu_node_total_gib")
-        pinned = record.get("gpus", {}).get("indices") or [g["index"] for g in gpus]
+        gpus = (record.machine or Machine()).gpus or []
+        total = gpus[0]["memory_total_gib"] if gpus else facts.cpu_node_total_gib
+        pinned = (record.gpus or GpuPlan()).indices or [g["index"] for g in gpus]
         limits = levers.Limits(max_gmu=self.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
                                fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
         available = self.result.get("available_kv_gib")
         if available is None:
             return None, limits, gmu
-        printed = [a.facts["kv_needed_gib"] for a in record.attempts if a.max_model_len == self.target
-                   and isinstance(a.facts, dict) and isinstance(a.facts.get("kv_needed_gib"), (int, float))]
+        printed = [a.facts.kv_needed_gib for a in record.attempts if a.max_model_len == self.target
+                   and a.facts is not None and isinstance(a.facts.kv_needed_gib, (int, float))]
         return (levers.Baseline(ceiling=self.result.ceiling, available_kv_gib=available, gmu=gmu,
                                 device_total_gib=total, target_needed_gib=printed[-1] if printed else None),
                 limits, gmu)
@@ -222,14 +222,14 @@ class LeverSearch:
         result.ceiling, result.target_reached, result.reached_with_levers = r.ceiling, reached, child.run_id
         result.final_argv, result.reason = r.final_argv, f"{how} (run {child.run_id})"
         for key in ("available_kv_gib", "kv_cache_tokens", "max_concurrency"):
-            if getattr(r, key) is not ABSENT:
+            if r.has(key):
                 setattr(result, key, getattr(r, key))
                 setattr(result, f"{key}_source", {**r.get(f"{key}_source", {}), "run": child.run_id})
         if r.get("ranks"):  # the per-rank figures of the boot that reached it, not of the one before the levers
             result.ranks = r.ranks
         verified = [a for a in child.attempts if a.outcome == strategy.VERIFIED]
         if verified and (verified[-1].get("verification") or {}).get("reason"):
-            result.checked = {"run": child.run_id, "reason": verified[-1].verification["reason"]}
+            result.checked = {"run": child.run_id, "reason": verified[-1].verification.reason}
         result.drop("probe")  # a probe at the lower length says nothing of this one
         if r.get("probe"):
             result.probe = r.probe
@@ -238,7 +238,7 @@ class LeverSearch:
 
 def booted_argv(record: RunRecord) -> list[str]:
     """The run's serve command as it booted: the user's, with --margin's gmu (run/margin.py)."""
-    return margin.applied(list(record.command.argv), record.get("margin"))
+    return margin.applied(list(record.command.argv), record.margin)
 
 
 def best_of(record: RunRecord, children: list[RunRecord]) -> dict:

@@ -1,6 +1,6 @@
 """What to do after a failed boot whose fix is mechanical (pure).
 
-``recovery_for(attempt_record, argv, options)`` looks at one finished attempt (the
+``recovery_for(attempt, argv, options)`` looks at one finished attempt (the
 record tune.py keeps: ``error_kind`` and the parsed log ``facts``) and returns a
 ``Recovery`` (relaunch with this argv / after waiting for GPU memory / on another
 port) or None. ``explain_no_recovery`` says why a failure that sometimes recovers
@@ -22,8 +22,9 @@ limit, and the strategy boots there (run/strategy.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Sequence
 
+from autotune.store.record import Attempt, BootFacts
 from autotune.vllm import servecmd, versions
 
 __all__ = ["Recovery", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
@@ -52,23 +53,23 @@ class Recovery:
     need_free_gib: float | None = None  # with wait_for_memory: free memory each GPU needs (GiB)
 
 
-def recovery_for(attempt_record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> Recovery | None:
+def recovery_for(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> Recovery | None:
     """The mechanical recovery from this failed attempt, or None.
 
-    ``argv`` is the serve command of that attempt (as launched); ``attempt_record`` needs
+    ``argv`` is the serve command of that attempt (as launched); ``attempt`` needs
     ``error_kind`` and ``facts`` (the parser's result)."""
-    return _decide(attempt_record, argv, options)[0]
+    return _decide(attempt, argv, options)[0]
 
 
-def explain_no_recovery(attempt_record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> str | None:
+def explain_no_recovery(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> str | None:
     """Why a failure that autotune recovers from in some cases was not recovered this time
     (None when it was, or when the kind never recovers: the catalog's fix says what to do)."""
-    return _decide(attempt_record, argv, options)[1]
+    return _decide(attempt, argv, options)[1]
 
 
-def _decide(record: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
-    kind = record.get("error_kind")
-    facts = record.get("facts") or {}
+def _decide(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+    kind = attempt.error_kind
+    facts = attempt.facts or BootFacts()
     if kind not in RETRY_LIMITS:
         return None, None
     done = list(options.recovered).count(kind)
@@ -86,8 +87,8 @@ def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _mamba(facts: Mapping, argv: Sequence[str]) -> tuple[Recovery | None, str | None]:
-    blocks, asked = _int(facts.get("mamba_cache_blocks")), _int(facts.get("max_num_seqs_refused"))
+def _mamba(facts: BootFacts, argv: Sequence[str]) -> tuple[Recovery | None, str | None]:
+    blocks, asked = _int(facts.mamba_cache_blocks), _int(facts.max_num_seqs_refused)
     if blocks is None or asked is None:
         return None, "the log does not show how many Mamba cache blocks fit, so there is no number to relaunch with"
     if blocks < 1:
@@ -108,8 +109,8 @@ def _default_gmu(version: object) -> float:
     return versions.default_gmu(str(version) if version else None) or versions.HIGHEST_DEFAULT_GMU
 
 
-def _free_memory(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
-    free, total = facts.get("startup_free_gib"), facts.get("startup_total_gib")
+def _free_memory(facts: BootFacts, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+    free, total = facts.startup_free_gib, facts.startup_total_gib
     seen = f"only {free} of {total} GiB were free at startup" if free is not None and total is not None else (
         "free memory at startup was below --gpu-memory-utilization x total")
     if not options.stopped_own_server:
@@ -117,9 +118,9 @@ def _free_memory(facts: Mapping, argv: Sequence[str], options: RecoveryOptions) 
                       "the memory (`autotune gpus` names the processes); free it or lower --gpu-memory-utilization")
     raw = servecmd.flag_value(servecmd.with_config(argv), "--gpu-memory-utilization")  # --config's value counts
     try:
-        gmu = float(raw) if raw is not None else _default_gmu(facts.get("vllm_version"))
+        gmu = float(raw) if raw is not None else _default_gmu(facts.vllm_version)
     except ValueError:
-        gmu = _default_gmu(facts.get("vllm_version"))
+        gmu = _default_gmu(facts.vllm_version)
     need = round(gmu * total, 2) if isinstance(total, (int, float)) else None
     return Recovery(
         "free_memory_below_gmu",

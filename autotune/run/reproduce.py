@@ -19,7 +19,7 @@ from autotune.errors import AutotuneError
 from autotune.run import tune as tune_mod
 from autotune.run import margin
 from autotune.run.options import Emit, TuneOptions, default
-from autotune.store.record import RunRecord, as_run_record
+from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK
 from autotune.vllm import versions as vllminfo
 
@@ -35,37 +35,37 @@ class Plan:
     probe_source: str  # where the probe mode came from
 
 
-def plan(old: dict, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: float,
+def plan(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: float,
          probe: str | None = None) -> Plan:
     """The re-tune of a recorded run: its command, environment, target and probe."""
-    result = old.get("result") or {}
-    argv = list((old.get("command") or {}).get("argv") or [])
-    if not result.get("verified") or not argv or not old.get("target"):
-        raise NotReproducible(f"run {old.get('run_id')} has no verified configuration to reproduce "
-                              f"(its verdict: {result.get('verdict')})")
-    env, missing = rep.reproduction_env(old.get("environment") or {}, env_now, tune_mod.RELEVANT_ENV_PREFIXES, MASK)
-    options = old.get("options") or {}
-    recorded_probe = options.get("probe") or (rep.probe_of(as_run_record(old)) or {}).get("mode")
+    result = old.result if isinstance(old.result, Result) else Result()
+    argv = list(old.command.argv or []) if isinstance(old.command, Command) else []
+    if not result.verified or not argv or not old.target:
+        raise NotReproducible(f"run {old.run_id} has no verified configuration to reproduce "
+                              f"(its verdict: {result.verdict or None})")
+    env, missing = rep.reproduction_env(old.environment or {}, env_now, tune_mod.RELEVANT_ENV_PREFIXES, MASK)
+    options = old.options or KeptOptions()
+    recorded_probe = options.probe or (rep.probe_of(old) or ProbeResult()).mode
     if probe is not None:
         mode, source = probe, "--probe"
     elif recorded_probe:
-        mode, source = recorded_probe, f"the probe run {old.get('run_id')} ran"
+        mode, source = recorded_probe, f"the probe run {old.run_id} ran"
     else:
-        mode, source = "none", f"run {old.get('run_id')} ran no probe (--probe quick runs one)"
-    extra_env = {k: v for k, v in (options.get("extra_env") or {}).items() if v != MASK}
-    extra_env.update((old.get("gpus") or {}).get("environment") or {})
+        mode, source = "none", f"run {old.run_id} ran no probe (--probe quick runs one)"
+    extra_env = {k: v for k, v in (options.extra_env or {}).items() if v != MASK}
+    extra_env.update((old.gpus or GpuPlan()).environment or {})
     # The command as it booted: the user's with --margin's gmu (the same gmu, not a margin planned anew).
-    argv = margin.applied(argv, old.get("margin"))
-    opts = TuneOptions(target=int(old["target"]), serve_argv=argv, runs_dir=Path(runs_dir), env=env,
+    argv = margin.applied(argv, old.margin)
+    opts = TuneOptions(target=int(old.target), serve_argv=argv, runs_dir=Path(runs_dir), env=env,
                        extra_env=extra_env, stall_timeout_s=stall_timeout_s, kind="reproduce", strategy="auto",
-                       probe=mode, max_boots=int(options.get("max_boots") or default("max_boots")),
-                       links={"reproduces": old["run_id"]})
+                       probe=mode, max_boots=int(options.max_boots or default("max_boots")),
+                       links={"reproduces": old.run_id})
     return Plan(opts, missing, source)
 
 
-def reproduce(old: dict, plan_: Plan, progress: Emit) -> tuple[dict, rep.Reproduction]:
+def reproduce(old: RunRecord, plan_: Plan, progress: Emit) -> tuple[RunRecord, rep.Reproduction]:
     """Re-tune (a new run is written) and compare it with the old run."""
-    new = tune_mod.tune(plan_.options, progress)
+    new = RunRecord.from_json(tune_mod.tune(plan_.options, progress))  # tune's JSON form, nobody else's
     verdict = rep.reproduce_verdict(old, new)
     verdict.new_files = {name: str(plan_.options.runs_dir / path) for name, path in verdict.new_files.items()}
     return new, verdict
@@ -76,7 +76,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
     cache: dict[tuple, str | None] = {}
 
     def installed(record: RunRecord) -> str | None:
-        argv = list((record.get("command") or {}).get("argv") or [])
+        argv = list((record.command or {}).get("argv") or [])
         if not argv:
             return None
         key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM

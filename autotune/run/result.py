@@ -16,7 +16,7 @@ from autotune.server import health
 from autotune.host.processes import ServerProcess
 from autotune.store import kept as kept_servers
 from autotune.store.emit import write_all as write_paste_ready
-from autotune.store.record import RESULT_FIGURES, Attempt, Result, RunRecord
+from autotune.store.record import RESULT_FIGURES, Attempt, BootFacts, Result, RunRecord
 from autotune.vllm import servecmd
 
 
@@ -42,7 +42,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
         result.reason = NOT_VLLM.format(command=shlex.join(argv[:2]))
     if done:
         _from_last_boot(result, done[-1], verified)
-        ranks = kv_ranks.kv_by_rank(argv, done[-1].facts if isinstance(done[-1].facts, dict) else {})
+        ranks = kv_ranks.kv_by_rank(argv, done[-1].facts or BootFacts())
         if ranks:
             result.ranks = ranks
     if verified:
@@ -63,16 +63,16 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
 
 def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:
     """The figures, the failure and the probe of the last boot that ran to an outcome."""
-    facts = last.facts if isinstance(last.facts, dict) else {}
+    facts = last.facts if last.facts is not None else BootFacts()
     provenance = last.provenance if isinstance(last.provenance, dict) else {}
     for key in RESULT_FIGURES:
-        if key in facts:
-            setattr(result, key, facts[key])
+        if facts.has(key):
+            setattr(result, key, getattr(facts, key))
             setattr(result, f"{key}_source", {"attempt": last.index, **provenance.get(key, {})})
     if last.error_kind or last.outcome == strategy.FRONT_DOOR:
         result.error_kind = last.error_kind
         result.diagnosis = last.get("diagnosis")
-    if last.get("probe"):
+    if last.probe:
         result.probe = last.probe
     if last.error_kind and not verified and last.get("no_recovery"):
         result.reason += f"; {last.no_recovery}"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 # The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
 from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
                                      KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
-                                     VERIFIED)
+                                     VERIFIED, Verdict)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
@@ -60,7 +60,7 @@ class Launch:
 
 @dataclass(frozen=True)
 class Stop:
-    verdict: str  # verified | refused_no_ceiling | nothing_fits | error | hung | not_verified | max_boots
+    verdict: Verdict
     ceiling: int | None
     reason: str
     limit: str | None = None  # a verified ceiling below the target: what set it (LIMITS)
@@ -87,31 +87,31 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         if last.max_model_len == AUTO:
             fit = last.ceiling
             if fit is None:
-                return Stop("not_verified", None, "the auto-fit boot did not say which length it fitted")
+                return Stop(Verdict.NOT_VERIFIED, None, "the auto-fit boot did not say which length it fitted")
             if fit >= target:
-                return Stop("verified", target,
+                return Stop(Verdict.VERIFIED, target,
                             f"the target fits: vLLM's auto-fit served {fit} >= {target} in one boot")
-            return Stop("verified", fit, f"{fit} is the length vLLM's auto-fit served ({fit - target:+d} against the target)",
+            return Stop(Verdict.VERIFIED, fit, f"{fit} is the length vLLM's auto-fit served ({fit - target:+d} against the target)",
                         last.limit)
         length = int(last.max_model_len)
         if length >= target:
-            return Stop("verified", target, "the target itself boots")
+            return Stop(Verdict.VERIFIED, target, "the target itself boots")
         if last.basis == "pool":
-            return Stop("verified", length, f"{length:,} is the longest request vLLM admits here: its KV pool "
+            return Stop(Verdict.VERIFIED, length, f"{length:,} is the longest request vLLM admits here: its KV pool "
                                             f"({length - target:+,} tokens against the target)", KV_CACHE)
         if last.basis in PREDICTED and last.kv_cache_tokens is not None:
             before = attempts[-2].kv_cache_tokens if n > 1 else None
             room = _room_step(target, last, length, boot, n, max_boots, slack, before)
             if room is not None:
                 return room
-        return Stop("verified", length,
+        return Stop(Verdict.VERIFIED, length,
                     f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})",
                     attempts[-2].limit if last.basis == "ceiling" and n > 1 else KV_CACHE)
     if last.outcome == AUTOFIT_READ:
         if last.ceiling is None:
-            return Stop("error", None, "the auto-fit boot stopped without a fitted length")
+            return Stop(Verdict.ERROR, None, "the auto-fit boot stopped without a fitted length")
         if n >= max_boots:
-            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+            return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         nxt = min(last.ceiling, target)
         return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
                       + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
@@ -120,30 +120,30 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
     if last.outcome in (ERROR, EXITED, NOT_VERIFIED) and last.ceiling is not None and last.limit != KV_CACHE:
         return _limit_step(target, last, boot, n, max_boots)
     if last.outcome == NOT_VERIFIED:
-        return Stop("not_verified", None, "the server booted but does not serve the length asked for")
+        return Stop(Verdict.NOT_VERIFIED, None, "the server booted but does not serve the length asked for")
     if last.outcome == FRONT_DOOR:
-        return Stop("front_door", None, f"the server booted at {last.max_model_len}, but its front door turned "
+        return Stop(Verdict.FRONT_DOOR, None, f"the server booted at {last.max_model_len}, but its front door turned "
                                         "autotune away (see the diagnosis)")
     if last.outcome == HUNG:
-        return Stop("hung", None, f"the boot at {last.max_model_len} stopped producing output")
+        return Stop(Verdict.HUNG, None, f"the boot at {last.max_model_len} stopped producing output")
     if last.outcome == INTERRUPTED:
-        return Stop("interrupted", None, "autotune was interrupted")
+        return Stop(Verdict.INTERRUPTED, None, "autotune was interrupted")
     if last.outcome in (ERROR, EXITED):
         kind = last.error_kind or "unknown"
-        return Stop("error", None, f"the boot at {last.max_model_len} failed ({kind}), not for lack of KV cache")
+        return Stop(Verdict.ERROR, None, f"the boot at {last.max_model_len} failed ({kind}), not for lack of KV cache")
     if last.outcome == REFUSED:
         if last.ceiling is None:
-            return Stop("refused_no_ceiling", None,
+            return Stop(Verdict.REFUSED_NO_CEILING, None,
                         "vLLM refused the length but its log gives no figure to compute a ceiling from")
         asked = int(last.max_model_len)
         nxt = min(last.ceiling, asked - 1, target)
         if nxt <= 0:
-            return Stop("nothing_fits", None, "vLLM says not even one token of context fits")
+            return Stop(Verdict.NOTHING_FITS, None, "vLLM says not even one token of context fits")
         if n >= max_boots:
-            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+            return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
                       "computed" if last.ceiling_source == "computed_from_gib" else "ceiling")
-    return Stop("error", None, f"unexpected attempt outcome {last.outcome!r}")
+    return Stop(Verdict.ERROR, None, f"unexpected attempt outcome {last.outcome!r}")
 
 
 def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_boots: int,
@@ -154,15 +154,15 @@ def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_b
     pool = last.kv_cache_tokens
     if last.outcome == QUEUED and pool is not None and served is not None and pool < int(served):
         if n >= max_boots:
-            return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+            return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         return Launch(min(pool, target), f"boot {boot} booted at {int(served):,}, but a longer request than its "
                                          f"KV pool ({pool:,} tokens) waits in vLLM's queue forever", "pool")
     if not back_off or served is None:
         what = "waited in its queue forever" if last.outcome == QUEUED else "failed"
-        return Stop("not_verified", None, f"the server booted at {served} but a near-ceiling request {what}"
+        return Stop(Verdict.NOT_VERIFIED, None, f"the server booted at {served} but a near-ceiling request {what}"
                     + ("" if back_off else " (--back-off retries lower)"))
     if n >= max_boots:
-        return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
     lower = int(int(served) * (1 - BACK_OFF))
     return Launch(min(lower, target), f"boot {boot} booted at {served} but its probe failed: backing off "
                                       f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
@@ -178,9 +178,9 @@ def _limit_step(target: int, last: AttemptSummary, boot: int, n: int, max_boots:
     nxt = min(ceiling, target)
     what = _LIMIT_TEXT.get(last.limit, last.limit)
     if isinstance(asked, int) and nxt >= asked:
-        return Stop("error", None, f"boot {boot} at {asked:,} was refused for {what} ({ceiling:,}), which is not below it")
+        return Stop(Verdict.ERROR, None, f"boot {boot} at {asked:,} was refused for {what} ({ceiling:,}), which is not below it")
     if n >= max_boots:
-        return Stop("max_boots", None, f"gave up after {n} boots (--max-boots)")
+        return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
     head = f"{what}, {ceiling:,}" + (" (capped at the target)" if nxt < ceiling else "")
     return Launch(nxt, f"{head}: vLLM {'lowered' if last.limit == 'draft_model' else 'refused'} "
                        f"{asked if isinstance(asked, str) else format(asked, ',')} at boot {boot}", "ceiling")
@@ -205,27 +205,27 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
     fits = pool - slack if trusted else pool
     told = (f"{pool:,} tokens less vLLM's {slack:,}-token slack" if fits != pool else f"a pool of {pool:,} tokens")
     if length >= min(fits, target):
-        return Stop("verified", length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
+        return Stop(Verdict.VERIFIED, length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
                                         f"{length - target:+,} against the target)", KV_CACHE)
     if slack is not None and last.basis == "start_at" and pool - slack < length:
         # Closer to its pool than the group's slack: the slack was learnt a little too large (on a real
         # machine the pool moves by a few MiB between boots), and vLLM's ceiling lies between this boot
         # and its pool; booting the pool would only be refused and cost a third boot.
-        return Stop("verified", length, f"{length:,} boots, within the {slack:,}-token slack the group showed of its "
+        return Stop(Verdict.VERIFIED, length, f"{length:,} boots, within the {slack:,}-token slack the group showed of its "
                                         f"{pool:,}-token pool ({length - target:+,} against the target)", KV_CACHE)
     if last.basis == "computed" and pool <= length * (1 + ROOM_TOLERANCE):
-        return Stop("verified", length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
+        return Stop(Verdict.VERIFIED, length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
                                         f"its KV pool shows ({length - target:+,} against the target)", KV_CACHE)
     if last.basis == "room" and pool_before is not None and pool != pool_before \
             and abs(pool - pool_before) <= pool_before * ROOM_TOLERANCE:
         # Aimed at the last boot's pool, this boot's pool came out a little different: vLLM re-profiles
         # every boot, and on a real machine the pool moves by a few MiB between boots of one command
         # (93,056 then 93,696 tokens on the CPU backend). Chasing it would not end; the boot stands.
-        return Stop("verified", length, f"{length:,} boots; it was aimed at the {pool_before:,}-token pool of the boot "
+        return Stop(Verdict.VERIFIED, length, f"{length:,} boots; it was aimed at the {pool_before:,}-token pool of the boot "
                                         f"before, and this boot's pool ({pool:,}) moved by vLLM's re-profiling "
                                         f"({length - target:+,} against the target)", KV_CACHE)
     if n >= max_boots:
-        return Stop("verified", length, f"{length:,} boots; its KV pool ({told}) shows room for {fits:,}, "
+        return Stop(Verdict.VERIFIED, length, f"{length:,} boots; its KV pool ({told}) shows room for {fits:,}, "
                                         f"but --max-boots is reached", KV_CACHE)
     return Launch(min(target, fits), f"boot {boot} at {length:,} showed {told}: {fits:,} fits", "room")
 

@@ -17,7 +17,7 @@ from typing import Callable
 from autotune import __version__
 from autotune.store import artifact
 from autotune.store import cleanup
-from autotune.store.record import RunRecord, SweepPoint, as_run_record
+from autotune.store.record import Result, RunRecord, SweepPoint, SweepRecord
 from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
 from autotune.analysis import run_row
@@ -49,31 +49,29 @@ class SweepOptions:
     probe: str = "none"  # each value's probe (quick | full | none): a 100K+ token prefill on a CPU takes minutes
 
 
-def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, dict]:
+def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, SweepRecord]:
     """The sweep folder and its first sweep.json (state running, no points yet)."""
     model = servecmd.model_of(argv)
     strategy, strategy_reason = strategy_mod.sweep_plan(
         opts.strategy, vllminfo.auto_fit_mode(vllminfo.detect_version(argv, dict(os.environ))))
     sweep_dir = new_dir(Path(runs_dir), model)
-    sweep = {
-        "kind": "sweep", "sweep_id": sweep_dir.name, "autotune_version": __version__, "state": "running",
-        "started_at": artifact.iso(artifact.utc_now()), "ended_at": None, "model": model, "target": opts.target,
-        "serve_argv": servecmd.without_flag(argv, run_row.GMU_FLAG), "strategy": strategy,
-        "strategy_reason": strategy_reason,
-        "gmu_values": list(opts.gmu_values), "options": asdict(opts), "owner": cleanup.owner_stamp(),
-        "points": [], "boots_used": 0, "boots_without_predictions": None,
-        "boots_2k": 2 * len(opts.gmu_values), "boots_saved": 0, "fit": None, "plot": None,
-    }
+    sweep = SweepRecord(
+        kind="sweep", sweep_id=sweep_dir.name, autotune_version=__version__, state="running",
+        started_at=artifact.iso(artifact.utc_now()), ended_at=None, model=model, target=opts.target,
+        serve_argv=servecmd.without_flag(argv, run_row.GMU_FLAG), strategy=strategy, strategy_reason=strategy_reason,
+        gmu_values=list(opts.gmu_values), options=asdict(opts), owner=cleanup.owner_stamp(),
+        points=[], boots_used=0, boots_without_predictions=None,
+        boots_2k=2 * len(opts.gmu_values), boots_saved=0, fit=None, plot=None)
     save(sweep_dir, sweep)
     return sweep_dir, sweep
 
 
-def options_of(sweep: dict) -> SweepOptions:
+def options_of(sweep: SweepRecord) -> SweepOptions:
     """The options a sweep was started with (sweeps written before options were kept: the defaults)."""
-    stored = sweep.get("options") if isinstance(sweep.get("options"), dict) else {}
+    stored = sweep.options if isinstance(sweep.options, dict) else {}
     known = {k: v for k, v in stored.items() if k in SweepOptions.__dataclass_fields__}
-    known.update(gmu_values=list(sweep["gmu_values"]), target=sweep["target"],
-                 strategy=sweep.get("strategy", known.get("strategy", "refusal")))
+    known.update(gmu_values=list(sweep.gmu_values), target=sweep.target,
+                 strategy=sweep.strategy or known.get("strategy", "refusal"))
     return SweepOptions(**known)
 
 
@@ -81,34 +79,34 @@ def resume(sweep_dir: Path, runs_dir: Path, progress: Emit, say: Say, warn: Say)
     """Continue an interrupted sweep; see run()."""
     tune_mod.clean_leftovers(Path(runs_dir), progress)  # a SIGKILLed sweep becomes interrupted here
     sweep = load(sweep_dir)
-    if sweep.get("state") != "interrupted":
-        raise artifact.ArtifactError(f"{Path(sweep_dir) / SWEEP_FILE}: state is {sweep.get('state')!r}; only an "
+    if sweep.state != "interrupted":
+        raise artifact.ArtifactError(f"{Path(sweep_dir) / SWEEP_FILE}: state is {sweep.state!r}; only an "
                                      "interrupted sweep can be resumed")
-    sweep.setdefault("resumed_at", []).append(artifact.iso(artifact.utc_now()))
-    sweep.pop("interrupted_by", None)
-    say(f"resuming sweep {sweep['sweep_id']}: {len(sweep['points'])} of {len(sweep['gmu_values'])} value(s) "
+    sweep.resumed_at = [*(sweep.resumed_at or []), artifact.iso(artifact.utc_now())]
+    sweep.drop("interrupted_by")
+    say(f"resuming sweep {sweep.sweep_id}: {len(sweep.points or [])} of {len(sweep.gmu_values)} value(s) "
         "finished")
     return run(Path(sweep_dir), sweep, Path(runs_dir), progress, say, warn)
 
 
-def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, warn: Say):
+def run(sweep_dir: Path, sweep: SweepRecord, runs_dir: Path, progress: Emit, say: Say, warn: Say):
     """Tune every value not finished yet; return (sweep, member run records, compare report).
 
     Raises Interrupted after marking the sweep interrupted (the member run is marked
     by tune itself); a value that fails or is refused by preflight does not stop the others.
     """
     opts = options_of(sweep)
-    argv = list(sweep["serve_argv"])
+    argv = list(sweep.serve_argv)
     values = opts.gmu_values
     n = len(values)
-    sweep.update(state="running", ended_at=None, owner=cleanup.owner_stamp())
+    sweep.state, sweep.ended_at, sweep.owner = "running", None, cleanup.owner_stamp()
     save(sweep_dir, sweep)
     records = _finished_records(sweep, runs_dir, warn)
-    members = _members(runs_dir, sweep["sweep_id"])
+    members = _members(runs_dir, sweep.sweep_id)
     try:
         with interruptible():
             for i, gmu in enumerate(values, 1):
-                if i <= len(sweep["points"]):
+                if i <= len(sweep.points):
                     continue  # finished before an interruption: kept as it is
                 prediction = _prediction(records, gmu) if opts.strategy == "refusal" else None
                 planned = sweep_plan.sweep_aim(prediction, opts.target)
@@ -125,30 +123,31 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
                             start_at=start_at, slack=planned.slack_tokens, probe=opts.probe,
                             kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,
                             force=opts.force, allow_risky_gmu=opts.allow_risky_gmu,
-                            links={"sweep_id": sweep["sweep_id"], "sweep_index": i}), progress)
+                            links={"sweep_id": sweep.sweep_id, "sweep_index": i}), progress)
                 except PreflightFailed as exc:
                     warn(f"sweep {i}/{n}: gmu {gmu:g}: not booted: a preflight check says it cannot work "
                          "(--force boots anyway)")
                     for problem in exc.problems:
                         warn(problem.render())
-                    sweep["points"].append(SweepPoint(
+                    sweep.points.append(SweepPoint(
                         gmu=gmu, run_id=None, verdict="preflight_refused", ceiling=None, start_at=start_at,
                         start_at_reason=aim, prediction=None, boots=0, boots_without_prediction=0, saved=0,
-                        note="; ".join(getattr(p, "why", str(p)) for p in exc.problems)).to_dict())
+                        note="; ".join(getattr(p, "why", str(p)) for p in exc.problems)))
                     _count_boots(sweep)
                     save(sweep_dir, sweep)
                     continue
+                record = RunRecord.from_json(record) if isinstance(record, dict) else record  # tune's JSON form
                 records.append(record)
-                outcome = sweep_plan.sweep_point_outcome(as_run_record(record), start_at)
-                result = record.get("result") or {}
-                point = SweepPoint(gmu=gmu, run_id=record["run_id"], verdict=result.get("verdict"),
-                                   ceiling=result.get("ceiling"), start_at=start_at, start_at_reason=aim,
+                outcome = sweep_plan.sweep_point_outcome(record, start_at)
+                result = record.result if isinstance(record.result, Result) else Result()
+                point = SweepPoint(gmu=gmu, run_id=record.run_id, verdict=result.verdict or None,
+                                   ceiling=result.ceiling, start_at=start_at, start_at_reason=aim,
                                    prediction=asdict(prediction) if prediction else None)
-                sweep["points"].append({**point.to_dict(), **outcome})  # outcome: sweep_plan.sweep_point_outcome
+                sweep.points.append(SweepPoint.from_dict({**point.to_dict(), **outcome}))  # sweep_plan.sweep_point_outcome
                 _count_boots(sweep)
                 save(sweep_dir, sweep)
-                say(f"sweep {i}/{n}: gmu {gmu:g}: {result.get('verdict')}"
-                    + (f" at {result['ceiling']:,}" if result.get("ceiling") else "")
+                say(f"sweep {i}/{n}: gmu {gmu:g}: {result.verdict or None}"
+                    + (f" at {result.ceiling:,}" if result.ceiling else "")
                     + f" in {outcome['boots']} boot(s): {outcome['note']}")
     except Interrupted as exc:
         mark_interrupted(sweep_dir, sweep, f"autotune got {exc}")
@@ -156,9 +155,9 @@ def run(sweep_dir: Path, sweep: dict, runs_dir: Path, progress: Emit, say: Say, 
 
     report = cmp.compare(records)
     group = max((g for g in report.groups if g.fit is not None), key=lambda g: len(g.run_ids), default=None)
-    sweep["fit"] = asdict(group.fit) if group else None
+    sweep.fit = asdict(group.fit) if group else None
     _plot(sweep, sweep_dir, report, opts, say, warn)
-    sweep.update(state="finished", ended_at=artifact.iso(artifact.utc_now()))
+    sweep.state, sweep.ended_at = "finished", artifact.iso(artifact.utc_now())
     save(sweep_dir, sweep)
     return sweep, records, report
 
@@ -183,7 +182,7 @@ def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float,
     aim = aim if start_at is None else f"{aim} (as booted before the interruption)"
     if record.get("state") == "finished":
         say(f"sweep {i}/{n}: gmu {gmu:g}: run {run_dir.name} had finished; taken as it is")
-        return record.to_dict(), start_at, aim
+        return record, start_at, aim
     say(f"sweep {i}/{n}: gmu {gmu:g}: resuming run {run_dir.name}")
     return tune_mod.resume(run_dir, progress), start_at, aim
 
@@ -198,22 +197,22 @@ def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, RunRecord]]
     return found
 
 
-def _finished_records(sweep: dict, runs_dir: Path, warn: Say) -> list[dict]:
+def _finished_records(sweep: SweepRecord, runs_dir: Path, warn: Say) -> list[RunRecord]:
     """The run records of the points finished so far (the predictions and the fit use them)."""
     records = []
-    for point in sweep["points"]:
-        if not point.get("run_id"):
+    for point in sweep.points:
+        if not point.run_id:
             continue
         try:
-            record = artifact.load_run(runs_dir / point["run_id"])
+            record = artifact.load(runs_dir / point.run_id)
         except artifact.ArtifactError as exc:
-            warn(f"Warning: the run of gmu {point['gmu']:g} cannot be read ({exc}); it is left out of the fit")
+            warn(f"Warning: the run of gmu {point.gmu:g} cannot be read ({exc}); it is left out of the fit")
             continue
         records.append(record)
     return records
 
 
-def _prediction(records: list[dict], gmu: float) -> gmu_predict.Prediction | None:
+def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.Prediction | None:
     """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
     from autotune.analysis import device_memory, next_boot
 
@@ -222,17 +221,17 @@ def _prediction(records: list[dict], gmu: float) -> gmu_predict.Prediction | Non
     return prediction
 
 
-def _count_boots(sweep: dict) -> None:
-    sweep["boots_used"] = sum(p["boots"] for p in sweep["points"])
-    sweep["boots_without_predictions"] = sum(p["boots_without_prediction"] for p in sweep["points"])
-    sweep["boots_saved"] = sum(p["saved"] for p in sweep["points"])
-    sweep["boots_interrupted"] = sum(p.get("boots_interrupted", 0) for p in sweep["points"])
+def _count_boots(sweep: SweepRecord) -> None:
+    sweep.boots_used = sum(p.boots for p in sweep.points)
+    sweep.boots_without_predictions = sum(p.boots_without_prediction for p in sweep.points)
+    sweep.boots_saved = sum(p.saved for p in sweep.points)
+    sweep.boots_interrupted = sum(p.boots_interrupted or 0 for p in sweep.points)
 
 
-def _plot(sweep: dict, sweep_dir: Path, report, opts: SweepOptions, say: Say, warn: Say) -> None:
+def _plot(sweep: SweepRecord, sweep_dir: Path, report, opts: SweepOptions, say: Say, warn: Say) -> None:
     from autotune.analysis import plot as plot_mod
 
     try:
-        sweep["plot"] = str(plot_mod.write_plot(report, Path(opts.plot) if opts.plot else sweep_dir / "sweep.png"))
+        sweep.plot = str(plot_mod.write_plot(report, Path(opts.plot) if opts.plot else sweep_dir / "sweep.png"))
     except (plot_mod.PlotUnavailable, ValueError, OSError) as exc:  # the sweep's result matters more
         (warn if opts.plot else say)(f"Warning: no plot: {exc}" if opts.plot else f"(no plot: {exc})")

@@ -6,7 +6,7 @@
     clean up after a killed autotune         store/cleanup.py
     pin GPUs, preflight checks               run/checks.py (rules: run/preflight.py, host/gpus.py)
     choose the strategy's plan from vLLM     vllm/versions.py
-    write run.json (state running)           store/artifact.py, the record's types in store/record.py
+    write run.json (state running)           store/artifact.py, the record's types in store/record/
     the boot loop                            run/loop.py: the next launch is run/strategy.py's,
                                              one boot is run/boot.py, the result run/result.py
     the lever search (--reach)               run/reach.py
@@ -214,7 +214,7 @@ def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None) 
     chosen afresh."""
     opts = from_record(record, run_dir, env)
     env, _ = _environment(opts)
-    serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.get("margin"))  # ${VLLM_API_KEY}
+    serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.margin)  # ${VLLM_API_KEY}
     argv, port, port_chosen = _with_port(serve_argv)
     return RunPlan(options=opts, target=record.target, serve_argv=serve_argv, argv=argv, port=port,
                    port_chosen=port_chosen, env=env, strategy_plan=record.get("plan", "refusal"),

@@ -63,9 +63,9 @@ def card_warning(attempt) -> dict | None:
     pool = attempt.fact("kv_cache_tokens")
     length = attempt.get("max_model_len")
     length = attempt.fact("autofit_max_model_len") if not isinstance(length, int) else length
-    probe = attempt.get("probe") or {}
-    seen = (f"its near-ceiling request waited {probe['queued']['stuck_s']:g} s in the queue with nothing running"
-            if probe.get("queued") else f"its KV pool holds {pool:,} tokens" if isinstance(pool, int) else "")
+    queued = attempt.probe.queued if attempt.probe is not None else None
+    seen = (f"its near-ceiling request waited {queued['stuck_s']:g} s in the queue with nothing running"
+            if queued else f"its KV pool holds {pool:,} tokens" if isinstance(pool, int) else "")
     at_most = f"at most {pool:,} (the pool)" if isinstance(pool, int) else "at most what its KV pool holds"
     return {"message": f"boot {attempt.get('index')} at {length:,} booted, but a request that long waits in vLLM's "
                        f"queue forever ({seen})" if isinstance(length, int) else "a boot's requests wait forever",

@@ -14,7 +14,7 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable
 
 from autotune import __version__
 from autotune.errors import AutotuneError
@@ -127,16 +127,16 @@ def schema_version_of(record: object, source: str, newest: int, what: str) -> in
     return version
 
 
-def stamped(record: RunRecord | Mapping) -> dict:
+def stamped(record: RunRecord) -> dict:
     """The record as run.json holds it: stamped with the schema version and autotune's version
     (what `tune --json` and `resume --json` print, too)."""
-    data = record.to_dict() if isinstance(record, RunRecord) else dict(record)
+    data = record.to_dict()
     data["schema_version"] = SCHEMA_VERSION
     data.setdefault("autotune_version", __version__)
     return data
 
 
-def save_run(run_dir: Path, record: RunRecord | Mapping) -> None:
+def save_run(run_dir: Path, record: RunRecord) -> None:
     """Write run.json (atomically), stamped with the schema version and autotune's version."""
     write_json(Path(run_dir) / RUN_FILE, stamped(record))
 
@@ -155,15 +155,8 @@ def migrate(data: dict, source: str = "run.json") -> dict:
 
 
 def load(run_dir: Path) -> RunRecord:
-    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it
-    (or load_run, the same untyped)."""
+    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it."""
     return RunRecord.from_json(_read_run(run_dir))  # the parsed JSON is nobody else's: typed without a copy
-
-
-def load_run(run_dir: Path) -> dict:
-    """run.json as plain JSON (for code that takes the JSON form: compare, emit, --json): what
-    load(run_dir).to_dict() gives (the round trip is exact), without typing it and copying it back."""
-    return _read_run(run_dir)
 
 
 def _read_run(run_dir: Path) -> dict:
@@ -183,11 +176,11 @@ def list_runs(runs_dir: Path) -> list[Path]:
     return sorted(dirs, key=lambda p: p.name, reverse=True)
 
 
-def booted(record: Mapping | RunRecord) -> bool:
+def booted(record: RunRecord) -> bool:
     """Did this run boot vLLM (a tune, a sweep value, a reproduction, a lever boot)? A verification of
     a deployed server (kind `verify`, run/deployed.py) booted nothing: comparisons and predictions,
     which read what boots measured, leave it out."""
-    return record.get("kind") != "verify"
+    return record.kind != "verify"
 
 
 def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:

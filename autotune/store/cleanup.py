@@ -131,9 +131,9 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
             sweep = sweeps.load(sweep_dir)
         except artifact.ArtifactError:
             continue
-        if abandoned(sweep.get("state"), sweep.get("owner")):
+        if abandoned(sweep.state, sweep.owner):
             sweeps.mark_interrupted(sweep_dir, sweep, "its autotune was killed")
-            found.append(Cleaned(sweep_dir, sweep["owner"].get("pid", -1), "marked_interrupted",
+            found.append(Cleaned(sweep_dir, sweep.owner.get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues the sweep"))
     return found
 

@@ -23,7 +23,7 @@ compose (from the environment or .env) and in the systemd unit (from its Environ
 vllm-config.yaml cannot expand one, so its usage line passes such options on the command
 line. Each file says which variables to set.
 
-Everything here except ``write_all`` is pure: a run record (RunRecord, store/record.py) in, text out.
+Everything here except ``write_all`` is pure: a run record (RunRecord, store/record/) in, text out.
 """
 
 from __future__ import annotations

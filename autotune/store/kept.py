@@ -16,7 +16,7 @@ from pathlib import Path
 from autotune.errors import AutotuneError
 from autotune.host import processes
 from autotune.store import artifact
-from autotune.store.record import RunRecord
+from autotune.store.record import Result, RunRecord
 from autotune.store.server_file import MARKER, Cleaned
 
 
@@ -102,11 +102,10 @@ def _remove(run_dir: Path) -> None:
 def _record_stop(run_dir: Path, how: dict) -> None:
     """run.json's result.serving says when and how the kept server ended."""
     try:
-        record = artifact.load_run(run_dir)
+        record = artifact.load(run_dir)
     except artifact.ArtifactError:
         return
-    record.pop("_dir", None)
-    serving_rec = (record.get("result") or {}).get("serving")
+    serving_rec = record.result.serving if isinstance(record.result, Result) else None
     if not isinstance(serving_rec, dict):
         return
     serving_rec["stopped"] = {"at": artifact.iso(artifact.utc_now()), **how}
@@ -116,7 +115,7 @@ def _record_stop(run_dir: Path, how: dict) -> None:
 def note_serving(record: RunRecord, run_dir: Path | None) -> RunRecord:
     """record with result.serving saying "stopped" when its kept server
     no longer runs (for show: the record says what was kept, this says what runs now)."""
-    serving_rec = (record.get("result") or {}).get("serving")
+    serving_rec = record.result.serving if isinstance(record.result, Result) else None
     if isinstance(serving_rec, dict) and not serving_rec.get("stopped") and run_dir is not None \
             and serving(run_dir) is None:
         serving_rec["stopped"] = {"by": "it is not running now"}

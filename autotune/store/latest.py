@@ -116,7 +116,7 @@ def resumable(runs_dir: Path) -> tuple[str, Path, str | None]:
 
 def _interrupted_sweep(folder: Path) -> tuple[str, Path, None] | None:
     try:
-        return ("sweep", folder, None) if sweeps.load(folder).get("state") == "interrupted" else None
+        return ("sweep", folder, None) if sweeps.load(folder).state == "interrupted" else None
     except artifact.ArtifactError:
         return None
 
@@ -144,7 +144,7 @@ def member_of(folder: Path, record: RunRecord) -> tuple[str, Path, str] | None:
     sweep_id, parent_id = record.link("sweep_id"), record.link("reach_of")
     sweep_dir = runs_dir / str(sweep_id)
     if sweep_id and (sweep_dir / sweeps.SWEEP_FILE).is_file():
-        if sweeps.load(sweep_dir).get("state") == "interrupted":
+        if sweeps.load(sweep_dir).state == "interrupted":
             return "sweep", sweep_dir, f"run {folder.name} is part of sweep {sweep_dir.name}: resuming the sweep"
     parent_dir = runs_dir / str(parent_id)
     if parent_id and (parent_dir / artifact.RUN_FILE).is_file():

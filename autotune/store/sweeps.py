@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.store import artifact
+from autotune.store.record import SweepRecord
 from autotune.vllm import servecmd
 
 SWEEP_FILE = "sweep.json"
@@ -23,17 +24,19 @@ def list_sweeps(runs_dir: Path) -> list[Path]:
                   key=lambda p: p.name, reverse=True)
 
 
-def load(sweep_dir: Path) -> dict:
+def load(sweep_dir: Path) -> SweepRecord:
+    """sweep.json, version-checked and typed (the one loader of sweep records)."""
     path = Path(sweep_dir) / SWEEP_FILE
     sweep = artifact.read_json(path)
-    artifact.schema_version_of(sweep, str(path), SCHEMA_VERSION, "sweep")
-    return sweep
+    artifact.schema_version_of(sweep, str(path), SCHEMA_VERSION, "sweep")  # a file that is no object fails here
+    return SweepRecord.from_json(sweep)  # the parsed JSON is nobody else's: typed without a copy
 
 
-def save(sweep_dir: Path, sweep: dict) -> None:
-    sweep = dict(sweep)
-    sweep["schema_version"] = SCHEMA_VERSION
-    artifact.write_json(Path(sweep_dir) / SWEEP_FILE, sweep)
+def save(sweep_dir: Path, sweep: SweepRecord) -> None:
+    """Write sweep.json (atomically), stamped with its schema version (the sweep itself is not changed)."""
+    data = sweep.to_dict()
+    data["schema_version"] = SCHEMA_VERSION
+    artifact.write_json(Path(sweep_dir) / SWEEP_FILE, data)
 
 
 def new_dir(runs_dir: Path, model: str | None) -> Path:
@@ -51,6 +54,6 @@ def new_dir(runs_dir: Path, model: str | None) -> Path:
     raise artifact.ArtifactError(f"cannot create a sweep folder under {runs_dir}")
 
 
-def mark_interrupted(sweep_dir: Path, sweep: dict, why: str) -> None:
-    sweep.update(state="interrupted", ended_at=artifact.iso(artifact.utc_now()), interrupted_by=why)
+def mark_interrupted(sweep_dir: Path, sweep: SweepRecord, why: str) -> None:
+    sweep.state, sweep.ended_at, sweep.interrupted_by = "interrupted", artifact.iso(artifact.utc_now()), why
     save(sweep_dir, sweep)

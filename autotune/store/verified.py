@@ -145,11 +145,11 @@ def provenance_line(record: RunRecord) -> str:
 
 def margin_clause(record: RunRecord) -> str:
     """What --margin kept free, in GiB, where the run had one ("" otherwise)."""
-    kept = record.get("margin") or {}
-    if not kept.get("gmu"):
+    kept = record.margin
+    if kept is None or not kept.gmu:
         return ""
-    return (f"--gpu-memory-utilization {kept['gmu']:g} keeps {round(kept['kept_gib'], 2):g} GiB of "
-            f"{round(kept['device_total_gib'], 2):g} GiB free (--margin {round(kept['asked_gib'], 2):g} GiB); ")
+    return (f"--gpu-memory-utilization {kept.gmu:g} keeps {round(kept.kept_gib, 2):g} GiB of "
+            f"{round(kept.device_total_gib, 2):g} GiB free (--margin {round(kept.asked_gib, 2):g} GiB); ")
 
 
 def fmt_int(value) -> str:

@@ -1,6 +1,8 @@
 """Hand-made run records with only what compare reads (analysis/compare.py), for compare's tests and
 those of the commands built on it."""
 
+from autotune.store.record import RunRecord
+
 RTX_3090 = ("NVIDIA GeForce RTX 3090", 24.0)
 RTX_4090 = ("NVIDIA GeForce RTX 4090", 23.99)
 
@@ -8,7 +10,7 @@ RTX_4090 = ("NVIDIA GeForce RTX 4090", 23.99)
 def record(run_id, *, gmu=None, kv=None, tokens=None, ceiling=None, target=500_000, version="0.19.1",
            gpus=(RTX_3090,), model="org/Qwen-27B", extra=(), env=None, started=None, verdict="verified",
            node_total=None, kv_needed=None, weights=None, backend=None, non_default=None, visible=None):
-    """A run record as artifact.load_run returns it, with only what compare reads."""
+    """A run record's JSON form (as run.json holds it), with only what compare reads (typed() types it)."""
     argv = ["vllm", "serve", model, *extra]
     if gmu is not None:
         argv += ["--gpu-memory-utilization", str(gmu)]
@@ -40,3 +42,11 @@ def record(run_id, *, gmu=None, kv=None, tokens=None, ceiling=None, target=500_0
 def cpu_sweep(*points, node_total=9.09):
     return [record(f"run-0{i}", gmu=g, kv=kv, tokens=t, ceiling=t - 128, gpus=(), version="0.32.0",
                    node_total=node_total) for i, (g, kv, t) in enumerate(points, 1)]
+
+
+def typed(records):
+    """Hand-made records (their JSON form, one or a list) as the commands and analysis take them:
+    typed, as artifact.load gives them."""
+    if isinstance(records, (list, tuple)):
+        return [typed(r) for r in records]
+    return records if isinstance(records, RunRecord) else RunRecord.from_dict(records)

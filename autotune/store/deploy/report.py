@@ -13,7 +13,7 @@ import math
 from autotune.vllm import kv_pool
 from autotune.store.deploy import settings
 from autotune.store.deploy.settings import Deployment, Sources
-from autotune.store.record import Attempt, RunRecord
+from autotune.store.record import AimPrediction, Attempt, BootFacts, BootPrediction, Margin, RunRecord
 from autotune.store.verified import NotEmittable, fmt_int
 from autotune.vllm import versions
 
@@ -68,9 +68,9 @@ def memory_rows(dep: Deployment, record: RunRecord, source: RunRecord, attempt: 
                      "derived: budget - weights - KV - graph estimate (vLLM prints no activation figure at INFO)"))
     if budget is not None:
         rows.append(("margin kept outside vLLM's budget", _gib(device - budget), "device - budget"))
-    asked = record.get("margin") or {}
-    if asked.get("summary"):
-        rows.append(("margin asked (--margin)", _gib(asked.get("asked_gib")), asked["summary"]))
+    asked = record.margin or Margin()
+    if asked.summary:
+        rows.append(("margin asked (--margin)", _gib(asked.asked_gib), asked.summary))
     return rows
 
 
@@ -144,22 +144,22 @@ def concurrency_section(dep: Deployment, source: RunRecord, attempt: Attempt) ->
 
 
 def probe_section(record: RunRecord) -> list[str]:
-    probe = (record.get("result") or {}).get("probe") or {}
+    probe = record.result.probe if record.result is not None else None
     if not probe:
         return ["## Probe", "", "No probe ran (--probe none): the length was verified by /v1/models only."]
-    hol = probe.get("head_of_line") or {}
-    memory = probe.get("memory") or {}
-    rows = [("mode", probe.get("mode")), ("passed", "yes" if probe.get("ok") else f"no: {probe.get('reason')}"),
-            ("prompt tokens", fmt_int(probe.get("prompt_tokens"))),
-            ("time to first token", f"{probe.get('ttft_s')} s"),
-            ("prefill", f"{fmt_int(round(probe['prefill_tokens_per_s']))} tokens/s"
-             if probe.get("prefill_tokens_per_s") else "-")]
+    hol = probe.head_of_line or {}
+    memory = probe.memory or {}
+    rows = [("mode", probe.mode), ("passed", "yes" if probe.ok else f"no: {probe.reason}"),
+            ("prompt tokens", fmt_int(probe.prompt_tokens)),
+            ("time to first token", f"{probe.ttft_s} s"),
+            ("prefill", f"{fmt_int(round(probe.prefill_tokens_per_s))} tokens/s"
+             if probe.prefill_tokens_per_s else "-")]
     if hol:
         rows.append(("head-of-line wait (a short request sent during the long prefill)",
                      f"{hol.get('short_wait_s')} s" + (" (it waited for the prefill)" if hol.get("waited_for_long_prefill")
                                                       else "")))
-    if probe.get("repeat_ttft_ratio") is not None:
-        rows.append(("repeat / first time to first token", probe.get("repeat_ttft_ratio")))
+    if probe.repeat_ttft_ratio is not None:
+        rows.append(("repeat / first time to first token", probe.repeat_ttft_ratio))
     growth = memory.get("growth_gib")
     rows.append(("memory growth during the probe", f"{growth} GiB" if growth is not None else
                  memory.get("unavailable_reason") or "-"))
@@ -168,19 +168,19 @@ def probe_section(record: RunRecord) -> list[str]:
 
 def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, attempt: Attempt) -> list[str]:
     """source: the run whose boot verified the command (record itself, or its lever run)."""
-    facts = attempt.get("facts") or {}
+    facts = attempt.facts or BootFacts()
     rows = []
-    check = attempt.get("prediction") or {}
-    if check.get("checked"):
+    check = attempt.prediction or BootPrediction()
+    if check.checked:
         tokens = check.get("kv_cache_tokens") or {}
         rows.append(("KV tokens from the model's files", fmt_int(tokens.get("predicted")), fmt_int(tokens.get("vllm")),
                      "matches" if check.get("matches") else "differs"))
-    aimed = source.get("prediction") or {}
-    if aimed.get("ceiling"):
-        rows.append(("ceiling from this machine's earlier runs", fmt_int(aimed["ceiling"]), fmt_int(dep.ceiling),
-                     aimed.get("basis", "")))
-    if facts.get("cuda_graph_estimated_gib") is not None and facts.get("cuda_graph_gib") is not None:
-        rows.append(("CUDA graph memory (GiB)", facts["cuda_graph_estimated_gib"], facts["cuda_graph_gib"],
+    aimed = source.prediction or AimPrediction()
+    if aimed.ceiling:
+        rows.append(("ceiling from this machine's earlier runs", fmt_int(aimed.ceiling), fmt_int(dep.ceiling),
+                     aimed.basis or ""))
+    if facts.cuda_graph_estimated_gib is not None and facts.cuda_graph_gib is not None:
+        rows.append(("CUDA graph memory (GiB)", facts.cuda_graph_estimated_gib, facts.cuda_graph_gib,
                      "vLLM's estimate vs what capture took"))
     out = ["## Predicted vs measured", ""]
     out += _table(("figure", "predicted", "measured", "note"), rows) if rows else ["No prediction was made for this run."]

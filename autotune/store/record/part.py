@@ -1,0 +1,197 @@
+"""The Part machinery under every record class: an exact dict round trip.
+
+A key absent from the file stays absent: the part keeps the set of keys it holds (`present`), and an
+absent field reads None, like a null one (`has` tells them apart). A key this autotune does not
+model is kept in `other`, and keys come back in the order they were read. So a record written by
+another autotune version is rewritten (marked interrupted, resumed) without losing or reordering
+anything. Nested parts (NESTED) are typed as they are read and as they are set.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, ClassVar, Mapping, TypeVar
+
+P = TypeVar("P", bound="Part")
+
+_MACHINERY = ("other", "order", "present")
+
+
+@dataclass(init=False)
+class Part:
+    """Base of every record class (each declared `@dataclass(init=False)`: this __init__ tracks
+    which keys were given)."""
+
+    other: dict = field(default_factory=dict, repr=False)  # keys not modelled here, kept as read
+    order: list = field(default_factory=list, repr=False, compare=False)  # key order as read
+    present: set = field(default_factory=set, repr=False)  # the modelled keys the part holds
+
+    # field name -> (class, is a list of them) for the nested parts
+    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {}
+
+    def __init__(self, **values) -> None:
+        cls = type(self)
+        unknown = sorted(set(values) - _name_set(cls))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)}")
+        for name in _MACHINERY:
+            object.__setattr__(self, name, {"other": {}, "order": [], "present": set()}[name])
+        for name in _field_names(cls):
+            object.__setattr__(self, name, None)
+        for key, value in values.items():
+            setattr(self, key, value)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _name_set(type(self)):
+            value = _nested(type(self), name, value, _as_is)
+            self.present.add(name)
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def from_dict(cls: type[P], data: Mapping) -> P:
+        """The part of a dict the caller keeps: every value is copied, so the part shares nothing with it."""
+        return cls._typed(data, copy_json)
+
+    @classmethod
+    def from_json(cls: type[P], data: Mapping) -> P:
+        """The part of JSON that nothing else holds (just parsed from a file): its lists and dicts
+        become the part's, not copied, so the caller must not use `data` afterwards. Loading
+        10,000 runs copied each one for nothing (copying was most of the load time)."""
+        return cls._typed(data, _as_is)
+
+    @classmethod
+    def _typed(cls: type[P], data: Mapping, take: Callable[[Any], Any]) -> P:
+        """The part of data, each value passed through `take` (a copy or the value itself)."""
+        names, nested = _name_set(cls), cls.NESTED
+        state = dict(_nones(cls))  # built in place, not through __init__ and __setattr__: loading is hot
+        other, present = {}, set()
+        for key, value in data.items():
+            if key in names:
+                state[key] = _nested(cls, key, value, take) if key in nested else take(value)
+                present.add(key)
+            else:
+                other[key] = take(value)
+        part = cls.__new__(cls)
+        part.__dict__.update(state, other=other, order=list(data), present=present)
+        return part
+
+    def has(self, key: str) -> bool:
+        """Does the record hold this key (null included), modelled or not?"""
+        return key in self.present or key in self.other
+
+    def to_dict(self) -> dict:
+        """The JSON form, a copy: changing it changes nothing in the part."""
+        out = {}
+        for key in _field_names(type(self)):
+            if key in self.present:
+                out[key] = _plain(getattr(self, key))
+        for key, value in self.other.items():
+            out[key] = copy_json(value)
+        return _in_order(out, self.order)
+
+    def get(self, key: str, default=None):
+        """A field or an unmodelled key by its JSON name; default when absent or null."""
+        value = getattr(self, key) if key in _name_set(type(self)) else self.other.get(key)
+        return default if value is None else value
+
+    def drop(self, key: str) -> None:
+        """Remove a key (it will be absent from the file)."""
+        if key in _name_set(type(self)):
+            object.__setattr__(self, key, None)
+            self.present.discard(key)
+        else:
+            self.other.pop(key, None)
+
+
+def given(value) -> bool:
+    """Is this field set to something (not absent, not null)?"""
+    return value is not None
+
+
+def _nested(cls, key: str, value, take: Callable[[Any], Any]):
+    """A field's value as the part holds it: a nested part typed from its dict (a list of them from
+    a list of dicts), anything else through `take`."""
+    nested = cls.NESTED.get(key)
+    if nested is None or value is None:
+        return take(value)
+    kind, many = nested
+    if many and isinstance(value, list):
+        return [kind._typed(v, take) if isinstance(v, Mapping) else v if isinstance(v, Part) else take(v)
+                for v in value]
+    if not many and isinstance(value, Mapping):
+        return kind._typed(value, take)
+    return value if isinstance(value, Part) else take(value)
+
+
+def _nones(cls) -> dict:
+    """Every field of cls holding None (a part with nothing in it)."""
+    cached = cls.__dict__.get("_nones")
+    if cached is None:
+        cached = dict.fromkeys(_field_names(cls))
+        cls._nones = cached
+    return cached
+
+
+def _field_names(cls) -> tuple[str, ...]:
+    cached = cls.__dict__.get("_names")
+    if cached is None:
+        cached = tuple(f.name for f in fields(cls) if f.name not in _MACHINERY)
+        cls._names = cached
+    return cached
+
+
+def _name_set(cls) -> frozenset[str]:
+    cached = cls.__dict__.get("_name_set")
+    if cached is None:
+        cached = frozenset(_field_names(cls))
+        cls._name_set = cached
+    return cached
+
+
+# JSON's scalars: immutable, so a copy can be the value itself.
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+
+
+def copy_json(value):
+    """A deep copy of a JSON value, several times quicker than copy.deepcopy on one (no memo);
+    what is not plain JSON (a dict subclass, a tuple, a part) goes through copy.deepcopy."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {k: copy_json(v) for k, v in value.items()}
+    if kind is list:
+        return [copy_json(v) for v in value]
+    return copy.deepcopy(value)
+
+
+def _as_is(value):
+    return value
+
+
+def _in_order(out: dict, order: list) -> dict:
+    """out's keys in `order` (the keys as read, each once), then the rest as they are."""
+    if not order:
+        return out
+    ordered = {key: out[key] for key in order if key in out}
+    ordered.update(out)  # adds the keys order does not name, after it (a key already there keeps its place)
+    return ordered
+
+
+def _plain(value):
+    """A field's JSON form, a copy (parts as their dicts)."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v) for v in value]
+    if isinstance(value, Part):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return copy.deepcopy(value)

@@ -1,0 +1,78 @@
+"""The parts of a run that are read back (run.json "machine", "gpus", "options", "margin",
+"prediction"). Keys these classes do not name are kept in `other` (part.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.store.record.part import Part
+
+
+@dataclass(init=False)
+class Machine(Part):
+    """This machine as the run saw it (host/machine.py machine_facts)."""
+
+    host: dict | None = None  # hostname, OS, CPU, ram_total_gib, ...
+    gpus: list | None = None  # NVML's inventory: {index, name, memory_total_gib, ...}
+    gpus_source: str | None = None  # where the inventory came from, when not this machine's NVML
+    gpus_absent_reason: str | None = None
+    cuda_visible_devices: str | None = None  # as autotune's own environment had it
+
+
+@dataclass(init=False)
+class GpuPlan(Part):
+    """The GPUs the run gave vLLM (host/gpus.py)."""
+
+    indices: list | None = None  # NVML indices
+    source: str | None = None
+    environment: dict | None = None  # what autotune set (CUDA_VISIBLE_DEVICES, ...)
+    warnings: list | None = None
+
+
+@dataclass(init=False)
+class KeptOptions(Part):
+    """What run.json keeps of the options, so that resume continues as the run began (run/tune.py)."""
+
+    stall_timeout_s: float | None = None
+    max_boots: int | None = None
+    probe: str | None = None
+    back_off: float | None = None
+    keep_serving: bool | None = None
+    strategy: str | None = None
+    start_at: int | None = None
+    slack: int | None = None
+    reach: bool | None = None
+    max_gmu: float | None = None
+    allow_kv_quant: bool | None = None
+    extra_env: dict | None = None
+    margin_bytes: int | None = None
+
+
+@dataclass(init=False)
+class Margin(Part):
+    """--margin: the bytes kept unused and the gmu they became (run/margin.py)."""
+
+    asked_bytes: int | None = None
+    asked_gib: float | None = None
+    gmu: float | None = None
+    kept_gib: float | None = None
+    device: str | None = None
+    device_total_gib: float | None = None
+    device_source: str | None = None
+    replaced_gmu: str | None = None
+    summary: str | None = None
+
+
+@dataclass(init=False)
+class AimPrediction(Part):
+    """The refusal path's first boot, aimed at what this machine's runs predict (run/aim.py)."""
+
+    ceiling: int | None = None
+    kv_cache_tokens: int | None = None
+    available_kv_gib: float | None = None
+    gmu: float | None = None
+    basis: str | None = None
+    group_runs: list | None = None
+    start_at: int | None = None
+    reason: str | None = None
+    warnings: list | None = None
