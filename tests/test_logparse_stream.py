@@ -2,7 +2,7 @@
 import tracemalloc
 from pathlib import Path
 
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 

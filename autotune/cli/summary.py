@@ -16,7 +16,7 @@ from autotune.run.preflight import RISKY_GMU
 from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import ABSENT, Attempt, Reach, Result, RunRecord
 from autotune.vllm import servecmd
-from autotune.vllm.logcheck import LIMIT_SOURCES
+from autotune.vllm.log import LIMIT_SOURCES
 
 
 def _typed(record: RunRecord | Mapping) -> RunRecord:

@@ -25,6 +25,6 @@ INTERRUPTED = "interrupted"  # autotune itself was stopped
 PREDICTED = ("start_at", "room", "computed")
 
 # What sets a verified ceiling below the target: the KV pool, or a limit that is not memory
-# (vllm/logcheck.py LIMIT_SOURCES: vLLM refused a length above it and named it).
+# (vllm/log/plausible.py LIMIT_SOURCES: vLLM refused a length above it and named it).
 KV_CACHE = "kv_cache"
 LIMITS = (KV_CACHE, "model_maximum", "max_num_batched_tokens", "draft_model")

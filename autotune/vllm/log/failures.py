@@ -27,7 +27,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from autotune.vllm.logpatterns import leading_literal, prefilter
+from autotune.vllm.log.messages import leading_literal, prefilter
 
 __all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup", "diagnosis", "traceback_tail"]
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import re
 
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logcarry import Carried, carried_text
-from autotune.vllm.logclean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
-from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
-from autotune.vllm.logread import MAX_LINE_BYTES
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.carried import Carried, carried_text
+from autotune.vllm.log.clean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
+from autotune.vllm.log.json_records import json_object, json_record_lines, json_record_start
+from autotune.vllm.log.read import MAX_LINE_BYTES
 
 _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap width
 _JSON_START_MAX = 160  # where a JSON record may start on its line (after kubectl's or compose's prefix)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from copy import deepcopy
 from dataclasses import dataclass
 
-from autotune.vllm.logcheck import implausible
-from autotune.vllm.logtrace import TraceState
+from autotune.vllm.log.plausible import implausible
+from autotune.vllm.log.traceback import TraceState
 
 # The `autotune parse --json` contract, in this order.
 SCHEMA_KEYS: tuple[str, ...] = (

@@ -13,11 +13,11 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from autotune.vllm import catalog
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logargs import model_names, parse_dict_repr, parse_namespace_repr
-from autotune.vllm.logboot import read_number
-from autotune.vllm.logwording import CutMatch, Wording
+from autotune.vllm.log import failures
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.args import model_names, parse_dict_repr, parse_namespace_repr
+from autotune.vllm.log.boot import read_number
+from autotune.vllm.log.wording import CutMatch, Wording
 
 MASK = "\u2591"  # hides a model name: no regex (ASCII-only) matches it
 QUOTED_RE = re.compile(r"'(?:[^'\\]|\\.){0,2000}'|\"(?:[^\"\\]|\\.){0,2000}\"")
@@ -197,7 +197,7 @@ class LineHandlers:
             if read_number(found.group(2)) == 0:
                 # Not one block left for the KV cache: V0 raises "No available memory for the
                 # cache blocks" next, which a cut log (or a wrapper's own traceback) may not show.
-                entry = catalog.lookup("negative_available_kv")
+                entry = failures.lookup("negative_available_kv")
                 if entry is not None:
                     self._signature(entry, found.span(2))
         self._sized()
@@ -221,7 +221,7 @@ class LineHandlers:
             self._set_num("available_kv_gib", found, 1)
         if isinstance(value, (int, float)) and value < 0:
             # Weights and activations took more than the budget; the engine's death follows.
-            entry = catalog.lookup("negative_available_kv")
+            entry = failures.lookup("negative_available_kv")
             if entry is not None:
                 self._signature(entry, found.span(1))
 

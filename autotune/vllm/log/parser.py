@@ -47,16 +47,16 @@ import re
 from collections import deque
 from typing import BinaryIO, Callable, Iterable
 
-from autotune.vllm import catalog
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logboot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, read_number, text_window
-from autotune.vllm.logcheck import ceiling_from
-from autotune.vllm.logclean import KIND_NEEDLES, clean_line, level_of, line_kind, message_start
-from autotune.vllm.loghandlers import MASK, LineHandlers
-from autotune.vllm.logread import MAX_LINE_BYTES, open_log, read_lines
-from autotune.vllm.logrefusal import RefusalReaders
-from autotune.vllm.logrows import RowReader
-from autotune.vllm.logwording import CutMatch
+from autotune.vllm.log import failures
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.boot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, read_number, text_window
+from autotune.vllm.log.plausible import ceiling_from
+from autotune.vllm.log.clean import KIND_NEEDLES, clean_line, level_of, line_kind, message_start
+from autotune.vllm.log.handlers import MASK, LineHandlers
+from autotune.vllm.log.read import MAX_LINE_BYTES, open_log, read_lines
+from autotune.vllm.log.refusals import RefusalReaders
+from autotune.vllm.log.rows import RowReader
+from autotune.vllm.log.wording import CutMatch
 
 __all__ = [
     "SCHEMA_KEYS", "Fact", "BootLogParser", "parse_lines", "parse_file", "parse_stream",
@@ -256,7 +256,7 @@ class BootLogParser(LineHandlers, RefusalReaders, RowReader):
         start = message_start(line)
         level = level_of(line, start)
         masked = self._masked(line)
-        hit = catalog.search(masked) if maybe and kind == "other" else None
+        hit = failures.search(masked) if maybe and kind == "other" else None
         if hit is not None and not hit[0].fatal and level in ("ERROR", "CRITICAL"):
             level = "WARNING"  # logged at ERROR, yet harmless ("Cannot use FA version ...")
         if full:
@@ -341,7 +341,7 @@ class BootLogParser(LineHandlers, RefusalReaders, RowReader):
         return "banner" if self._version_at(line, start) is not None else ""
 
     # -- error_kind bookkeeping ---------------------------------------------
-    def _signature(self, kind: catalog.FailureKind, span: tuple[int, int]) -> None:
+    def _signature(self, kind: failures.FailureKind, span: tuple[int, int]) -> None:
         boot = self._boot
         if not kind.fatal:
             fact = boot.facts.get("warning_kinds")
@@ -368,7 +368,7 @@ class BootLogParser(LineHandlers, RefusalReaders, RowReader):
         # The final exception line is the stated cause of an unknown failure; a generic
         # engine-death wrapper does not replace a more telling one.
         text = line[start:].strip()
-        known = catalog.match(text)
+        known = failures.match(text)
         current = self._boot.facts.get("exception")
         if known is not None and known.kind == "engine_died" and current is not None:
             return
@@ -417,7 +417,7 @@ _NEEDLES_PREFILTER = P.prefilter(n for needles, _, _ in _RULES for n in needles)
 # Found in every line that any of the searches in _dispatch can hit (the masked line holds no more
 # than the line: a mask only hides text). Catalog patterns count by the literal each starts with.
 _PREFILTER = P.prefilter([*(n for needles, _, _ in _RULES for n in needles), *KIND_NEEDLES,
-                          *(P.leading_literal(p) for entry in catalog.CATALOG for p in entry.patterns)])
+                          *(P.leading_literal(p) for entry in failures.CATALOG for p in entry.patterns)])
 
 
 # ---------------------------------------------------------------------------

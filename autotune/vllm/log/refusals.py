@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logboot import read_number
-from autotune.vllm.logclean import message_start
-from autotune.vllm.logwording import CutMatch
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.boot import read_number
+from autotune.vllm.log.clean import message_start
+from autotune.vllm.log.wording import CutMatch
 
 _BLANKS_MAX = 2  # blank lines between two pieces of a message (a viewer's spacing)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 
-from autotune.vllm.logwording import Either, Fig, Maybe, Re, Wording
+from autotune.vllm.log.wording import Either, Fig, Maybe, Re, Wording
 
 
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:

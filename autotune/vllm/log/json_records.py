@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 import re
 
-from autotune.vllm.logcarry import Carried
-from autotune.vllm.logclean import message_start
+from autotune.vllm.log.carried import Carried
+from autotune.vllm.log.clean import message_start
 
 __all__ = ["json_record_lines", "json_record_start", "json_object"]
 
