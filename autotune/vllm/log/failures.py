@@ -432,6 +432,8 @@ CATALOG: tuple[FailureKind, ...] = (
 )
 
 KINDS: tuple[str, ...] = tuple(entry.kind for entry in CATALOG)
+# The kinds that are vLLM refusing the requested length for want of KV cache (V1 and V0 wordings).
+REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 
 # Compiled once: (entry, (the literal every match starts with, compiled pattern) ...) in catalog order.
 # A pattern whose literal is not in the line cannot match there: a substring test skips its search.

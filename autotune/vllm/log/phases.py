@@ -25,8 +25,6 @@ FAILED = "failed"
 PHASE_ORDER = (STARTING, LOADING, PROFILING, KV_SIZED, GRAPHS, READY)
 TERMINAL_PHASES = (REFUSED, FAILED)
 
-_REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
-
 # Long configuration dumps that name every feature ("cudagraph_capture_sizes", "torch.compile"
 # options): they say only that the engine is starting, whatever words they contain.
 # vLLM 0.6-0.14 "vLLM API server version X"; 0.15+ logo "... version 0.32.0" or, with
@@ -98,7 +96,7 @@ def phase_of(line: str) -> str | None:
     found = failures.search(text)
     if found is not None:
         kind = found[0]
-        if kind.kind in _REFUSAL_KINDS:
+        if kind.kind in failures.REFUSAL_KINDS:
             return REFUSED
         if kind.fatal:
             return FAILED
