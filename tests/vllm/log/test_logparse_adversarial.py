@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, parse_file, parse_lines
 from autotune.vllm.log.read import MAX_LINE_BYTES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 ALL_LOGS = sorted(FIXTURES.glob("*.log"))
 
 

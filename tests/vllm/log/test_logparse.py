@@ -18,7 +18,7 @@ from autotune.vllm.log import SCHEMA_KEYS, BootLogParser, Fact, ceiling_from, pa
 from autotune.vllm.log import failures
 from autotune.vllm.log.boot import TEXT_MAX
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 FIXTURE_JSONS = sorted(FIXTURES.glob("*.json"))
 
 EXPECTED_SCHEMA = (

