@@ -54,18 +54,14 @@ from typing import BinaryIO, Iterable
 
 from autotune.vllm.log import failures
 from autotune.vllm.log import messages as P
-from autotune.vllm.log.boot import SCHEMA_KEYS, TEXT_MAX, Boot, Fact, Recorder
-from autotune.vllm.log.clean import KIND_NEEDLES, clean_line, level_of, line_kind, message_start
+from autotune.vllm.log.boot import TEXT_MAX, Boot, Fact, Recorder
+from autotune.vllm.log.clean import KIND_NEEDLES, level_of, line_kind, message_start
 from autotune.vllm.log.handlers import EXCEPTION_MAX, MASK, LineHandlers, version_at
-from autotune.vllm.log.plausible import ceiling_from
 from autotune.vllm.log.read import MAX_LINE_BYTES, open_log, read_lines
 from autotune.vllm.log.refusals import RefusalReader
 from autotune.vllm.log.rows import RowJoiner
 
-__all__ = [
-    "SCHEMA_KEYS", "Fact", "BootLogParser", "parse_lines", "parse_file", "parse_stream",
-    "ceiling_from", "clean_line", "MAX_LINE_BYTES", "TEXT_MAX", "MAX_BOOTS_KEPT",
-]
+__all__ = ["BootLogParser", "parse_lines", "parse_file", "parse_stream", "MAX_BOOTS_KEPT"]
 
 MAX_BOOTS_KEPT = 32  # earlier boots whose results are kept (all are counted): bounded memory
 # vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
