@@ -35,7 +35,7 @@ from run_bench import build_synthetic_log, log  # noqa: E402
 # Run with PYTHONPATH set to the tree under test; prints one JSON object.
 _SNIPPET = r"""
 import json, sys, time
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import parse_file
 mode, paths, passes = sys.argv[1], sys.argv[2:-1], int(sys.argv[-1])
 if mode == "whole":
     wall, cpu = time.perf_counter(), time.process_time()

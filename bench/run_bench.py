@@ -23,7 +23,7 @@ excludes child processes, i.e. vLLM (getrusage(RUSAGE_CHILDREN) would be mostly 
 
 Log parsing: a synthetic log of real lines (the boot logs in tests/fixtures/logs, plus any
 --extra-logs), concatenated whole and repeated to 10 MB and 100 MB, parsed with
-autotune.vllm.logparse.parse_file in a fresh subprocess each; time and the subprocess's peak RSS
+autotune.vllm.log.parse_file in a fresh subprocess each; time and the subprocess's peak RSS
 (ru_maxrss), against the same subprocess parsing an empty file, show that memory stays
 bounded instead of growing with the file.
 
@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.host import processes  # noqa: E402
 from autotune.server import health
-from autotune.vllm.logparse import BootLogParser  # noqa: E402
+from autotune.vllm.log import BootLogParser  # noqa: E402
 
 TARGETS = {"b_over_a": 1.15, "c_over_a": 2.0, "kill_delay_s": 1.0, "cpu_share": 0.02}
 BOOT_TIMEOUT_S = 600.0
@@ -234,7 +234,7 @@ def run_bisection(model: Path, python: str, target: int, tolerance: int, work: P
 # With "trace", Python's own allocations during the parse are traced (slower; peak only).
 _PARSE_SNIPPET = r"""
 import json, resource, sys, time, tracemalloc
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import parse_file
 def peak_rss_kib():
     # This process's own peak (VmHWM): ru_maxrss of a child forked from a big parent starts at the
     # parent's peak (the fork copies its page tables), so it measured the benchmark, not the parse.
@@ -457,7 +457,7 @@ def render(meta: dict, runs: dict, summary: dict, parse: dict | None) -> str:
     if parse:
         lines += ["", "## Parsing a large log (streaming)", "",
                   f"Synthetic logs built from {len(parse['sources'])} real boot logs, whole, repeated; parsed with "
-                  f"`autotune.vllm.logparse.parse_file` in a fresh subprocess. Peak RSS of that subprocess parsing an "
+                  f"`autotune.vllm.log.parse_file` in a fresh subprocess. Peak RSS of that subprocess parsing an "
                   f"empty file: {parse['empty_file_peak_rss_mib']} MiB.", "",
                   "| size | lines | time (s) | MB/s | peak RSS (MiB) | above the empty-file run (MiB) | "
                   "peak Python allocations during the parse (KiB, tracemalloc) |",

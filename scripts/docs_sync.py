@@ -4,7 +4,7 @@ Generated blocks sit between marker comments in the Markdown pages:
 
     <!-- autotune-help: tune -->            ...the output of `autotune tune --help`...
     <!-- /autotune-help -->
-    <!-- autotune-catalog -->               ...a table of every error_kind in autotune.vllm.catalog...
+    <!-- autotune-catalog -->               ...a table of every error_kind in autotune.vllm.log.failures...
     <!-- /autotune-catalog -->
 
 Every command of the CLI must have its help block in some page (docs/<command>.md unless a
@@ -64,13 +64,13 @@ def help_block(name: str) -> str:
 
 
 def catalog_block() -> str:
-    from autotune.vllm import catalog
+    from autotune.vllm.log import CATALOG
 
     def cell(text: str) -> str:
         return " ".join(str(text).split()).replace("|", "\\|")
 
     rows = ["| `error_kind` | ends the boot | cause | fix |", "|---|---|---|---|"]
-    for kind in catalog.CATALOG:
+    for kind in CATALOG:
         rows.append(f"| `{kind.kind}` | {'yes' if kind.fatal else 'no'} | {cell(kind.cause)} | {cell(kind.fix)} |")
     return "\n".join(rows) + "\n"
 

@@ -1,7 +1,7 @@
-"""The torch.compile cache state of a boot (logparse's compile_cache), from real logs."""
+"""The torch.compile cache state of a boot (the log parser's compile_cache), from real logs."""
 import pytest
 
-from autotune.vllm.logparse import parse_lines
+from autotune.vllm.log import parse_lines
 
 LOGS = "tests/fixtures/logs/"
 

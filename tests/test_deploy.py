@@ -585,7 +585,7 @@ def test_the_engine_config_line_pins_prefix_caching_and_the_load_format(tmp_path
 def test_the_parser_records_the_engine_settings_of_a_real_boot():
     """A real vLLM 0.32 boot (CPU backend): its engine config line's resolved settings become the
     attempt's engine_settings fact (run.json), which the files pin from."""
-    from autotune.vllm.logparse import parse_file
+    from autotune.vllm.log import parse_file
     result = parse_file(Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log").result()
     assert result["engine_settings"] == {"enable_prefix_caching": True, "enable_chunked_prefill": True,
                                          "load_format": "auto"}

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.vllm import catalog
+from autotune.vllm.log import CATALOG
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))  # docs_sync is a developer tool, not part of the package
@@ -76,8 +76,8 @@ def test_the_troubleshooting_table_lists_every_error_kind_of_the_catalog():
     assert m, "docs/troubleshooting.md lost its <!-- autotune-catalog --> block"
     assert m.group("body") == docs_sync.catalog_block(), "run `python scripts/docs_sync.py`"
     kinds = re.findall(r"^\| `(\w+)` \| (?:yes|no) \|", m.group("body"), re.M)
-    assert kinds == [k.kind for k in catalog.CATALOG]
-    for kind in catalog.CATALOG:
+    assert kinds == [k.kind for k in CATALOG]
+    for kind in CATALOG:
         assert " ".join(kind.fix.split()).replace("|", "\\|") in m.group("body")
 
 

@@ -18,7 +18,8 @@ from autotune.host import processes
 from autotune.testing import fake_vllm, profiles
 from autotune.testing.truth import truth
 from autotune.testing.profiles import GIB, Settings
-from autotune.vllm import logparse, versions
+from autotune.vllm import versions
+from autotune.vllm.log import ceiling_from, parse_lines
 from tests.helpers.replay import SEED, SEED_LEVERS, boot
 
 # ---- the seed machine's figures (issue 12) -------------------------------------------------------
@@ -70,7 +71,7 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
     outcome, result, _ = boot(*args)
     assert result["vllm_version"] == p.version
     assert outcome == 1 and result["outcome"] == "refused"
-    ceiling, source = logparse.ceiling_from(result)
+    ceiling, source = ceiling_from(result)
     expected_source = {"v0": "v0_kv_capacity", "v1_084": "computed_from_gib"}.get(p.family, "estimate")
     assert source == expected_source
     for _ in range(3):  # a ceiling computed from two-decimal GiB figures may be a block or two high
@@ -78,7 +79,7 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
         if outcome != 1:
             break
         assert source == "computed_from_gib"
-        ceiling, _ = logparse.ceiling_from(result)
+        ceiling, _ = ceiling_from(result)
     served, tokens = outcome
     # The pool holds the ceiling, except a sliding-window model's: its boot check counts the windowed
     # layers at their window (tests/test_queue_watch.py: its longer requests wait forever).
@@ -90,7 +91,7 @@ def test_the_no_estimate_profile_prints_no_number():
     refusal = [line for line in lines if "To serve at least one request" in line][0]
     assert "(5.57 GiB). Based on the available memory,  Try increasing" in refusal
     assert "estimated_max_model_len" not in result or not result["estimated_max_model_len"]
-    assert logparse.ceiling_from(result) == (45616, "computed_from_gib")
+    assert ceiling_from(result) == (45616, "computed_from_gib")
 
 
 @pytest.mark.parametrize("name,word", [("v1-0.21.0", "models's"), ("v1-0.33.0", "model's"),
@@ -238,7 +239,7 @@ def test_a_computed_ceiling_refused_at_equal_printed_figures_takes_their_lower_b
     outcome, result, _ = boot("--profile", "v1-0.9.0-no-estimate", "--max-model-len", "46848", "--max-num-seqs", "8")
     assert outcome == 1 and (result["kv_needed_gib"], result["refusal_available_kv_gib"]) == (5.72, 5.72)
     # floor((5.72 - 0.005) / (5.72 + 0.005) x 46,848 / 16) x 16
-    assert logparse.ceiling_from(result) == (46752, "computed_from_gib")
+    assert ceiling_from(result) == (46752, "computed_from_gib")
     assert truth(["--profile", "v1-0.9.0-no-estimate", "--max-num-seqs", "8"]).ceiling == 46832
 
 
@@ -341,7 +342,7 @@ def test_the_port_is_bound_before_the_engine_and_a_taken_one_fails_as_vllm_does(
         assert fake_vllm.run(req, threading.Event(), out) == 1
     finally:
         holder.close()
-    result = logparse.parse_lines(out.getvalue().splitlines()).result()
+    result = parse_lines(out.getvalue().splitlines()).result()
     assert result["error_kind"] == "address_in_use" and "Initializing" not in out.getvalue()
 
 

@@ -260,7 +260,7 @@ def test_the_replays_metrics_agree_with_its_own_log_at_a_length_off_the_block_gr
 
 def _boot_facts(tmp_path: Path, profile: str, length: str) -> dict:
     """What autotune reads from the replaying vLLM's boot log at this length."""
-    from autotune.vllm.logparse import parse_file
+    from autotune.vllm.log import parse_file
 
     log = tmp_path / "boot.log"
     with log.open("w") as out:

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.host import gpus
 from autotune.run import preflight
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import parse_file
 from autotune.run.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
 
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu

@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import progress
-from autotune.vllm.logparse import BootLogParser
-from autotune.cli.progress import (FAILED, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, GRAPHS,
-                               Progress, advance, phase_of, render_summary, starting_step)
+from autotune.cli.progress import Progress, render_summary
+from autotune.vllm.log import (FAILED, GRAPHS, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, BootLogParser,
+                               advance, phase_of, starting_step)
 from tests.helpers.compare_records import typed
 
 ROOT = Path(__file__).resolve().parent.parent

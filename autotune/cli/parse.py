@@ -1,4 +1,4 @@
-"""`autotune parse`: print what autotune reads from vLLM boot logs (the reading is vllm/logparse.py)."""
+"""`autotune parse`: print what autotune reads from vLLM boot logs (the reading is the vllm/log/ package)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import click
 
 from autotune.cli.exitcodes import ExitCode
 from autotune.cli.options import fmt
-from autotune.vllm import catalog
-from autotune.vllm.logparse import SCHEMA_KEYS, BootLogParser, parse_file, parse_stream
+from autotune.vllm.log import SCHEMA_KEYS, BootLogParser, diagnosis, parse_file, parse_stream
 
 STDIN = "-"
 # What a path can be instead of a log file, and why parse refuses it before reading.
@@ -100,7 +99,7 @@ def _reason(name: str, exc: BaseException) -> str:
 
 
 def _with_diagnosis(out: dict, prov: dict, provenance: bool) -> dict:
-    found = catalog.diagnosis(out, prov)
+    found = diagnosis(out, prov)
     if found is not None:
         out["diagnosis"] = {"cause": found["cause"], "fix": found["fix"]}
     if provenance:

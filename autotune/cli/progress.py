@@ -12,7 +12,7 @@ The run (run/loop.py, run/boot.py) reports what happens as events (``emit(event,
   per event that matters, and never a control code;
 * ``quiet``: nothing but warnings and errors (the CLI prints the summary).
 
-Which boot phase a vLLM log line starts is cli/phases.py; the card printed at the end of a
+Which boot phase a vLLM log line starts is vllm/log/phases.py; the card printed at the end of a
 run and by ``autotune show`` is cli/summary.py (both re-exported here).
 """
 
@@ -29,13 +29,12 @@ from typing import IO
 
 from autotune.cli.eta import typical_boot_s
 from autotune.cli.formats import fmt_duration, fmt_number
-from autotune.cli.phases import (FAILED, GRAPHS, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING,  # noqa: F401
-                                 STARTING_STEPS, TERMINAL_PHASES, BootPhases, advance, phase_of, starting_step)
+from autotune.cli.phases import BootPhases
 from autotune.cli.terminal import (ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted,  # noqa: F401
                                    is_tty, truncate_visible)
 from autotune.cli.summary import render_summary  # noqa: F401  (the card: cli/summary.py)
-from autotune.vllm.logcheck import LIMIT_SOURCES
-from autotune.vllm.logparse import clean_line
+from autotune.vllm.log import (FAILED, KV_SIZED, LIMIT_SOURCES, PROFILING, READY, REFUSED, STARTING, TERMINAL_PHASES,
+                               clean_line, phase_of, starting_step)
 
 # The figures shown as soon as the log prints them, in the order they are shown.
 FIGURE_LABELS = {

@@ -17,7 +17,7 @@ from autotune.store.deploy import targets as deploy_targets
 from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Margin, ProbeResult, Reach,
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
-from autotune.vllm.logcheck import LIMIT_SOURCES
+from autotune.vllm.log import LIMIT_SOURCES
 from autotune.store.outcomes import Outcome, Verdict
 
 

@@ -5,7 +5,7 @@ method: a refusal (_refusal: stop at once, everything after it is teardown), aut
 number read (_autofit), the process exiting (_exit), a fatal error in the log (_fatal),
 the server answering (_health, then _serving: verify, probe), silence for --stall-timeout
 (_hang), or a server that says it listens but never answers (_not_ready). What the log
-says is read by vllm/logparse.py; what to boot next is decided by run/strategy.py.
+says is read by vllm/log/ (its parser); what to boot next is decided by run/strategy.py.
 """
 
 from __future__ import annotations
@@ -30,10 +30,8 @@ from autotune.host.signals import GATE
 from autotune.store import artifact
 from autotune.store import redact
 from autotune.store.record import Attempt, given
-from autotune.vllm import catalog
 from autotune.vllm import servecmd
-from autotune.vllm.logcheck import limit_from
-from autotune.vllm.logparse import BootLogParser, ceiling_from
+from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, traceback_tail
 
 # How long a fatally failed boot gets to print the rest of its traceback and exit.
 ERROR_GRACE_S = 10.0
@@ -372,7 +370,7 @@ class Boot:
         if a.error_kind or a.outcome == strategy.ERROR:  # no known kind: its final exception line
             if self.installed and not result.get("vllm_version"):  # a fix may name the version (a flag it lacks)
                 result = {**result, "vllm_version": self.installed}
-            found = catalog.diagnosis(result, a.provenance)
+            found = diagnosis(result, a.provenance)
             if found is not None:
                 a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
         if a.outcome == strategy.EXITED and not given(a.diagnosis):
@@ -384,7 +382,7 @@ class Boot:
             a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
         if a.outcome in (strategy.ERROR, strategy.EXITED):
             a.log_tail = tail(self.run_dir / self.log_name)
-            traceback = catalog.traceback_tail(tail(self.run_dir / self.log_name, 400))
+            traceback = traceback_tail(tail(self.run_dir / self.log_name, 400))
             if traceback:
                 a.traceback_tail = traceback
 

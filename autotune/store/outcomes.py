@@ -72,7 +72,7 @@ PREDICTED = (Basis.START_AT, Basis.ROOM, Basis.COMPUTED)
 
 class Limit(StrEnum):
     """What sets a verified ceiling below the target (run.json "result.limit"): the KV pool, or a
-    limit that is not memory (vllm/logcheck.py LIMIT_SOURCES: vLLM refused a length above it and named it)."""
+    limit that is not memory (vllm/log/plausible.py LIMIT_SOURCES: vLLM refused a length above it and named it)."""
 
     KV_CACHE = "kv_cache"
     MODEL_MAXIMUM = "model_maximum"

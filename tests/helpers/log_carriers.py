@@ -1,6 +1,6 @@
 """A log's lines as the systems that carry logs write them, each by its own definition.
 
-Shared by tests/test_logparse_carried.py: a real boot log goes in, the file a user would paste comes
+Shared by tests/vllm/log/test_logparse_carried.py: a real boot log goes in, the file a user would paste comes
 out. Times start at 2025-12-01T14:40:00Z and advance ``step`` seconds a line.
 
 - docker's json-file driver (docs.docker.com, "JSON File logging driver"; moby's jsonlog): one

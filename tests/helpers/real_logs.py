@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.vllm.logparse import parse_lines
+from autotune.vllm.log import parse_lines
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "logs"
 ALL_LOGS = sorted(FIXTURES.glob("*.log"))

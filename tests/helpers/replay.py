@@ -4,7 +4,7 @@ import io
 import sys
 
 from autotune.testing import fake_vllm
-from autotune.vllm import logparse
+from autotune.vllm.log import parse_lines
 
 SEED = "seed-3090-qwen3.6-27b"
 SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
@@ -23,4 +23,4 @@ def boot(*argv, env=None):
     req = fake_vllm.read_request(["--time-scale", "0", *argv], env or {})
     outcome = fake_vllm.Boot(req, out).run()
     lines = out.getvalue().splitlines()
-    return outcome, logparse.parse_lines(lines).result(), lines
+    return outcome, parse_lines(lines).result(), lines

@@ -11,7 +11,7 @@ from autotune.store import artifact
 from autotune.store.deploy import helm, kube, kserve, llmisvc, ray, recipe, report, skypilot
 from autotune.store.deploy.settings import Sources
 from autotune.store.record import RunRecord
-from autotune.vllm import logpatterns
+from autotune.vllm.log import parse_file
 
 HELM = "values-production-stack.yaml"
 RAY_SERVE = "ray-serve.yaml"
@@ -64,23 +64,16 @@ def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = N
 
 def engine_flags(run_dir: Path, record: RunRecord) -> dict:
     """enable_prefix_caching / enable_chunked_prefill (booleans) and load_format as the verified
-    boot's engine config line shows them ({} when its log or the line is not there)."""
+    boot's engine config line shows them ({} when its log or the line is not there): the parser's
+    engine_settings fact, from run.json or, for older records, from the attempt's log read again."""
     attempt = report.verified_attempt(record)
     recorded = (attempt.get("facts") or {}).get("engine_settings") if attempt is not None else None
     if isinstance(recorded, dict):
-        return dict(recorded)  # the parser's fact (run.json); older records: read from the log below
+        return dict(recorded)
     if attempt is None or not attempt.get("log"):
         return {}
     try:
-        with open(Path(run_dir) / attempt.log, encoding="utf-8", errors="replace") as log:
-            for line in log:
-                if logpatterns.ENGINE_VERSION_RE.search(line) and "with config" in line:
-                    flags: dict = {m.group(1): m.group(2) == "True"
-                                   for m in logpatterns.ENGINE_CONFIG_FLAG_RE.finditer(line)}
-                    load_format = logpatterns.ENGINE_LOAD_FORMAT_RE.search(line)
-                    if load_format:
-                        flags["load_format"] = load_format.group(1)
-                    return flags
-    except OSError:
+        boots = parse_file(Path(run_dir) / attempt.log).boots()
+    except (OSError, EOFError):  # no log, or a gzip cut short
         return {}
-    return {}
+    return next((dict(b["result"]["engine_settings"]) for b in boots if "engine_settings" in b["result"]), {})

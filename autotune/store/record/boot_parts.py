@@ -11,7 +11,7 @@ from autotune.store.record.part import Part
 
 @dataclass(init=False)
 class BootFacts(Part):
-    """What the boot log said (vllm/logparse.py; `autotune parse --json`'s keys, and those read back)."""
+    """What the boot log said (vllm/log/parser.py; `autotune parse --json`'s keys, and those read back)."""
 
     vllm_version: str | None = None
     non_default_args: dict | None = None  # the flags vLLM's args line shows changed from its defaults

@@ -6,7 +6,7 @@ reader still reads the figures before the cut (``Maximum concurrency for 10000 t
 10000 tokens) and never a figure the cut may have shortened (``... length is 181`` cut from
 18176 is no number). ``Wording`` holds a message as literal text, choices and figures:
 
-* ``regex``: the whole message, compiled (ASCII only, like every pattern in logpatterns);
+* ``regex``: the whole message, compiled (ASCII only, like every pattern in messages.py);
 * ``read(line, at)``: the whole message at ``at``, or, when the line ends inside the message
   (and only then), a ``CutMatch`` with the figures that lie wholly before the cut and are
   followed by at least one character of what vLLM prints after them (a figure that touches

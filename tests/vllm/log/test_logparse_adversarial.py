@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.vllm import catalog
-from autotune.vllm.logparse import MAX_LINE_BYTES, BootLogParser, ceiling_from, parse_file, parse_lines
+from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, parse_file, parse_lines
+from autotune.vllm.log.read import MAX_LINE_BYTES
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 ALL_LOGS = sorted(FIXTURES.glob("*.log"))
 
 
@@ -254,7 +254,7 @@ def test_a_prompt_echo_with_an_estimate_never_becomes_a_relaunch_length():
     lines = _inject_requests(_lines(REFUSED), "the estimated maximum model length is 999999")
     result = parse_lines(lines).result()
     assert ceiling_from(result) == (parse_lines(_lines(REFUSED)).result()["estimated_max_model_len"], "estimate")
-    assert "999999" not in json.dumps(catalog.diagnosis(result))
+    assert "999999" not in json.dumps(diagnosis(result))
 
 
 def test_an_info_line_about_free_memory_on_startup_is_not_an_error():
@@ -297,7 +297,7 @@ def test_a_log_ending_inside_a_traceback_is_an_error_with_its_stated_cause():
     assert parser.outcome == "error"
     lines = _lines(READY)[:60] + _TRACEBACK
     parser = parse_lines(lines)
-    found = catalog.diagnosis(parser.result(), parser.provenance())
+    found = diagnosis(parser.result(), parser.provenance())
     assert found["kind"] == "unknown"
     assert f"(line {len(lines)})" in found["cause"] and "NCCL error" in found["cause"]
 
@@ -314,7 +314,7 @@ def test_negative_available_kv_is_its_own_kind_even_when_the_engine_dies_after()
 
 def test_the_console_script_package_metadata_failure_has_a_fix():
     parser = parse_file(FIXTURES / "cpu-0.32.0-error-console-script-package-metadata.log")
-    found = catalog.diagnosis(parser.result())
+    found = diagnosis(parser.result())
     assert found["kind"] == "vllm_package_metadata_missing"
     assert "python -m vllm.entrypoints.openai.api_server" in found["fix"]
 
@@ -441,7 +441,7 @@ def test_implausible_values_are_kept_flagged_and_never_a_fix():
         assert [f["key"] for f in r["implausible"]] == ["estimated_max_model_len"]
         value, source = ceiling_from(r)
         assert source == "computed_from_gib" and value < 131072  # from the GiB figures instead
-        assert str(estimate) not in catalog.diagnosis(r)["fix"].replace("131072", "")
+        assert str(estimate) not in diagnosis(r)["fix"].replace("131072", "")
     r = parse_lines(["Available KV cache memory: 99999.5 GiB"]).result()
     assert r["available_kv_gib"] == 99999.5 and r["implausible"][0]["why"].endswith("beyond any device")
     r = parse_lines(["The model's max seq len (29000) is larger than the maximum number of tokens that can be stored in KV cache (50000)."]).result()

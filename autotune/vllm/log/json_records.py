@@ -13,7 +13,7 @@ Two kinds reach autotune (docs/log-formats.md, "JSON logs"):
 * ``journalctl -o json``: the line vLLM printed is ``MESSAGE`` (an array of bytes when it is not
   valid UTF-8 or holds control characters such as colour codes; null when it is longer than
   journalctl's 4096-byte limit without ``--all``). ``-o json-pretty`` writes the same object over
-  many lines (``{``, a field per line, ``}``): logrows.py gathers them;
+  many lines (``{``, a field per line, ``}``): rows.py gathers them;
 * docker's json-file driver (the files under ``/var/lib/docker/containers/``, and what Fluentd or
   Fluent Bit forward from them): ``{"log":"text\n","stream":"stderr","time":"..."}``, a line
   longer than 16 KiB split over several records, all but the last without the newline; Fluent Bit's
@@ -29,8 +29,8 @@ from __future__ import annotations
 import json
 import re
 
-from autotune.vllm.logcarry import Carried
-from autotune.vllm.logclean import message_start
+from autotune.vllm.log.carried import Carried
+from autotune.vllm.log.clean import message_start
 
 __all__ = ["json_record_lines", "json_record_start", "json_object"]
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 REFUSED = FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log"
 READY = FIXTURES / "cpu-0.32.0-ready-at-estimate-130944.log"
 

@@ -2,7 +2,7 @@
 
 This module is data. Each ``FailureKind`` names an ``error_kind`` (the value the
 log parser reports), the regexes that recognise it on a *cleaned* log line
-(ANSI codes and ``\\r`` removed; see ``autotune.vllm.logparse``), whether it ends the
+(ANSI codes and ``\\r`` removed; see ``autotune.vllm.log``), whether it ends the
 boot, and a one-line cause and fix for the report.
 
 Rules for the patterns:
@@ -27,7 +27,7 @@ import re
 import string
 from dataclasses import dataclass
 
-from autotune.vllm.logpatterns import leading_literal, prefilter
+from autotune.vllm.log.messages import leading_literal, prefilter
 
 __all__ = ["FailureKind", "CATALOG", "KINDS", "match", "search", "lookup", "diagnosis", "traceback_tail"]
 
@@ -432,6 +432,8 @@ CATALOG: tuple[FailureKind, ...] = (
 )
 
 KINDS: tuple[str, ...] = tuple(entry.kind for entry in CATALOG)
+# The kinds that are vLLM refusing the requested length for want of KV cache (V1 and V0 wordings).
+REFUSAL_KINDS = ("kv_cache_insufficient", "kv_cache_insufficient_legacy")
 
 # Compiled once: (entry, (the literal every match starts with, compiled pattern) ...) in catalog order.
 # A pattern whose literal is not in the line cannot match there: a substring test skips its search.
@@ -441,7 +443,7 @@ _COMPILED: tuple[tuple[FailureKind, tuple[tuple[str, re.Pattern[str]], ...]], ..
 # One alternation of every pattern: a single search rejects the (vast majority of)
 # lines that match nothing before the per-entry loop decides which entry wins.
 _ANY = re.compile("|".join(f"(?:{p})" for entry in CATALOG for p in entry.patterns))
-# Cheaper still: a window of the literal each pattern starts with (see logpatterns.prefilter).
+# Cheaper still: a window of the literal each pattern starts with (see messages.prefilter).
 _PREFILTER = prefilter(leading_literal(p) for entry in CATALOG for p in entry.patterns)
 _BY_KIND = {entry.kind: entry for entry in CATALOG}
 

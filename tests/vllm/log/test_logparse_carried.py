@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm.logparse import BootLogParser, parse_lines
+from autotune.vllm.log import BootLogParser, parse_lines
 from tests.helpers import log_carriers as carry
 from tests.helpers.real_logs import ALL_LOGS, FIXTURES, boot_facts, boot_facts_of, log_lines
 

@@ -1,4 +1,4 @@
-"""An error message with figures broken over several lines is read across them (vllm/logrefusal.py).
+"""An error message with figures broken over several lines is read across them (vllm/log/refusals.py).
 
 vLLM prints a refusal (V1 ``To serve at least one request ...`` and its estimate, V0 ``The model's
 max seq len ...``), a length above the derived one, the Mamba cache's and free memory's messages each
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm.logparse import parse_lines
+from autotune.vllm.log import parse_lines
 from tests.helpers.real_logs import FIXTURES, TEXT_LOGS, boot_facts, log_lines
 
 NEEDLES = ("To serve at least one request", "The model's max seq len (", "User-specified max_model_len (",

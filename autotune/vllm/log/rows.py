@@ -1,9 +1,11 @@
 """From the physical lines of a log to the lines vLLM printed: wraps rejoined, JSON records read.
 
-``RowReader`` is a mixin of ``BootLogParser`` (vllm/logparse.py): ``_physical`` takes one line
-as read (cleaned of escape codes; HTML entities decoded), expands a JSON log record into the
-text lines it carries (vllm/logjson.py), and rejoins a hard-wrapped line with its rows, undoing
-what its first rows alone said. It hands each line to the parser's ``_dispatch`` / ``_process``.
+``RowJoiner`` is a stage the parser (parser.py) holds: ``physical`` takes one line as read (cleaned
+of escape codes; HTML entities decoded), expands a JSON log record into the text lines it carries
+(json_records.py, carried.py), and rejoins a hard-wrapped line with its rows, undoing what its first
+rows alone said (through the ``Recorder``'s undo). It hands each logical line to the parser's
+``dispatch`` (a line read in full, at the current line number) or ``reread`` (at a given number), and
+tells the refusal reader of each line after it (an error message broken over lines).
 
 A terminal capture (tmux, a screenshot's text, an 80-column console) cuts long lines at its
 width and often trims the spaces at the end of each row: a row a little shorter than the width
@@ -16,12 +18,15 @@ no I/O.
 from __future__ import annotations
 
 import re
+from typing import Callable
 
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logcarry import Carried, carried_text
-from autotune.vllm.logclean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
-from autotune.vllm.logjson import json_object, json_record_lines, json_record_start
-from autotune.vllm.logread import MAX_LINE_BYTES
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.boot import Recorder
+from autotune.vllm.log.carried import Carried, carried_text
+from autotune.vllm.log.clean import clean_line, collapsed_records, is_continuation, message_start, unescape_html, unwrap
+from autotune.vllm.log.json_records import json_object, json_record_lines, json_record_start
+from autotune.vllm.log.read import MAX_LINE_BYTES
+from autotune.vllm.log.refusals import RefusalReader
 
 _WIDTH_MAX = 512  # wider rows are not a terminal's: not counted for the wrap width
 _JSON_START_MAX = 160  # where a JSON record may start on its line (after kubectl's or compose's prefix)
@@ -59,10 +64,21 @@ def _glued(row: str, after: str) -> bool:
     return row[-1:] not in (" ", "\t") and after[:1] not in (" ", "\t")
 
 
-class RowReader:
-    """The physical-line layer of ``BootLogParser`` (a mixin: ``_dispatch``, ``_process``, the undo are the parser's)."""
+# The parser's reading of one logical line: dispatch(line, full) at the recorder's line number (returns
+# the line's kind); reread(line, line_no, full=...) at another line number.
+Dispatch = Callable[[str, bool], str]
+Reread = Callable[..., str]
 
-    def _init_rows(self) -> None:
+
+class RowJoiner:
+    """The physical-line layer of the parser: it owns the rows of the line being joined and what it has
+    learned of the capture; facts go through the recorder, logical lines to ``dispatch`` / ``reread``."""
+
+    def __init__(self, record: Recorder, dispatch: Dispatch, reread: Reread, refusals: RefusalReader) -> None:
+        self.record = record
+        self.dispatch = dispatch
+        self.reread = reread
+        self.refusals = refusals
         # The last line, for a wrap to continue: rows (None: one), line number, undo, kind, text as joined,
         # and for rows: the rows as they are (glued) and the width their joins were decided with.
         self._pending: tuple | None = None
@@ -73,13 +89,12 @@ class RowReader:
         self._width_at = 0  # the line of the last continued row: a width older than _WIDTH_RECENT lines is another paste's
         self._before: tuple | None = None  # the pending line of the line before (a banner's first rows)
         self._keeps_spaces = False  # a continued row ended in a space: this capture trims nothing
-        self._row_no = 0  # while a rejoined line is processed (at its first row's number): the physical line
         self._json_rows: list[tuple[int, str]] = []  # (line number, row) of a JSON record cut by a wrap
         self._whole = False  # while the lines of a record that holds whole lines are read (no wrap joins them)
         self._in_record = False  # while the lines of any record are read (they end no other stream's parts)
         self._parts: dict[str, tuple[int, str, bool]] = {}  # stream -> (line number, text, cut) of a line's first parts
 
-    def _physical(self, raw: str, cut: bool, *, plain: bool = False) -> None:
+    def physical(self, raw: str, cut: bool, *, plain: bool = False) -> None:
         """One line as read (``plain``: a row known to be text, never the start of a JSON record)."""
         text = clean_line(raw)
         if "&" in text:
@@ -94,7 +109,7 @@ class RowReader:
                 self._carry(records, cut)
                 return
             if not cut and (json_record_start(text) or text.strip() == "{"):
-                self._json_rows = [(self._line_no, text)]  # a record a wrap cut: its other rows follow
+                self._json_rows = [(self.record.line_no, text)]  # a record a wrap cut: its other rows follow
                 return
         if text[:1].isdigit() and not plain:
             carried = carried_text(text)  # a CRI record, a row of Grafana's or logcli's output
@@ -109,24 +124,23 @@ class RowReader:
             self._carried(Carried(records, True, whole=True), cut)
             return
         if cut:
-            self._boot_touch()
-            self._set("line_cut", self._line_no)
+            self.record.touch()
+            self.record.set("line_cut", self.record.line_no)
         pending = self._pending
-        if pending is not None and pending[1] != self._line_no and not self._pending_cut and not self._whole:
+        if pending is not None and pending[1] != self.record.line_no and not self._pending_cut and not self._whole:
             # A width seen on continued rows says the wrap fell on spaces a capture trimmed (a sentence may go on).
             if is_continuation(pending[4], text) or self._width and self._trimmed_before(pending) and is_continuation(
                     pending[4], text, True):
                 self._join(pending, text)
-                self._continue_message(text, True)
+                self.refusals.continue_message(text, True)
                 return
-        self._undo = None
-        self._cut = cut
-        kind = self._dispatch(text, True)  # _process at the current line number, without its bookkeeping
+        self.record.undo = None
+        self.record.cut = cut
+        kind = self.dispatch(text, True)  # read at the current line number, without reread's bookkeeping
         self._before = pending
-        self._pending = (None, self._line_no, self._undo, kind, text)  # one row: its rows, glued text, width are its own
+        self._pending = (None, self.record.line_no, self.record.undo, kind, text)  # one row: its rows, glued text, width are its own
         self._pending_cut = cut
-        if self._message is not None:
-            self._continue_message(text, False)  # (vllm/logrefusal.py: an error message broken over lines)
+        self.refusals.continue_message(text, False)  # (refusals.py: an error message broken over lines)
 
     def _join(self, pending: tuple, text: str) -> None:
         """``text`` is the rest of the pending line: read them as one line, undoing what its first
@@ -138,8 +152,8 @@ class RowReader:
         # (a single row's text is its glued text: the same string)
         rows = rows or (joined,)
         if undo is not None:
-            self._restore(undo)
-        self._undo = None
+            self.record.restore(undo)
+        self.record.undo = None
         self._count_width(rows[-1])
         rows = (*rows, text)
         width = 0 if self._keeps_spaces else max(self._width, decided, len(rows[-2]))
@@ -156,23 +170,23 @@ class RowReader:
             plain = joined if plain == joined else plain
         records = collapsed_records(joined)  # (a collapsed paste a terminal wrapped: its records)
         for record in records or (joined,):
-            kind = self._process(record, head_no, full=True)
-        if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self._new):
+            kind = self.reread(record, head_no, full=True)
+        if kind != "args" or not any(fact.line_no == head_no and fact.key in _ECHOES for fact in self.record.new):
             # (arguments read whole from this reading: another adds nothing, and they are long to read)
             if plain != joined:
-                self._process(plain, head_no, full=False)
+                self.reread(plain, head_no, full=False)
             if _glued(rows[-2], text):
                 spaced = plain[: len(plain) - len(text)] + " " + text
                 if spaced != joined and spaced != plain:
-                    self._process(spaced, head_no, full=False)
+                    self.reread(spaced, head_no, full=False)
         if head_kind == "other":
-            self._process(text, self._line_no, full=False)  # a line of its own after all
-        self._pending = (rows, head_no, self._undo, kind, joined, plain, width)
+            self.reread(text, self.record.line_no, full=False)  # a line of its own after all
+        self._pending = (rows, head_no, self.record.undo, kind, joined, plain, width)
 
-    def _banner_start(self) -> int:
+    def banner_start(self) -> int:
         """The first line of the banner whose version line this is: the lines just before it that hold
         nothing but the logo (or nothing after their prefix), or the platform line."""
-        first = self._line_no
+        first = self.record.line_no
         for pending in (self._pending, self._before):
             if pending is None or pending[1] != first - 1 or not _decor(pending[4]):
                 break
@@ -181,14 +195,14 @@ class RowReader:
 
     def _trimmed_before(self, pending: tuple) -> bool:
         """The pending line's last row is a little short of the width of a capture seen wrapping lately."""
-        return (not self._keeps_spaces and self._line_no - self._width_at <= _WIDTH_RECENT
+        return (not self._keeps_spaces and self.record.line_no - self._width_at <= _WIDTH_RECENT
                 and 0 < self._width - len((pending[0] or pending[4:5])[-1]) <= _TRIMMED_MAX)
 
     def _count_width(self, row: str) -> None:
         """Learn the capture from a row a wrap continued: its width (the most frequent of such rows'
         widths seen twice or more), and whether it keeps the spaces at its wraps."""
         self._keeps_spaces = self._keeps_spaces or row[-1:] in (" ", "\t")
-        self._width_at = self._line_no
+        self._width_at = self.record.line_no
         width = len(row)
         if width <= _WIDTH_MAX:
             count = self._row_widths[width] = self._row_widths.get(width, 0) + 1
@@ -201,9 +215,9 @@ class RowReader:
         pretty = rows[0][1].strip() == "{"
         if cut or len(rows) >= (_JSON_PRETTY_ROWS_MAX if pretty else _JSON_ROWS_MAX) or json_record_start(text) or (
                 pretty and text.lstrip()[:1] not in _JSON_PRETTY_STARTS):  # (a row of text: no object over rows)
-            self.flush_rows()
+            self.flush()
             return False
-        rows.append((self._line_no, text))
+        rows.append((self.record.line_no, text))
         if text.rstrip().endswith("}"):
             # (json-pretty's rows are whole tokens: their indentation is no part of the record)
             texts = [row.strip() if pretty else row for _, row in rows]
@@ -212,29 +226,29 @@ class RowReader:
                                         for a, b in zip(texts, texts[1:]))
             records = json_record_lines("".join(texts)) or json_record_lines(spaced)
             if records is None and (json_object("".join(texts)) or json_object(spaced)) is not None:
-                self.flush_rows()  # whole, and no log record: text (a JSON value a program printed)
+                self.flush()  # whole, and no log record: text (a JSON value a program printed)
             elif records is not None:
                 self._json_rows = []
-                saved, self._line_no = self._line_no, _text_row(rows)
+                saved, self.record.line_no = self.record.line_no, _text_row(rows)
                 try:
                     self._carry(records, False)
                 finally:
-                    self._line_no = saved
+                    self.record.line_no = saved
         return True
 
-    def flush_rows(self) -> None:
+    def flush(self) -> None:
         """Rows held as the start of a JSON record that never closed: they are text after all (and a
         line's parts whose last record never came are read)."""
         if self._parts:
             self._flush_parts()
         rows, self._json_rows = self._json_rows, []
-        saved = self._line_no
+        saved = self.record.line_no
         try:
             for number, row in rows:
-                self._line_no = number
-                self._physical(row, False, plain=True)
+                self.record.line_no = number
+                self.physical(row, False, plain=True)
         finally:
-            self._line_no = saved
+            self.record.line_no = saved
 
     def _carry(self, carried: Carried, cut: bool) -> None:
         """A record's lines (``Carried``); a container's record that holds part of a line is kept
@@ -245,15 +259,15 @@ class RowReader:
             carried = carried._replace(lines=[head[:MAX_LINE_BYTES], *carried.lines[1:]])
             cut = cut or len(head) > MAX_LINE_BYTES
         else:
-            number = self._line_no
+            number = self.record.line_no
         if carried.partial and len(carried.lines) == 1:
             self._parts[carried.stream] = (number, carried.lines[0], cut)
             return
-        saved, self._line_no = self._line_no, number
+        saved, self.record.line_no = self.record.line_no, number
         try:
             self._carried(carried, cut)
         finally:
-            self._line_no = saved
+            self.record.line_no = saved
 
     def _flush_parts(self) -> None:
         parts, self._parts = self._parts, {}
@@ -261,25 +275,25 @@ class RowReader:
             self._carry(Carried([text], True, stream), cut)
 
     def _carried(self, carried: Carried, cut: bool) -> None:
-        """The text lines of a record (vllm/logjson.py, vllm/logcarry.py), all at this line's number:
+        """The text lines of a record (json_records.py, carried.py), all at this line's number:
         lines a program printed (journald, docker, CRI) are read as lines of text (a record of their
         own; a wrap, unless the record says each is whole); the lines of one logged record are read
         as they are."""
         if cut:
-            self._boot_touch()
-            self._set("line_cut", self._line_no)
+            self.record.touch()
+            self.record.set("line_cut", self.record.line_no)
         if carried.printed:
             saved = self._whole, self._in_record
             self._whole, self._in_record = self._whole or carried.whole, True
             try:
                 for text in carried.lines:
-                    self._physical(text, False)
+                    self.physical(text, False)
             finally:
                 self._whole, self._in_record = saved
             return
         for text in carried.lines:
-            self._undo = None
-            self._cut = cut
-            self._dispatch(unwrap(clean_line(text)), True)
+            self.record.undo = None
+            self.record.cut = cut
+            self.dispatch(unwrap(clean_line(text)), True)
         self._pending = None
         self._pending_cut = False

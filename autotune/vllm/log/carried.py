@@ -16,7 +16,7 @@ format, one record per line (docs/parse.md, "How the log was carried"):
   (the time, the stream's labels padded to the widest, the line with its spaces trimmed).
 
 JSON records (docker's json-file driver, journald, a logger's JSON, logcli's jsonl) are read in
-logjson.py; both give a ``Carried``. Detection costs one character test on lines that do not
+json_records.py; both give a ``Carried``. Detection costs one character test on lines that do not
 start with a digit. Stdlib only.
 """
 

@@ -1,18 +1,22 @@
 """One boot's state in a vLLM boot log: its facts, what its outcome depends on, and its result.
 
-``vllm/logparse.py`` (the streaming parser) keeps one ``Boot`` per boot it has seen and changes
-it line by line; this module holds that state, the verdict and the ``autotune parse --json``
-contract (``SCHEMA_KEYS``), plus the two small readers every figure goes through
-(``read_number``, ``text_window``). Stdlib only; no I/O.
+The streaming parser (parser.py) keeps one ``Boot`` per boot it has seen and changes it line by
+line through a ``Recorder``; this module holds that state, the recorder, the verdict and the
+``autotune parse --json`` contract (``SCHEMA_KEYS``), plus the two small readers every figure goes
+through (``read_number``, ``text_window``). Stdlib only; no I/O.
 """
 
 from __future__ import annotations
 
+import re
+from collections import deque
 from copy import deepcopy
 from dataclasses import dataclass
 
-from autotune.vllm.logcheck import implausible
-from autotune.vllm.logtrace import TraceState
+from autotune.vllm.log.failures import REFUSAL_KINDS, FailureKind
+from autotune.vllm.log.plausible import implausible
+from autotune.vllm.log.traceback import TraceState
+from autotune.vllm.log.wording import CutMatch
 
 # The `autotune parse --json` contract, in this order.
 SCHEMA_KEYS: tuple[str, ...] = (
@@ -131,3 +135,89 @@ class Boot:
 
     def provenance(self) -> dict:
         return {key: {"line": fact.line_no, "text": fact.text} for key, fact in self.facts.items()}
+
+
+class Recorder:
+    """Every boot of one log so far (the current one changed line by line, the earlier ones kept) and the
+    line being read: its number, its text, the facts it set and the state before its first change (the
+    undo of a rejoined line). The parser's stages write facts only through it (``set``, ``set_num``,
+    ``signature``, ``new_boot``), so that a hard-wrapped line can take back what its first rows said."""
+
+    __slots__ = ("boot", "earlier", "total", "line_no", "row_no", "line", "new", "undo", "cut")
+
+    def __init__(self, kept: int) -> None:
+        self.boot = Boot()
+        # Earlier boots, as (boot, number): nothing changes a boot once a new one began, so its summary
+        # is made only when asked for (a restart loop of many boots costs no copies of their facts).
+        self.earlier: deque[tuple[Boot, int]] = deque(maxlen=kept)
+        self.total = 1  # boots seen (all are counted; only ``kept`` earlier ones are kept)
+        self.line_no = 0  # the line facts are read at (a rejoined line's: its first row's)
+        self.row_no = 0  # while a rejoined line is read at its first row's number: the physical line
+        self.line = ""  # the cleaned line being read
+        self.new: list[Fact] = []  # the facts set by the line fed last
+        self.undo: tuple | None = None  # state before the current line's first change
+        self.cut = False  # the line being read was cut at the reader's limit
+
+    def touch(self) -> None:
+        """The current boot is about to change: keep what it was, once per line (the undo)."""
+        if self.undo is None:
+            self.undo = (self.boot.copy(), len(self.earlier), self.total)
+
+    def restore(self, undo: tuple) -> None:
+        boot, earlier, total = undo
+        self.boot = boot
+        while len(self.earlier) > earlier:
+            self.earlier.pop()
+        self.total = total
+
+    def set(self, key: str, value: object, span: tuple[int, int] = (0, 0), *, replace: bool = False) -> None:
+        if value is None or (key in self.boot.facts and not replace):
+            return
+        self.touch()
+        fact = Fact(key, value, self.line_no, text_window(self.line, span[0], span[1]))
+        self.boot.facts[key] = fact
+        self.new.append(fact)
+
+    def set_num(self, key: str, found: re.Match[str] | CutMatch, group: int) -> None:
+        text = found.group(group)
+        if text is None:
+            return  # an optional figure the line does not show, or one after a cut
+        end = found.end(group)
+        line = found.string
+        if end < len(line) and line[end].isdigit():
+            return  # an ASCII digit run followed by another script's digit is no number
+        if self.cut and end >= len(line):
+            return  # the digit run may continue past the cut
+        self.set(key, read_number(text), found.span(group))
+
+    def new_boot(self, first_line: int) -> None:
+        self.touch()
+        boot = self.boot
+        boot.last_line = min(boot.last_line, first_line - 1)
+        self.earlier.append((boot, self.total))
+        self.total += 1
+        self.boot = Boot(first_line)
+
+    def signature(self, kind: FailureKind, span: tuple[int, int]) -> None:
+        """A failure of the catalog seen on this line: a warning joins ``warning_kinds``; a fatal one
+        may become ``error_kind`` (a refusal beats a specific cause, which beats an engine's death)."""
+        if not kind.fatal:
+            fact = self.boot.facts.get("warning_kinds")
+            if fact is None:
+                self.set("warning_kinds", [kind.kind], span)
+            elif kind.kind not in fact.value:  # type: ignore[operator]
+                self.set("warning_kinds", [*fact.value, kind.kind], span, replace=True)  # type: ignore[misc]
+            return
+        fact = Fact("error_kind", kind.kind, self.line_no, text_window(self.line, *span))
+        self.touch()
+        boot = self.boot
+        if kind.kind in REFUSAL_KINDS:
+            boot.refusal = boot.refusal or fact
+        elif kind.kind == "engine_died":
+            boot.death = boot.death or fact
+        else:
+            boot.cause = boot.cause or fact
+        winner = boot.refusal or boot.cause or boot.death
+        if boot.facts.get("error_kind") is not winner and winner is not None:
+            boot.facts["error_kind"] = winner
+            self.new.append(winner)

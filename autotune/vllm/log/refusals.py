@@ -1,6 +1,6 @@
 """The refusals and other error messages that carry figures, read whole even when broken over lines.
 
-``RefusalReaders`` is a mixin of ``BootLogParser`` (vllm/logparse.py): the readers of the refusals
+``RefusalReader`` is a stage the parser (parser.py) holds: the readers of the refusals
 (V1 ``To serve at least one request ...`` with its estimate sentence, V0 ``The model's max seq len
 ...``) and of the other error messages with several figures (a length above the derived one, the
 Mamba cache, free memory on startup).
@@ -16,19 +16,19 @@ its next piece, after a space (a break at a space) or glued (a break inside a wo
 the message so far is read again at its first line. A line that does not go on with the message
 closes it; so do three blank lines in a row. Figures are read only from text that is the message.
 
-A rejoined hard wrap undoes what its first rows said (logrows.py); the message read so far is then
+A rejoined hard wrap undoes what its first rows said (rows.py); the message read so far is then
 read again, so its figures stand whichever way the rows are joined. Stdlib only; no I/O.
 """
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
-from autotune.vllm import logpatterns as P
-from autotune.vllm.logboot import read_number
-from autotune.vllm.logclean import message_start
-from autotune.vllm.logwording import CutMatch
+from autotune.vllm.log import messages as P
+from autotune.vllm.log.boot import Recorder, read_number
+from autotune.vllm.log.clean import message_start
+from autotune.vllm.log.wording import CutMatch
 
 _BLANKS_MAX = 2  # blank lines between two pieces of a message (a viewer's spacing)
 
@@ -44,45 +44,56 @@ class _Message(NamedTuple):
     blanks: int = 0  # blank lines since its last piece
 
 
-class RefusalReaders:
-    """The error messages' readers of ``BootLogParser`` (a mixin: the state and ``_set`` are the parser's)."""
+# Reads a logical line again at a line number (the parser's): (line, line number, full=False).
+Reread = Callable[..., object]
 
-    _message: _Message | None = None
+
+class RefusalReader:
+    """The error messages' readers; it owns the message open across lines and writes through the recorder."""
+
+    def __init__(self, record: Recorder, reread: Reread) -> None:
+        self.record = record
+        self.reread = reread  # the parser's reading of a logical line at a given line number
+        self._message: _Message | None = None
+
+    def close(self) -> None:
+        """A message broken over lines ends with its boot."""
+        self._message = None
 
     # -- the message broken over lines --------------------------------------------------------
-    def _piece(self, found: re.Match[str] | CutMatch | None, more: bool = False) -> None:
+    def piece(self, found: re.Match[str] | CutMatch | None, more: bool = False) -> None:
         """What an error message's reader found on the line being read: a message cut by the end of the
         line (or ``more``: one whose next sentence may follow) stays open for the next lines' pieces. A
         reading of the open message (its first line read again with a piece after it) continues it
         only if it reads at least as far as the message so far."""
         if found is None:
             return
-        row = self._row_no or self._line_no  # the physical line being read
+        row = self.record.row_no or self.record.line_no  # the physical line being read
         open_ = isinstance(found, CutMatch) or more
         current = self._message
-        if current is not None and current.head_no == self._line_no:
+        if current is not None and current.head_no == self.record.line_no:
             if found.end() < current.reach or current.row == row and found.end() == current.reach:
                 return  # not its next piece; or an earlier reading of this line went as far (the first wins)
         elif not open_:
             return  # a message read whole on its line
-        self._message = _Message(self._line_no, self._line, row, not open_, found.end())
+        self._message = _Message(self.record.line_no, self.record.line, row, not open_, found.end())
 
-    def _continue_message(self, text: str, joined: bool) -> None:
+    def continue_message(self, text: str, joined: bool) -> None:
         """After a physical line (``joined``: it was rejoined with the rows before it, whose facts were
         undone and read again): is it the next piece of the open message?"""
         message = self._message
-        row = self._line_no
+        row = self.record.line_no
         if message is None or message.row == row:
             return  # none, or this line opened or continued it (read whole, or in a rejoined line)
         part = "" if message.done else text[message_start(text):].strip()
         if part:
             head = message.text.rstrip()
             for candidate in (head + " " + part, head + part):  # a break at a space; inside a word
-                self._process(candidate, message.head_no, full=False)
+                self.reread(candidate, message.head_no, full=False)
                 if self._message is not None and self._message.row == row:
                     return
         if joined:
-            self._process(message.text, message.head_no, full=False)  # what the rejoined rows' undo took back
+            self.reread(message.text, message.head_no, full=False)  # what the rejoined rows' undo took back
             if message.done:
                 return  # (read again after each row the wrap adds: each undoes it)
         if message.done or part or message.blanks >= _BLANKS_MAX:
@@ -93,51 +104,51 @@ class RefusalReaders:
     # -- readers (line, message start) -----------------------------------------------------------
     def _refusal_goes_on(self, found) -> bool:
         """This refusal is the one read so far (or the first): the same length refused."""
-        fact = self._boot.facts.get("max_model_len_requested")
+        fact = self.record.boot.facts.get("max_model_len_requested")
         return fact is None or found.group(1) is not None and fact.value == read_number(found.group(1))
 
-    def _on_refusal(self, line: str, start: int) -> None:
+    def on_refusal(self, line: str, start: int) -> None:
         found = P.REFUSAL_V1.find(line, start)
         if found is not None:
             if self._refusal_goes_on(found):
-                self._set_num("max_model_len_requested", found, 1)
-                self._set_num("kv_needed_gib", found, 2)
-                self._set("refusal_unit_in_log", found.group(3), found.span(3))
-                self._set_num("refusal_available_kv_gib", found, 4)
+                self.record.set_num("max_model_len_requested", found, 1)
+                self.record.set_num("kv_needed_gib", found, 2)
+                self.record.set("refusal_unit_in_log", found.group(3), found.span(3))
+                self.record.set_num("refusal_available_kv_gib", found, 4)
                 # Refusal figures only from the refusal message: the estimate is its next sentence.
                 estimate = None if isinstance(found, CutMatch) else P.ESTIMATE_AFTER.read(line, found.end())
                 if estimate is not None:
-                    self._set_num("estimated_max_model_len", estimate, 1)
+                    self.record.set_num("estimated_max_model_len", estimate, 1)
                 # The estimate sentence may follow on the next lines (0.9.1+; a line that ends here or inside it).
-                self._piece(estimate or found, estimate is None and not line[found.end():].strip(". "))
+                self.piece(estimate or found, estimate is None and not line[found.end():].strip(". "))
             return
         found = P.REFUSAL_V0.find(line, start)
         if found is not None and self._refusal_goes_on(found):
-            self._set_num("max_model_len_requested", found, 1)
-            self._set_num("kv_cache_max_tokens", found, 2)
-            self._piece(found)
+            self.record.set_num("max_model_len_requested", found, 1)
+            self.record.set_num("kv_cache_max_tokens", found, 2)
+            self.piece(found)
 
-    def _on_above_derived(self, line: str, start: int) -> None:
+    def on_above_derived(self, line: str, start: int) -> None:
         found = P.ABOVE_DERIVED.find(line, start)
         if found is not None:
-            self._set_num("max_model_len_requested", found, 1)
-            self._set("derived_max_model_len_key", found.group(2), found.span(2))
-            self._set_num("derived_max_model_len", found, 3)
-            self._piece(found)
+            self.record.set_num("max_model_len_requested", found, 1)
+            self.record.set("derived_max_model_len_key", found.group(2), found.span(2))
+            self.record.set_num("derived_max_model_len", found, 3)
+            self.piece(found)
 
-    def _on_mamba(self, line: str, start: int) -> None:
+    def on_mamba(self, line: str, start: int) -> None:
         found = P.MAMBA.find(line, start)
         if found is not None:
-            self._set_num("max_num_seqs_refused", found, 1)
-            self._set_num("mamba_cache_blocks", found, 2)
-            self._piece(found)
+            self.record.set_num("max_num_seqs_refused", found, 1)
+            self.record.set_num("mamba_cache_blocks", found, 2)
+            self.piece(found)
 
-    def _on_free_memory(self, line: str, start: int) -> None:
+    def on_free_memory(self, line: str, start: int) -> None:
         found = P.FREE_MEMORY.find(line, start)
         if found is not None:
-            self._set_num("startup_free_gib", found, 1)
-            self._set_num("startup_total_gib", found, 2)
+            self.record.set_num("startup_free_gib", found, 1)
+            self.record.set_num("startup_total_gib", found, 2)
             if found.group(3) is not None:
-                self._set_num("gmu_requested", found, 3)
-                self._set_num("requested_memory_gib", found, 4)
-            self._piece(found)
+                self.record.set_num("gmu_requested", found, 3)
+                self.record.set_num("requested_memory_gib", found, 4)
+            self.piece(found)

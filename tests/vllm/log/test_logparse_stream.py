@@ -2,9 +2,9 @@
 import tracemalloc
 from pathlib import Path
 
-from autotune.vllm.logparse import parse_file
+from autotune.vllm.log import parse_file
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 
 def _write_log(path: Path, size: int) -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import html
 import re
 
-from autotune.vllm.logpatterns import prefilter
+from autotune.vllm.log.messages import prefilter
 
 __all__ = ["clean_line", "unescape_html", "unwrap", "message_start", "collapsed_records", "level_of", "line_kind",
            "is_continuation", "KIND_NEEDLES"]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm.logparse import parse_file, parse_lines
+from autotune.vllm.log import parse_file, parse_lines
 from tests.helpers.real_logs import ALL_LOGS, FIXTURES, TEXT_LOGS, boot_facts, boot_facts_of, log_lines
 
 # ---------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Tests for autotune.vllm.logparse: real fixture logs, one test per log format, the
+"""Tests for autotune.vllm.log (the parser): real fixture logs, one test per log format, the
 ceiling computation and fuzzing for robustness."""
 
 from __future__ import annotations
@@ -14,18 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.vllm import catalog
-from autotune.vllm.logparse import (
-    SCHEMA_KEYS,
-    TEXT_MAX,
-    BootLogParser,
-    Fact,
-    ceiling_from,
-    parse_file,
-    parse_lines,
-)
+from autotune.vllm.log import SCHEMA_KEYS, BootLogParser, Fact, ceiling_from, parse_file, parse_lines
+from autotune.vllm.log import failures
+from autotune.vllm.log.boot import TEXT_MAX
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 FIXTURE_JSONS = sorted(FIXTURES.glob("*.json"))
 
 EXPECTED_SCHEMA = (
@@ -142,7 +135,7 @@ def test_fixture_provenance_points_at_the_right_line(json_path: Path):
             assert value in text, key
     if "error_kind" in result:
         # The provenance of error_kind is the signature line itself.
-        kind = catalog.match(provenance["error_kind"]["text"])
+        kind = failures.match(provenance["error_kind"]["text"])
         assert kind is not None and kind.kind == result["error_kind"]
 
 

@@ -1,7 +1,7 @@
 """The wording of vLLM's boot log: one regex per message, with the versions that print it.
 
 Formats are documented in ``log-formats.md`` (vLLM 0.6 -> 0.33). Every regex is used with
-``search`` on vLLM's message (see ``logclean.message_start``), never anchored with ``^``.
+``search`` on vLLM's message (see ``clean.message_start``), never anchored with ``^``.
 All are ASCII-only (``(?a)``): a figure is written in ASCII digits, and a Unicode digit next
 to one makes it no figure. NUM is a number as printed, INT an integer that may carry
 thousands separators.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import re
 
-from autotune.vllm.logwording import Either, Fig, Maybe, Re, Wording
+from autotune.vllm.log.wording import Either, Fig, Maybe, Re, Wording
 
 
 def _re(pattern: str, flags: int = 0) -> re.Pattern[str]:

