@@ -81,11 +81,11 @@ def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
     emit("run_started", run_dir=str(run_dir), target=plan.target, argv=list(plan.argv), port=plan.port,
          plan=plan.strategy_plan, vllm_version=record.vllm_version_detected, target_max=opts.target_max,
          target_known=plan.target != checks.TARGET_MAX_UNKNOWN)
-    prediction = record.get("prediction")
-    if prediction:
-        emit("first_boot_predicted", message=f"booting {prediction['start_at']:,} first, not the target: this "
-             f"machine's runs ({', '.join(prediction['group_runs'])}) predict a ceiling of {prediction['ceiling']:,} "
-             f"at gmu {prediction['gmu']:g} ({prediction['basis']}); {prediction['reason']}")
+    prediction = record.prediction
+    if prediction is not None:
+        emit("first_boot_predicted", message=f"booting {prediction.start_at:,} first, not the target: this "
+             f"machine's runs ({', '.join(prediction.group_runs)}) predict a ceiling of {prediction.ceiling:,} "
+             f"at gmu {prediction.gmu:g} ({prediction.basis}); {prediction.reason}")
     loop = Loop(record, run_dir, plan, emit)
     loop.run()
     return _after_loop(record, loop.run_dir, plan, emit)
