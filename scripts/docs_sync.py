@@ -9,7 +9,7 @@ Generated blocks sit between marker comments in the Markdown pages:
 
 Every command of the CLI must have its help block in some page (docs/<command>.md unless a
 page already holds its marker); the root `autotune --help` is named `autotune`.
-tests/test_docs_help.py fails when a block is missing or out of date.
+tests/cli/test_docs_help.py fails when a block is missing or out of date.
 
     python scripts/docs_sync.py            rewrite the blocks in place
     python scripts/docs_sync.py --check    only report (exit 1 when something is out of step)

@@ -308,6 +308,25 @@ def test_no_test_module_imports_another():
     assert found == {}
 
 
+# Folders of tests/ that are not a part of the package: real-vLLM boots, shared builders, data.
+TEST_ONLY_FOLDERS = {"e2e", "helpers", "fixtures"}
+
+
+def test_the_tests_mirror_the_package():
+    """A test module sits in the folder of the part of autotune it tests (tests/run/ for autotune/run/,
+    tests/vllm/log/ for autotune/vllm/log/); only this file, about the whole package, sits at the top.
+    Test module names stay unique across folders: without __init__.py (a tests/vllm/__init__.py would
+    make the folder the `vllm` package and hide the real one), pytest imports each by its name."""
+    flat = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert flat == ["test_structure.py"]
+    folders = {p.relative_to(TESTS) for p in TESTS.rglob("test_*.py")} - {Path("test_structure.py")}
+    outside = sorted(str(f) for f in folders if f.parts[0] not in TEST_ONLY_FOLDERS
+                     and not (PACKAGE / f.parent).is_dir())
+    assert outside == []
+    names = [p.name for p in TESTS.rglob("test_*.py") if "e2e" not in p.parts]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
 def test_the_test_import_finder_finds_every_spelling():
     source = ("from tests.test_compare import record\nimport tests.e2e.test_reach\nfrom tests.e2e import test_reach\n"
               "from .test_gpus import gpu\nfrom tests.helpers.cli import run_autotune\nimport json\n")

@@ -1,7 +1,7 @@
 """The exit codes of every command (the ExitCode enum, autotune/errors.py), and the one place
 exceptions become exit codes.
 
-docs/exit-codes.md is the enum as a table (tests/test_exitcodes.py checks it).
+docs/exit-codes.md is the enum as a table (tests/cli/test_exitcodes.py checks it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ delivers them), its port and HTTP answers, its exit status, a stop's signal (SIG
 version's shutdown lines; SIGKILL: nothing more is printed). What differs: no Python start-up
 (about 0.3 s a boot on this machine), and lines() returns as soon as the replay waits for a
 request or has ended, where a pipe must wait out its timeout. That is what lets the oracle test
-(tests/test_oracle.py) tune hundreds of commands a minute.
+(tests/testing/test_oracle.py) tune hundreds of commands a minute.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """What the replaying vLLM serves, known without booting it: the oracle autotune's answers are
-checked against (tests/test_oracle.py).
+checked against (tests/testing/test_oracle.py).
 
 ``truth(argv, env)`` says, for a serve command of the replaying vLLM, the largest
 `--max-model-len` it boots and serves (whatever --max-model-len the command has), what sets that
 length, or that no length boots and why. It reads the command as the replay does
 (fake_args.read_request) and decides with the replay's own memory model (profiles.py), in the
-order its Boot meets the checks (fake_vllm.py); tests/test_fake_vllm.py boots the replay at the
+order its Boot meets the checks (fake_vllm.py); tests/testing/test_fake_vllm.py boots the replay at the
 truth and one token above it to keep the two in step.
 """
 

@@ -29,7 +29,7 @@ KV = ["--kv-cache-memory-bytes", "128M"]
 # first boot's early phases are tried on it and one trial stops the relaunch (the run `resume`
 # continues below); 8,192 fits, so the phases after the KV cache is sized are tried on a first boot
 # instead of costing a refused boot before each. The moment between a refusal and its relaunch is
-# autotune's own, not vLLM's: tests/test_loop_against_profiles.py interrupts it on the replaying
+# autotune's own, not vLLM's: tests/run/test_loop_against_profiles.py interrupts it on the replaying
 # vLLM, a real child process tree (test_an_interrupted_seed_run_resumes).
 TRIALS = [
     ("python and vLLM imports", 65536, None, None, 1.5, signal.SIGINT),

@@ -127,7 +127,7 @@ def test_the_run_folder_holds_the_paste_ready_files(tuned):
 
 
 def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_its_command(tuned):
-    """tests/test_deploy.py's checks, on the files of a run of real vLLM."""
+    """tests/store/test_deploy.py's checks, on the files of a run of real vLLM."""
     text = {name: (tuned.run_dir / name).read_text() for name in targets.FILE_NAMES}
     for doc in checks.documents(text[targets.K8S]):
         checks.validate_k8s(doc)

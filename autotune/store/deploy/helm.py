@@ -3,7 +3,7 @@
 Only keys the chart reads: `servingEngineSpec.modelSpec[].vllmConfig.{maxModelLen,
 gpuMemoryUtilization, tensorParallelSize, maxNumSeqs, dtype, enableChunkedPrefill,
 enablePrefixCaching, extraArgs}`, `requestGPU`, `repository`/`tag`, `nodeSelectorTerms`, `env`,
-and the engine's probes and API key (`servingEngineSpec.*`). tests/test_deploy.py checks every
+and the engine's probes and API key (`servingEngineSpec.*`). tests/store/test_deploy.py checks every
 emitted key against the chart's values.schema.json (vendored with its commit) and reads the
 values back into the arguments the chart's template (deployment-vllm-multi.yaml) gives vLLM.
 

@@ -9,7 +9,7 @@ KServe's config template (kserve/kserve config/llmisvcconfig/config-llm-template
 container's `args` (its "$@"). The container is pinned to the vLLM image that verified the run
 (the template's default is llm-d's image, another build), its startup probe is the cold-pull
 allowance, and the template's Hub cache volume (`model-cache`, an emptyDir at HF_HUB_CACHE) is a
-PersistentVolumeClaim instead. tests/test_deploy.py validates it against KServe's published CRD
+PersistentVolumeClaim instead. tests/store/test_deploy.py validates it against KServe's published CRD
 schema (vendored, tests/fixtures/deploy/README.md).
 """
 

@@ -5,7 +5,7 @@ A recipe is `models/<hf_org>/<hf_repo>.yaml` (CONTRIBUTING.md there). The site b
 `hardware_overrides.<hardware id>` gives that GPU's `extra_args`, `extra_env` and `docker_image`,
 a variant's `tp` map its tensor-parallel size, and `meta.hardware.<hardware id>: verified` marks
 the GPU as tested end to end. This file is those keys, to merge into the model's recipe; the
-hardware ids are the recipes' taxonomy.yaml profiles. tests/test_deploy_recipe.py merges it into
+hardware ids are the recipes' taxonomy.yaml profiles. tests/store/test_deploy_recipe.py merges it into
 a real recipe and renders the command with the recipes' own command-synthesis.js.
 """
 

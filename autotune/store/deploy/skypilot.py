@@ -1,6 +1,6 @@
 """A SkyPilot task: `resources.accelerators` (GPU type and count), the pinned vLLM image, where it
 launches (`resources.infra`, SkyPilot 0.14's one key for the deprecated cloud, region and zone),
-and the verified command as `run:` (pure). tests/test_deploy.py validates it with SkyPilot's own
+and the verified command as `run:` (pure). tests/store/test_deploy.py validates it with SkyPilot's own
 task and resources schemas (vendored from skypilot 0.14.1, sky/utils/schemas.py)."""
 
 from __future__ import annotations

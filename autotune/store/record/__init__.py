@@ -3,7 +3,7 @@
 Each class has from_dict / to_dict (from_json: from_dict without the copy, for JSON just parsed
 that nothing else holds), and the round trip is exact (part.py): a key absent from the file
 stays absent, a key this autotune does not model is kept in `other`, and keys come back in the
-order they were read. docs/artifact.md describes these fields (tests/test_record.py checks that it
+order they were read. docs/artifact.md describes these fields (tests/store/test_record.py checks that it
 names each one).
 
 Loading goes through store/artifact.py (load, with the version check and migrations); the

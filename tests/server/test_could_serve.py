@@ -3,12 +3,12 @@
 The anchor is real: vLLM 0.32's CPU backend, tiny Llama, --kv-cache-memory-bytes 128M: 128 blocks of
 128 tokens (tests/fixtures/metrics/), and `--max-model-len auto` fits 16,256 on the same pool (README)."""
 
-from pathlib import Path
 
 from autotune.analysis.could_serve import EXACT, LIKELY, UNKNOWN, could_serve
 from autotune.server import metrics
+from tests.helpers.paths import FIXTURES_DIR
 
-REAL = metrics.parse((Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt").read_text())
+REAL = metrics.parse((FIXTURES_DIR / "metrics" / "cpu-0.32.0-tiny-llama.txt").read_text())
 
 
 def _cache(**labels):

@@ -4,14 +4,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from autotune.host import processes
 from autotune.server import health
+from tests.helpers.paths import HELPERS_DIR
 
-HELPER = Path(__file__).parent / "helpers" / "resetting_server.py"
+HELPER = HELPERS_DIR / "resetting_server.py"
 
 
 @pytest.fixture

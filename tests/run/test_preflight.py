@@ -19,8 +19,9 @@ from autotune.vllm.log import parse_file
 from autotune.run.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
 
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = FIXTURES_DIR
 
 SERVE = ["vllm", "serve", "Qwen/Qwen3.6-27B-AWQ", "--quantization", "awq_marlin", "--max-num-seqs", "1"]
 ON_3090 = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}

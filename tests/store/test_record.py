@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import fields
-from pathlib import Path
 
 import pytest
 
 from autotune.store import artifact
 from autotune.store.record import (RESULT_FIGURES, Attempt, Command, Reach, ReachStep, Result, RunRecord,
                                    SweepPoint)
+from tests.helpers.paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 DOC = ROOT / "docs" / "artifact.md"
 FIXTURES = sorted((ROOT / "tests" / "fixtures").rglob("*.run.json"))
 

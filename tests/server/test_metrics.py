@@ -3,15 +3,15 @@ in its version's words. The real figures: a vLLM 0.32 CPU server's /metrics, cap
 (tests/fixtures/metrics/cpu-0.32.0-tiny-llama.txt: tiny Llama, --kv-cache-memory-bytes 128M,
 --max-model-len 8192, boot log 'CPU KV cache size: 16,384 tokens ... 8,192 tokens per request: 2.00x')."""
 
-from pathlib import Path
 
 import pytest
 
 from autotune.server import client, metrics
 from autotune.host import processes
 from autotune.testing import fake_metrics
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
+FIXTURE = FIXTURES_DIR / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 
 
 def test_the_real_032_cpu_servers_pool_and_queue():

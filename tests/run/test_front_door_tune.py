@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.run import tune as tune_mod
+from tests.helpers.paths import FIXTURES_DIR, HELPERS_DIR
 
-HELPER = Path(__file__).parent / "helpers" / "resetting_server.py"
+HELPER = HELPERS_DIR / "resetting_server.py"
 KEY = "sk-fast-test-31415926"
 
 
@@ -85,7 +85,7 @@ def test_https_is_verified_over_tls_and_tls_autotune_cannot_see_is_a_front_door_
 
 
 def test_show_masks_the_secrets_of_a_record_written_before_they_were_scrubbed(tmp_path):
-    fixture = Path(__file__).parent / "fixtures" / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
+    fixture = FIXTURES_DIR / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
     old = json.loads(fixture.read_text())
     old_key = "sk-written-in-2025-777"
     for argv in [old["command"]["argv"], old["result"]["final_argv"], *(a["argv"] for a in old["attempts"])]:

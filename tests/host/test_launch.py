@@ -1,14 +1,14 @@
 import signal
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
 from autotune.host import processes
+from tests.helpers.paths import HELPERS_DIR
 
-HELPERS = Path(__file__).parent / "helpers"
+HELPERS = HELPERS_DIR
 
 
 def _wait_lines(server, n, timeout=10):

@@ -17,9 +17,10 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.vllm.log import diagnosis, parse_file
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-FAILURES = Path(__file__).parent / "fixtures" / "failures"  # real failed boots (README.md there)
+FIXTURES = FIXTURES_DIR / "logs"
+FAILURES = FIXTURES_DIR / "failures"  # real failed boots (README.md there)
 # Prints a real log as vLLM printed it, then exits with vLLM's status.
 REPLAY = "import sys; sys.stdout.write(open(sys.argv[1], encoding='utf-8').read()); sys.stdout.flush(); sys.exit(int(sys.argv[2]))"
 

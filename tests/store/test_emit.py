@@ -281,7 +281,7 @@ def test_exec_start_words(word, written):
 
 def test_write_all_writes_every_file_atomically(tmp_path):
     names = emit.write_all(tmp_path, typed(real()))
-    # the four, then the deployment targets and the sizing report (tests/test_deploy.py)
+    # the four, then the deployment targets and the sizing report (tests/store/test_deploy.py)
     assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service",
                      "values-production-stack.yaml", "ray-serve.yaml", "rayservice.yaml",
                      "kserve-inferenceservice.yaml", "kserve-llminferenceservice.yaml", "k8s-deployment.yaml", "skypilot.yaml",

@@ -5,7 +5,7 @@ what they give vLLM, which the installed vLLM must read as the verified command.
 The runs: a replayed seed-class run made here (two RTX 3090, --tensor-parallel-size 2, an API key
 in the environment, --reach reaching the target with --max-num-seqs 1 and
 --max-num-batched-tokens 512 in lever runs); the recorded real CPU runs (tests/fixtures/progress);
-and a real record moved to a pinned GPU with secrets and many options (tests/test_emit.py). The
+and a real record moved to a pinned GPU with secrets and many options (tests/store/test_emit.py). The
 real demo run's files are checked the same way in tests/e2e/test_show_runs_real_vllm.py.
 """
 from __future__ import annotations
@@ -32,6 +32,7 @@ from autotune.store.verified import NotEmittable, final_argv, replayed
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
+from tests.helpers.paths import FIXTURES_DIR
 
 PROFILE = "tp2-2x3090-qwen3.6-27b"
 SECRET = "sk-replay-secret-4711"
@@ -447,7 +448,7 @@ def test_a_run_without_a_verified_command_gives_no_deployment_file():
 
 @pytest.mark.parametrize("kind", sorted(k for k, name in targets.KINDS.items() if name in targets.FILE_NAMES))
 def test_show_emit_prints_each_file(replay, kind):
-    """Each file of the run folder (the recipe entry is printed only: tests/test_deploy_recipe.py)."""
+    """Each file of the run folder (the recipe entry is printed only: tests/store/test_deploy_recipe.py)."""
     result = CliRunner().invoke(cli, ["show", replay.record.run_id, "--runs-dir", str(replay.runs_dir),
                                       "--emit", kind], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -586,7 +587,7 @@ def test_the_parser_records_the_engine_settings_of_a_real_boot():
     """A real vLLM 0.32 boot (CPU backend): its engine config line's resolved settings become the
     attempt's engine_settings fact (run.json), which the files pin from."""
     from autotune.vllm.log import parse_file
-    result = parse_file(Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log").result()
+    result = parse_file(FIXTURES_DIR / "logs" / "cpu-0.32.0-ready-max-model-len-auto.log").result()
     assert result["engine_settings"] == {"enable_prefix_caching": True, "enable_chunked_prefill": True,
                                          "load_format": "auto"}
     rec = real("cpu-0.32.0-auto-verified.run.json")

@@ -124,7 +124,7 @@ def cases(draw) -> Case:
         seqs=draw(st.none() | st.sampled_from([1, 4, 16, 64, 256, 512])),
         batched=draw(st.none() | st.sampled_from([256, 512, 2048, 8192, 32768])),
         # --no-enable-chunked-prefill where the version has it (0.8.5+; before, argparse refuses it:
-        # tests/test_unknown_failures.py)
+        # tests/vllm/log/test_unknown_failures.py)
         chunked_off=draw(st.booleans()) and versions.profile(p.version).has_flag("--no-enable-chunked-prefill"),
         fp8=draw(st.integers(0, 4)) == 0,
         tp=draw(st.integers(1, p.gpu_count)),

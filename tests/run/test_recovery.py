@@ -18,8 +18,9 @@ from autotune.vllm.log import limit_from
 from autotune.vllm.log import parse_file, parse_lines
 from autotune.store.record import Attempt
 from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = FIXTURES_DIR
 
 # The argv autotune launched for the attempt (the user's command with autotune's two flags).
 ARGV = ["vllm", "serve", "ibm-granite/granite-4.0-h-tiny", "--gpu-memory-utilization", "0.9",

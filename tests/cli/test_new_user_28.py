@@ -15,6 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from tests.helpers.paths import FIXTURES_DIR
 
 SEED = "seed-3090-qwen3.6-27b"
 SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
@@ -169,7 +170,7 @@ def test_parse_advises_the_kv_bytes_when_they_fix_the_pool(tmp_path):
 
 
 def test_parse_advises_the_kv_bytes_on_a_real_vllm_log_that_fixes_the_pool():
-    log = Path(__file__).parent / "fixtures" / "logs" / "cpu-0.32.0-refused-json-logging.log"  # 128 MiB pool
+    log = FIXTURES_DIR / "logs" / "cpu-0.32.0-refused-json-logging.log"  # 128 MiB pool
     fix = next(line for line in invoke("parse", str(log)).stdout.splitlines() if line.startswith("  fix:"))
     assert fix.endswith("or raise --kv-cache-memory-bytes (now 0.125 GiB; it fixes the KV pool, so "
                         "--gpu-memory-utilization does not size it)")

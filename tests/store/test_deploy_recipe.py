@@ -8,7 +8,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,8 +20,9 @@ from autotune.store.record import RunRecord
 from autotune.store.verified import final_argv
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
+from tests.helpers.paths import FIXTURES_DIR
 
-RECIPES = Path(__file__).resolve().parent / "fixtures" / "recipes"
+RECIPES = FIXTURES_DIR / "recipes"
 OVERRIDE_KEYS = {"extra_args", "extra_env", "docker_image"}  # what command-synthesis.js reads of an exact-GPU override
 SYNTHESIZE = """
 import { resolveCommand, computeDockerMeta } from %s;

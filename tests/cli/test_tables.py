@@ -6,6 +6,7 @@ import io
 
 from autotune.cli.tables import echo_table, table
 from tests.helpers.compare_records import typed
+from tests.helpers.paths import FIXTURES_DIR
 
 HEADER = ["RUN", "CEILING"]
 ROWS = [["20261130T120000Z-tiny-llama", "16,384"], ["20261130T120500Z-tiny-llama", "-"]]
@@ -37,14 +38,13 @@ def test_on_a_terminal_rich_draws_it(monkeypatch):
 
 def test_the_card_is_plain_off_a_terminal_and_its_verdict_coloured_on_one(monkeypatch):
     import json
-    from pathlib import Path
 
     from autotune.cli.card import echo_card
     from autotune.cli.summary import render_summary
 
     monkeypatch.setenv("TERM", "xterm")
     monkeypatch.delenv("NO_COLOR", raising=False)
-    fixture = Path(__file__).parent / "fixtures" / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
+    fixture = FIXTURES_DIR / "progress" / "cpu-0.32.0-refused-then-verified.run.json"
     record = json.loads(fixture.read_text())
     plain = io.StringIO()
     echo_card(typed(record), "runs/R", stream=plain)

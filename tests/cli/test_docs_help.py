@@ -10,15 +10,15 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.vllm.log import CATALOG
+from tests.helpers.paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 sys.path.insert(0, str(ROOT / "scripts"))  # docs_sync is a developer tool, not part of the package
 import docs_sync  # noqa: E402
 

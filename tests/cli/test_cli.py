@@ -2,15 +2,15 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.store.record import RunRecord
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+FIXTURES = FIXTURES_DIR / "logs"
 
 
 def invoke(*args):

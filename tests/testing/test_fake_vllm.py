@@ -82,7 +82,7 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
         ceiling, _ = ceiling_from(result)
     served, tokens = outcome
     # The pool holds the ceiling, except a sliding-window model's: its boot check counts the windowed
-    # layers at their window (tests/test_queue_watch.py: its longer requests wait forever).
+    # layers at their window (tests/server/test_queue_watch.py: its longer requests wait forever).
     assert served == ceiling and (tokens >= ceiling) is not bool(p.sliding_window)
 
 

@@ -15,8 +15,9 @@ from autotune.cli import verify as verify_cli
 from autotune.run import options
 from autotune.run.options import TuneOptions
 from autotune.store.record import RunRecord
+from tests.helpers.paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent / "autotune"
+ROOT = ROOT_DIR / "autotune"
 TABLE = {f.name: f for f in dataclasses.fields(TuneOptions)}
 WITH_DEFAULT = {name: options.default(name) for name, f in TABLE.items()
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import re
 import signal
-from pathlib import Path
 
 import click
 import pytest
@@ -19,8 +18,9 @@ from autotune.run.errors import PreflightFailed
 from autotune.host.signals import Interrupted
 from autotune.store.artifact import ArtifactError
 from tests.helpers.compare_records import typed
+from tests.helpers.paths import ROOT_DIR
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"
+DOC = ROOT_DIR / "docs" / "exit-codes.md"
 
 
 def test_every_code_is_documented_with_its_name():

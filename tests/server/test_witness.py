@@ -6,7 +6,6 @@ CPU server's /metrics (tests/fixtures/metrics/) and the log line of the same boo
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,8 +14,9 @@ from autotune.cli import cli
 from autotune.cli.summary import render_summary
 from autotune.server import metrics, witness
 from tests.helpers.compare_records import typed
+from tests.helpers.paths import FIXTURES_DIR
 
-FIXTURE = Path(__file__).parent / "fixtures" / "metrics" / "cpu-0.32.0-tiny-llama.txt"
+FIXTURE = FIXTURES_DIR / "metrics" / "cpu-0.32.0-tiny-llama.txt"
 REAL_LOG_FACTS = {"kv_cache_tokens": 16384, "max_concurrency": 2.0}
 REAL_ARGV = ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--kv-cache-memory-bytes",
              "128M", "--max-model-len", "8192"]

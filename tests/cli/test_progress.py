@@ -29,8 +29,9 @@ from autotune.cli.progress import Progress, render_summary
 from autotune.vllm.log import (FAILED, GRAPHS, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, BootLogParser,
                                advance, phase_of, starting_step)
 from tests.helpers.compare_records import typed
+from tests.helpers.paths import ROOT_DIR
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = ROOT_DIR
 LOGS = ROOT / "tests" / "fixtures" / "logs"
 RECORDS = ROOT / "tests" / "fixtures" / "progress"
 REFUSED_LOG = LOGS / "cpu-0.32.0-refused-kvcache-space-1gib.log"  # 262,144 refused, estimate 130,944
