@@ -48,7 +48,7 @@ def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
     # while 200,000 tokens need 1.53 GiB.
     start = cpu_gmu_leaving(0.3)
     max_gmu = round(start + 0.02, 2)
-    proc = run_autotune("--target", "200000", "--reach", "--max-gmu", str(max_gmu), "--",
+    proc = run_autotune("--target", "200000", "--reach", "--max-gmu", str(max_gmu), "--probe", "none", "--",
                         *vllm_serve_argv(tiny_model, "--gpu-memory-utilization", str(start),
                                          "--max-num-batched-tokens", "512", "--enable-chunked-prefill"),
                         runs_dir=tmp_path)

@@ -1,7 +1,9 @@
 """End to end on real vLLM (CPU backend) serving the tiny local model.
 
 The KV pool is fixed with --kv-cache-memory-bytes 128M: 16,384 tokens at 8 KiB per token,
-so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less).
+so vLLM's own estimate for one request is 16,256 (one 128-token CPU block less). Nothing here is
+about the probe (test_probe_real_vllm.py, the front door's and show_runs' tunes probe real vLLM), so
+these tunes run with --probe none: a 16K-token prefill is ~20 s of CPU a tune.
 """
 import functools
 import json
@@ -35,7 +37,7 @@ def only_run(runs_dir: Path) -> Path:
 @pytest.fixture(scope="module")
 def refused_then_verified(tiny_model, tmp_path_factory):
     runs_dir = tmp_path_factory.mktemp("runs-a")
-    proc = run_autotune("--target", "65536", "--strategy", "refusal", "--", *vllm_serve_argv(tiny_model, *KV),
+    proc = run_autotune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--", *vllm_serve_argv(tiny_model, *KV),
                         runs_dir=runs_dir)
     return proc, runs_dir
 
@@ -116,7 +118,7 @@ def test_without_a_command_the_newest_runs_command_is_reused_and_a_fitting_targe
         refused_then_verified):
     _, runs_dir = refused_then_verified
     previous = only_run(runs_dir).name
-    proc = run_autotune("--target", "4K", "--strategy", "refusal", runs_dir=runs_dir)
+    proc = run_autotune("--target", "4K", "--strategy", "refusal", "--probe", "none", runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"reusing the serve command of run {previous}" in proc.stderr
     record = json.loads((only_run(runs_dir) / "run.json").read_text())
@@ -141,7 +143,7 @@ def test_a_boot_failing_for_another_reason_is_named_and_kept(tmp_path):
 
 def test_auto_strategy_finds_the_same_ceiling_in_one_boot(tiny_model, tmp_path):
     runs_dir = tmp_path / "runs"
-    proc = run_autotune("--target", "65536", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    proc = run_autotune("--target", "65536", "--probe", "none", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((only_run(runs_dir) / "run.json").read_text())
     assert record["plan"] == "auto" and record["vllm_version_detected"] == "0.32.0"
@@ -156,7 +158,7 @@ def test_auto_strategy_finds_the_same_ceiling_in_one_boot(tiny_model, tmp_path):
 
 def test_auto_strategy_caps_at_a_target_that_fits(tiny_model, tmp_path):
     runs_dir = tmp_path / "runs"
-    proc = run_autotune("--target", "8192", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
+    proc = run_autotune("--target", "8192", "--probe", "none", "--", *vllm_serve_argv(tiny_model, *KV), runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((only_run(runs_dir) / "run.json").read_text())
     assert len(record["attempts"]) == 1
@@ -172,7 +174,7 @@ def test_a_taken_port_is_recovered_and_target_max_finds_the_models_limit(tiny_mo
         holder.bind(("0.0.0.0", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        proc = run_autotune("--target", "max", "--", *vllm_serve_argv(tiny_model, *KV, "--port", str(port)),
+        proc = run_autotune("--target", "max", "--probe", "none", "--", *vllm_serve_argv(tiny_model, *KV, "--port", str(port)),
                             runs_dir=runs_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads((only_run(runs_dir) / "run.json").read_text())
