@@ -102,6 +102,20 @@ def test_the_real_run_found_the_ceiling(tuned):
     assert tuned.record["result"]["kv_cache_tokens"] == 16384
 
 
+def test_auto_strategy_finds_the_same_ceiling_in_one_boot(tuned):
+    """--strategy auto (the default) on vLLM 0.32: vLLM fits the length itself, in one boot, to the
+    number the refusal path's estimate gives (test_tune_real_vllm.py)."""
+    record = tuned.record
+    assert record["plan"] == "auto" and record["vllm_version_detected"] == "0.32.0"
+    (attempt,) = record["attempts"]
+    assert attempt["max_model_len"] == "auto" and attempt["outcome"] == "verified"
+    fitted = attempt["facts"]["autofit_max_model_len"]
+    assert fitted == 16256
+    assert attempt["verification"]["models"][0]["max_model_len"] == fitted
+    assert record["result"]["ceiling"] == fitted
+    assert "--max-model-len 16256" in (tuned.run_dir / "command.sh").read_text()
+
+
 def test_the_terminal_showed_one_live_line_through_the_boot_phases(tuned):
     term = tuned.terminal
     assert "\r\x1b[2K" in term  # redrawn in place
