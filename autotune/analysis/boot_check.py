@@ -113,7 +113,7 @@ def attach(attempt, argv: list[str], emit) -> dict | None:
         result = {"checked": False, "why": f"the check failed: {exc.__class__.__name__}: {exc}"}
     if result is None:
         return None
-    attempt.prediction = result
-    if result.get("warning"):
-        emit("warning", text=f"boot {attempt.index}: {result['warning']}")
+    attempt.prediction = result  # typed on the way in (store/record BootPrediction)
+    if attempt.prediction.warning:
+        emit("warning", text=f"boot {attempt.index}: {attempt.prediction.warning}")
     return result

@@ -49,6 +49,17 @@ def reproduction_env(recorded: dict[str, str], current: dict[str, str], relevant
 
 
 @dataclass
+class ProbeComparison:
+    """The old run's probe beside the new one's (each pair: [old, new])."""
+
+    mode: str | None = None
+    ok: list = field(default_factory=lambda: [None, None])  # None: that run ran no probe
+    prompt_tokens: list = field(default_factory=lambda: [None, None])
+    reason_new: str | None = None  # why the new run's probe failed
+    note: str | None = None  # what was compared, or why the timings were not
+
+
+@dataclass
 class Reproduction:
     old_run: str
     new_run: str
@@ -64,8 +75,12 @@ class Reproduction:
     reason: str
     exit_code: int
     target: int | None = None  # the old run's target, which the reproduce tuned toward
-    probe: dict = field(default_factory=dict)  # {"mode", "ok": [old, new], "prompt_tokens": [old, new], "note"}
+    probe: ProbeComparison = field(default_factory=ProbeComparison)
     new_files: dict = field(default_factory=dict)  # the new run's paste-ready files: name -> path (runs dir/run/name)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.probe, dict):  # a reproduction read back from its --json form
+            self.probe = ProbeComparison(**self.probe)
 
 
 def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
@@ -117,10 +132,10 @@ def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
         new_files={name: f"{n.run_id}/{name}" for name in (new.result or Result()).files or []})
 
 
-def _verdict(new: RunRecord, changes: list[dict], probe: dict) -> tuple[str, str]:
+def _verdict(new: RunRecord, changes: list[dict], probe: ProbeComparison) -> tuple[str, str]:
     new_result = new.result or Result()
-    if new_result.verdict == "probe_failed" or probe.get("ok", [None, None])[1] is False:
-        return "regression", f"the probe failed on the new vLLM: {probe.get('reason_new') or 'see the new run'}"
+    if new_result.verdict == "probe_failed" or probe.ok[1] is False:
+        return "regression", f"the probe failed on the new vLLM: {probe.reason_new or 'see the new run'}"
     if not new_result.verified:
         return "error", (f"the re-tune did not verify ({new_result.verdict}"
                          + (f", {new_result.error_kind}" if new_result.error_kind else "") + ")")
@@ -143,31 +158,31 @@ def probe_of(record: RunRecord) -> ProbeResult | None:
     return attempts[-1].probe if attempts else None
 
 
-def probe_changes(old: RunRecord, new: RunRecord) -> tuple[dict, list[dict]]:
+def probe_changes(old: RunRecord, new: RunRecord) -> tuple[ProbeComparison, list[dict]]:
     """The two probes side by side, and their timing changes where both probed alike.
 
     TTFT is lower-is-better, prefill tokens/s higher-is-better; both are compared only when the
     two prompts are within SAME_LENGTH of each other (a longer prompt takes longer by itself).
     """
     po, pn = probe_of(old), probe_of(new)
-    summary = {"mode": (pn or po or ProbeResult()).mode, "ok": [_ok(po), _ok(pn)],
-               "prompt_tokens": [(po or ProbeResult()).prompt_tokens, (pn or ProbeResult()).prompt_tokens],
-               "reason_new": pn.reason if pn and not pn.ok else None}
+    summary = ProbeComparison(mode=(pn or po or ProbeResult()).mode, ok=[_ok(po), _ok(pn)],
+                              prompt_tokens=[(po or ProbeResult()).prompt_tokens, (pn or ProbeResult()).prompt_tokens],
+                              reason_new=pn.reason if pn and not pn.ok else None)
     if not po or not pn or not po.ok or not pn.ok:
-        summary["note"] = ("no probe on either run" if not po and not pn else
+        summary.note = ("no probe on either run" if not po and not pn else
                            "the old run ran no probe: nothing to time against" if not po else
                            "the new run ran no probe" if not pn else "a probe failed: no timings compared")
         return summary, []
     a, b = po.prompt_tokens, pn.prompt_tokens
     if not a or not b or abs(a - b) > SAME_LENGTH * max(a, b):
-        summary["note"] = f"the probes' prompts differ in length ({_num(a)} vs {_num(b)} tokens): timings not compared"
+        summary.note = f"the probes' prompts differ in length ({_num(a)} vs {_num(b)} tokens): timings not compared"
         return summary, []
     out = []
     if po.ttft_s and pn.ttft_s:
         out.append(_timing_change("TTFT s", po.ttft_s, pn.ttft_s, lower_is_better=True))
     if po.prefill_tokens_per_s and pn.prefill_tokens_per_s:
         out.append(_timing_change("prefill tokens/s", po.prefill_tokens_per_s, pn.prefill_tokens_per_s))
-    summary["note"] = (f"both probed {_num(a)} vs {_num(b)} prompt tokens; timings within a factor of "
+    summary.note = (f"both probed {_num(a)} vs {_num(b)} prompt tokens; timings within a factor of "
                        f"{TIMING_FACTOR:g} count as same")
     return summary, out
 

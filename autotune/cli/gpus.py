@@ -13,16 +13,17 @@ import click
 
 from autotune.host import gpus as gpu_rules
 from autotune.host.machine import machine_facts
+from autotune.store.record import Machine
 
 
-def machine_warnings(facts: dict) -> list[str]:
+def machine_warnings(facts: Machine) -> list[str]:
     """What vLLM would trip over on this machine as it stands (pure)."""
-    inventory = facts.get("gpus") or []
+    inventory = facts.gpus or []
     if not inventory:
         return []
-    env = {"CUDA_VISIBLE_DEVICES": facts["cuda_visible_devices"]} if "cuda_visible_devices" in facts else {}
-    if facts.get("cuda_device_order"):
-        env["CUDA_DEVICE_ORDER"] = facts["cuda_device_order"]
+    env = {"CUDA_VISIBLE_DEVICES": facts.cuda_visible_devices} if facts.has("cuda_visible_devices") else {}
+    if facts.cuda_device_order:
+        env["CUDA_DEVICE_ORDER"] = facts.cuda_device_order
     return list(gpu_rules.plan_gpus(None, env, inventory).warnings)
 
 
@@ -30,13 +31,13 @@ def _gib(value) -> str:
     return f"{value:.2f}" if isinstance(value, (int, float)) else "?"
 
 
-def render_gpus(facts: dict) -> str:
+def render_gpus(facts: Machine) -> str:
     """The text `autotune gpus` prints on stdout for machine_facts() (pure)."""
-    inventory = gpu_rules.pci_order(facts.get("gpus") or [])
-    host = facts.get("host") or {}
+    inventory = gpu_rules.pci_order(facts.gpus or [])
+    host = facts.host or {}
     lines: list[str] = []
     if not inventory:
-        why = facts.get("gpus_absent_reason") or "NVML reports none"
+        why = facts.gpus_absent_reason or "NVML reports none"
         lines.append(f"No NVIDIA GPU found: {why}.")
         lines.append("vLLM can still run on its CPU backend, which keeps the model and the KV cache in host RAM "
                      "(--gpu-memory-utilization is then the fraction of the NUMA node's RAM it reserves).")
@@ -56,8 +57,8 @@ def render_gpus(facts: dict) -> str:
                 label = p.get("command") or p.get("name") or "(not visible from here)"
                 used = f"{p['used_gib']:.2f} GiB" if isinstance(p.get("used_gib"), (int, float)) else "memory n/a"
                 lines.append(f"     {'processes:' if i == 0 else '          '} pid {p.get('pid')} {label} ({used})")
-        if "cuda_visible_devices" in facts:
-            lines.append(f"CUDA_VISIBLE_DEVICES={facts['cuda_visible_devices']} in this environment.")
+        if facts.has("cuda_visible_devices"):
+            lines.append(f"CUDA_VISIBLE_DEVICES={facts.cuda_visible_devices} in this environment.")
     ram_total, ram_free = host.get("ram_total_gib"), host.get("ram_available_gib")
     cpu = host.get("cpu_model") or "?"
     cores = host.get("cpu_count_logical")
@@ -87,11 +88,11 @@ def gpus(json_):
     \b
     Exit codes: 0 always (no GPU, or no NVIDIA driver, is an answer, not an error).
     """
-    facts = machine_facts()
+    facts = Machine.from_json(machine_facts())  # the part run.json keeps under "machine"
     warnings = machine_warnings(facts)
     if json_:
-        facts["gpus"] = gpu_rules.pci_order(facts.get("gpus") or [])
-        click.echo(json.dumps({**facts, "warnings": warnings}, indent=2))
+        facts.gpus = gpu_rules.pci_order(facts.gpus or [])
+        click.echo(json.dumps({**facts.to_dict(), "warnings": warnings}, indent=2))
     else:
         click.echo(render_gpus(facts))
     for warning in warnings:

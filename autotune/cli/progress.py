@@ -33,6 +33,7 @@ from autotune.cli.phases import BootPhases
 from autotune.cli.terminal import (ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted,  # noqa: F401
                                    is_tty, truncate_visible)
 from autotune.cli.summary import render_summary  # noqa: F401  (the card: cli/summary.py)
+from autotune.store.record import Attempt, BootFacts, Reach
 from autotune.vllm.log import (FAILED, KV_SIZED, LIMIT_SOURCES, PROFILING, READY, REFUSED, STARTING, TERMINAL_PHASES,
                                clean_line, phase_of, starting_step)
 
@@ -324,9 +325,10 @@ class Progress:
             self._say(f"levers: trying {lever}{value} (a run of its own, linked to this one)")
 
     def _on_reach_done(self, d: dict) -> None:
-        reach = d.get("reach") or {}
-        word = "reached the target" if reach.get("reached") else "did not reach the target"
-        self._say(f"levers: {word} in {reach.get('boots', 0)} more boot(s), {fmt_duration(reach.get('duration_s'))}")
+        reach = Reach.from_dict(d.get("reach") or {})  # the event carries its JSON form (redact.scrubbing masks it)
+        word = "reached the target" if reach.reached else "did not reach the target"
+        boots = reach.boots if reach.boots is not None else 0
+        self._say(f"levers: {word} in {boots} more boot(s), {fmt_duration(reach.duration_s)}")
 
     def _on_attempt_started(self, d: dict) -> None:
         self.boot = BootPhases(d.get("index", 0), d.get("max_model_len"), d.get("reason", ""), self.clock())
@@ -394,9 +396,9 @@ class Progress:
         boot = self.boot
         if boot is not None:
             boot.move_to(REFUSED, self.clock())
-        r = d.get("result") or {}
-        need, have = r.get("kv_needed_gib"), r.get("refusal_available_kv_gib")
-        est = r.get("estimated_max_model_len")
+        facts = BootFacts.from_dict(d.get("result") or {})  # the boot log's facts so far
+        need, have = facts.kv_needed_gib, facts.refusal_available_kv_gib
+        est = facts.estimated_max_model_len
         text = f"boot {d.get('index')}: " + self._paint("refused", "red")
         if need is not None and have is not None:
             text += f": needs {need} GiB of KV cache, {have} GiB available"
@@ -428,20 +430,20 @@ class Progress:
         self._say(str(d.get("reason", "stopping")))
 
     def _on_attempt_ended(self, d: dict) -> None:
-        attempt = d.get("attempt") or {}
+        attempt = Attempt.from_dict(d.get("attempt") or {})  # the event carries its JSON form (redact.scrubbing)
         boot, self.boot = self.boot, None
-        outcome = attempt.get("outcome", "?")
-        named = LIMIT_SOURCES.get(attempt.get("ceiling_source"))  # refused above a limit vLLM named: expected
-        shown = f"above {named} ({attempt['ceiling']:,})" if named else outcome
+        outcome = attempt.outcome if attempt.outcome is not None else "?"
+        named = LIMIT_SOURCES.get(attempt.ceiling_source)  # refused above a limit vLLM named: expected
+        shown = f"above {named} ({attempt.ceiling:,})" if named else outcome
         colour = {"verified": "green", "refused": "yellow"}.get(outcome, "yellow" if named else "red")
-        text = f"boot {d.get('index')}: {self._paint(shown, colour)} after {fmt_duration(attempt.get('duration_s'))}"
-        if attempt.get("error_kind") and not named:
-            text += f" ({attempt['error_kind']})"
-        if attempt.get("refusal_to_stopped_s") is not None:
-            text += f"; its process tree was gone {attempt['refusal_to_stopped_s']:.1f} s after the refusal"
+        text = f"boot {d.get('index')}: {self._paint(shown, colour)} after {fmt_duration(attempt.duration_s)}"
+        if attempt.error_kind and not named:
+            text += f" ({attempt.error_kind})"
+        if attempt.refusal_to_stopped_s is not None:
+            text += f"; its process tree was gone {attempt.refusal_to_stopped_s:.1f} s after the refusal"
         if boot is not None and len(boot.phases) > 1:
-            end = boot.started + attempt["time_to_outcome_s"] if isinstance(
-                attempt.get("time_to_outcome_s"), (int, float)) else self.clock()
+            took = attempt.time_to_outcome_s
+            end = boot.started + took if isinstance(took, (int, float)) else self.clock()
             shown = []
             for name, took in boot.phase_times(end):
                 if name in (READY, *TERMINAL_PHASES):

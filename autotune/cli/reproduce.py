@@ -157,13 +157,13 @@ def render_reproduction(v: rep_mod.Reproduction) -> str:
             rows.append([what, or_dash(pair[0]), or_dash(pair[1]), "", "", ""])
     rows.append(["attention backend", v.attention_backend[0] or "-", v.attention_backend[1] or "-", "", "",
                  "same" if v.attention_backend[0] == v.attention_backend[1] else "changed"])
-    if v.probe.get("ok") and v.probe["ok"] != [None, None]:
-        ok = ["-" if x is None else ("ok" if x else "failed") for x in v.probe["ok"]]
-        rows.append([f"probe ({v.probe.get('mode') or '?'})", ok[0], ok[1], "", "", ""])
+    if v.probe.ok and v.probe.ok != [None, None]:
+        ok = ["-" if x is None else ("ok" if x else "failed") for x in v.probe.ok]
+        rows.append([f"probe ({v.probe.mode or '?'})", ok[0], ok[1], "", "", ""])
     lines.extend("  " + line for line in table(["", "before", "after", "Δ", "expected Δ", ""], rows,
                                                 right={1, 2, 3, 4}))
-    if v.probe.get("note"):
-        lines.append(f"  probe: {v.probe['note']}")
+    if v.probe.note:
+        lines.append(f"  probe: {v.probe.note}")
     if v.flags_no_longer_shown:
         lines.append(f"  no longer in vLLM's non-default args: {', '.join(v.flags_no_longer_shown)}")
     else:

@@ -54,12 +54,6 @@ def summary_warnings(record: RunRecord) -> list[dict]:
     result = _result_of(record)
     attempts = _attempts_of(record)
     warnings: list[dict] = []
-    for item in record.get("warnings") or []:  # recorded by other steps (preflight, probes)
-        if isinstance(item, dict):
-            warnings.append({"message": item.get("message") or item.get("kind", "warning"),
-                             "cause": item.get("cause"), "remedy": item.get("fix") or item.get("remedy")})
-        else:
-            warnings.append({"message": str(item), "cause": None, "remedy": None})
     leftovers = sorted({pid for a in attempts for pid in ((a.stop or StopReport()).leftover_pids or [])})
     if leftovers:
         warnings.append({

@@ -1,4 +1,6 @@
 """analysis/reproduce.py: an old run and its re-tune, the verdict, the probe, which runs are outdated."""
+import json
+
 import pytest
 
 from autotune.analysis import reproduce as rep
@@ -89,7 +91,7 @@ def test_an_upgrade_that_breaks_long_prompts_is_a_regression_even_with_the_same_
     got = rep.reproduce_verdict(typed(old), typed(new))
     assert (got.verdict, got.exit_code) == ("regression", 7)
     assert "the probe failed on the new vLLM: the request was dropped (HTTP 500)" in got.reason
-    assert got.probe["ok"] == [True, False]
+    assert got.probe.ok == [True, False]
 
 
 @pytest.mark.parametrize("ttft, tps, status_ttft, status_tps, verdict", [
@@ -103,14 +105,14 @@ def test_ttft_and_prefill_rate_are_compared_with_a_stated_tolerance(ttft, tps, s
     got = rep.reproduce_verdict(typed(old), typed(new))
     status = {c["what"]: c["status"] for c in got.changes}
     assert (status["TTFT s"], status["prefill tokens/s"], got.verdict) == (status_ttft, status_tps, verdict)
-    assert "timings within a factor of 1.5 count as same" in got.probe["note"]
+    assert "timings within a factor of 1.5 count as same" in got.probe.note
 
 
 def test_probes_of_different_lengths_are_not_timed_against_each_other():
     old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"))
     new = with_probe(reproduced(0.60, 78_848, 78_720), tokens=78_000, ttft=9.0)
     got = rep.reproduce_verdict(typed(old), typed(new))
-    assert "TTFT s" not in {c["what"] for c in got.changes} and "differ in length" in got.probe["note"]
+    assert "TTFT s" not in {c["what"] for c in got.changes} and "differ in length" in got.probe.note
 
 
 def test_the_report_names_the_new_paste_ready_files():
@@ -182,3 +184,19 @@ def test_runs_says_which_run_a_reproduce_reproduces():
     row = run_row(RunRecord.from_dict({**record("run-02", gmu=0.9, kv=3.0, ceiling=4096), "kind": "reproduce",
                                        "links": {"reproduces": "run-01"}}))
     assert row["reproduces"] == "run-01" and row["verdict"] == "verified; reproduces run-01"
+
+
+def test_the_probe_comparison_reads_back_from_the_json_form_and_renders_alike():
+    from dataclasses import asdict
+
+    from autotune.cli.reproduce import render_reproduction
+
+    old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"))
+    new = with_probe(reproduced(0.47, 61_824, 61_696), ok=False, reason="the request was dropped (HTTP 500)")
+    got = rep.reproduce_verdict(typed(old), typed(new))
+    shown = json.loads(json.dumps(asdict(got)))
+    assert list(shown["probe"]) == ["mode", "ok", "prompt_tokens", "reason_new", "note"]
+    assert shown["probe"]["ok"] == [True, False] and shown["probe"]["note"] == "a probe failed: no timings compared"
+    text = render_reproduction(rep.Reproduction(**shown))
+    assert text == render_reproduction(got)
+    assert "probe: a probe failed: no timings compared" in text and "failed" in text.split("probe (")[1]

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from autotune.host import machine
 from autotune.cli.main import cli
 from autotune.cli.gpus import machine_warnings, render_gpus
+from autotune.store.record import Machine
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090
 
 HOST = {"hostname": "rig", "os": "Linux", "python": "3.11.7", "cpu_model": "AMD Ryzen 9 5900X 12-Core Processor",
@@ -62,7 +63,7 @@ def test_render_reference_machine():
         {"pid": 4242, "name": "python3", "command": "python3 -m vllm.entrypoints.openai.api_server", "used_gib": 6.1},
         {"pid": 88, "name": None, "command": None, "used_gib": None}]}
     facts = {"host": HOST, "gpus": [busy, GTX_1660S]}  # any order in: PCI order out
-    assert render_gpus(facts) == "\n".join([
+    assert render_gpus(Machine.from_dict(facts)) == "\n".join([
         "2 NVIDIA GPUs in PCI bus order (driver 570.133.07); the index is nvidia-smi's and --gpu's:",
         "  0  NVIDIA GeForce GTX 1660 SUPER  compute capability 7.5",
         "     memory 6.00 GiB total, 0.80 used, 5.20 free",
@@ -79,30 +80,30 @@ def test_render_reference_machine():
 
 def test_render_without_gpus():
     facts = {"host": HOST, "gpus": [], "gpus_absent_reason": "nvidia-ml-py is not installed (pip install nvidia-ml-py)"}
-    text = render_gpus(facts)
+    text = render_gpus(Machine.from_dict(facts))
     assert text.splitlines()[0] == "No NVIDIA GPU found: nvidia-ml-py is not installed (pip install nvidia-ml-py)."
     assert text.splitlines()[-1].startswith("Host RAM: 62.70 GiB total, 48.31 GiB available")
 
 
 def test_render_single_gpu_with_visible_devices():
     facts = {"host": HOST, "gpus": [RTX_3090 | {"index": 0, "processes": []}], "cuda_visible_devices": "0"}
-    text = render_gpus(facts)
+    text = render_gpus(Machine.from_dict(facts))
     assert text.splitlines()[0] == "1 NVIDIA GPU in PCI bus order (driver 570.133.07); the index is nvidia-smi's and --gpu's:"
     assert "     processes: none" in text
     assert "CUDA_VISIBLE_DEVICES=0 in this environment." in text
 
 
 def test_machine_warnings():
-    mixed = machine_warnings({"host": HOST, "gpus": REFERENCE})
+    mixed = machine_warnings(Machine.from_dict({"host": HOST, "gpus": REFERENCE}))
     assert len(mixed) == 1 and "FlashAttention 2" in mixed[0] and mixed[0].endswith("--gpu 1.")
-    planted = machine_warnings({"host": HOST, "gpus": REFERENCE,
-                                "cuda_visible_devices": "GPU-af7b61d8-2c4e-4d8a-b0a4-93f1e2d7c6b5"})
+    planted = machine_warnings(Machine.from_dict({"host": HOST, "gpus": REFERENCE,
+                                "cuda_visible_devices": "GPU-af7b61d8-2c4e-4d8a-b0a4-93f1e2d7c6b5"}))
     assert "invalid literal for int()" in planted[0]
     assert len(planted) == 1  # the 1660 is hidden by that setting: no mix
-    ordered = machine_warnings({"host": HOST, "gpus": REFERENCE, "cuda_visible_devices": "1",
-                                "cuda_device_order": "PCI_BUS_ID"})
+    ordered = machine_warnings(Machine.from_dict({"host": HOST, "gpus": REFERENCE, "cuda_visible_devices": "1",
+                                "cuda_device_order": "PCI_BUS_ID"}))
     assert ordered == []
-    assert machine_warnings({"host": HOST, "gpus": []}) == []
+    assert machine_warnings(Machine.from_dict({"host": HOST, "gpus": []})) == []
 
 
 def test_wait_for_free_memory_without_gpus_gives_up_in_time():

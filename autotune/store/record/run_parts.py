@@ -17,6 +17,7 @@ class Machine(Part):
     gpus_source: str | None = None  # where the inventory came from, when not this machine's NVML
     gpus_absent_reason: str | None = None
     cuda_visible_devices: str | None = None  # as autotune's own environment had it
+    cuda_device_order: str | None = None  # decides what the indices in CUDA_VISIBLE_DEVICES mean to CUDA
 
 
 @dataclass(init=False)
