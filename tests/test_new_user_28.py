@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
@@ -19,6 +20,7 @@ from autotune.cli import cli
 SEED = "seed-3090-qwen3.6-27b"
 SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
                "--enable-chunked-prefill"]
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def invoke(*args, **kwargs):

@@ -17,6 +17,7 @@ from autotune.store import artifact
 from autotune.testing import profiles
 
 SEED = "seed-3090-qwen3.6-27b"
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def fake(profile, *flags):
