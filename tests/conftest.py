@@ -51,6 +51,18 @@ def fake_server():
 
 
 @pytest.fixture
+def replay_in_process():
+    """Within the test, a tune this process runs boots the replaying vLLM in threads of it and asks
+    it its version and GPUs directly (host/launcher.py's seam, testing/inprocess.py): for tests
+    that tune without testing the process boundary. `python -m autotune` children still run it as
+    processes, as does anything that is not the replay."""
+    from autotune.testing.inprocess import replaying_in_process
+
+    with replaying_in_process():
+        yield
+
+
+@pytest.fixture
 def tuned(_runs_dir, monkeypatch):
     """A verified tune of the replaying vLLM 0.33 at 16,384 (in-process), its server kept serving; stopped after."""
     from autotune.testing import profiles

@@ -18,6 +18,7 @@ from autotune.analysis import device_memory, estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
+from autotune.host import launcher
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -43,7 +44,7 @@ def serve_argv(model: str | None, command: str | None, dashed: list[str] | None 
 def default_gmu(argv: list[str]) -> tuple[float, str]:
     """(gmu, why) for a command that gives none: the default of the vLLM it runs (versions.py)."""
 
-    version = versions.detect_version(argv, dict(os.environ))
+    version = launcher.detect_version(argv, dict(os.environ))
     gmu = versions.default_gmu(version)
     if gmu is None:
         raise click.ClickException("no gmu: give --gmu (the command has no --gpu-memory-utilization, and which vLLM "

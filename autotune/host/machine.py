@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import psutil
 
+from autotune.host import launcher
 from autotune.vllm import versions
 
 
@@ -161,7 +162,7 @@ def gpu_facts_for(argv: Sequence[str] | None = None, env: Mapping[str, str] | No
     """The GPUs a serve command gets: NVML's here, or, where the command runs the replaying vLLM
     (which stands for another machine), the GPUs it reports as NVML would list them there."""
     if argv and versions.replays(argv):
-        answer = versions.replayed_gpus(argv, dict(os.environ if env is None else env))
+        answer = launcher.replayed_gpus(argv, dict(os.environ if env is None else env))
         try:
             gpus = json.loads(answer) if answer else None
         except ValueError:

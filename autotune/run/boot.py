@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from autotune.host import memwait
+from autotune.host import launcher, memwait
 from autotune.host import processes
 from autotune.run import marker
 from autotune.run import strategy
@@ -77,7 +77,7 @@ class Boot:
         self.attempt = Attempt(index=index, max_model_len=step.max_model_len, argv=self.argv, log=self.log_name,
                                started_at=artifact.iso(artifact.utc_now()))
         self.parser = BootLogParser()
-        self.server: processes.ServerProcess | None = None
+        self.server: launcher.ServerHandle | None = None
         self.outcome: str | None = None
         self.line_no = 0
         self.rest_of_long_line = False  # the chunks after the first MAX_LINE_BYTES of a line are skipped
@@ -114,8 +114,8 @@ class Boot:
     def _launch(self) -> bool:
         with GATE.deferred():  # a signal now is raised only once the server is on record
             try:
-                self.server = processes.ServerProcess(self.argv, self.env, self.run_dir / self.log_name,
-                                                     scrub=redact.scrub_log_line)
+                self.server = launcher.current().start(self.argv, self.env, self.run_dir / self.log_name,
+                                                       scrub=redact.scrub_log_line)
             except processes.LaunchError as exc:
                 a = self.attempt
                 a.outcome, a.error_kind, a.exit_status = strategy.ERROR, "command_not_found", None
@@ -398,14 +398,14 @@ def visible_indices(env: dict[str, str]) -> list[int] | None:
         return None
 
 
-def drain(server: processes.ServerProcess, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
+def drain(server: launcher.ServerHandle, feed: Callable[[bytes], None], limit_s: float = 5.0) -> None:
     deadline = time.monotonic() + limit_s
     while not server.output_closed and time.monotonic() < deadline:
         for raw in server.lines(timeout=0.1):
             feed(raw)
 
 
-def stop_server(server: processes.ServerProcess, stages, emit: Emit) -> dict:
+def stop_server(server: launcher.ServerHandle, stages, emit: Emit) -> dict:
     """Stop the server's process tree; how it went, as run.json keeps it ("stop")."""
     report = server.stop(stages, on_step=lambda step: emit("stop_step", pid=server.pid, **step))
     out = {"steps": report.steps, "leftover_pids": report.leftover_pids, "duration_s": report.duration_s}

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import psutil
 
-from autotune.host import processes
+from autotune.host import launcher
 from autotune.store import artifact
 from autotune.store.server_file import MARKER
 
 
-def write(run_dir: Path, server: processes.ServerProcess, index: int) -> None:
+def write(run_dir: Path, server: launcher.ServerHandle, index: int) -> None:
     artifact.write_atomic(run_dir / MARKER, json.dumps(
         {"pid": server.pid, "create_time": server.create_time, "argv": server.argv, "index": index,
          "log": server.log_path.name,

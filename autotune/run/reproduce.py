@@ -16,12 +16,12 @@ from typing import Callable
 
 from autotune.analysis import reproduce as rep
 from autotune.errors import AutotuneError
+from autotune.host import launcher
 from autotune.run import tune as tune_mod
 from autotune.run import margin
 from autotune.run.options import Emit, TuneOptions, default
 from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK
-from autotune.vllm import versions as vllminfo
 
 
 class NotReproducible(AutotuneError):
@@ -81,7 +81,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
             return None
         key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM
         if key not in cache:
-            cache[key] = vllminfo.detect_version(argv, env_now)
+            cache[key] = launcher.detect_version(argv, env_now)
         return cache[key]
 
     return installed

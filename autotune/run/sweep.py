@@ -28,6 +28,7 @@ from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
 from autotune.run.options import Emit, default
+from autotune.host import launcher
 from autotune.host.signals import Interrupted, interruptible
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
 
@@ -53,7 +54,7 @@ def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, S
     """The sweep folder and its first sweep.json (state running, no points yet)."""
     model = servecmd.model_of(argv)
     strategy, strategy_reason = strategy_mod.sweep_plan(
-        opts.strategy, vllminfo.auto_fit_mode(vllminfo.detect_version(argv, dict(os.environ))))
+        opts.strategy, vllminfo.auto_fit_mode(launcher.detect_version(argv, dict(os.environ))))
     sweep_dir = new_dir(Path(runs_dir), model)
     sweep = SweepRecord(
         kind="sweep", sweep_id=sweep_dir.name, autotune_version=__version__, state="running",

@@ -23,7 +23,7 @@ from pathlib import Path
 from autotune.host.machine import machine_facts
 from autotune.run import aim
 from autotune.run import checks
-from autotune.host import processes
+from autotune.host import launcher, processes
 from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
@@ -104,7 +104,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
     model = servecmd.model_of(argv)
     gpu_plan, preflight_record, target = checks.preflight(opts, argv, env, model, emit)
     env.update(gpu_plan.env_changes)
-    detected = vllminfo.detect_version(argv, env)
+    detected = launcher.detect_version(argv, env)
     for text in vllminfo.warnings_for(argv, env, detected):  # what this version ignores or refuses
         emit("warning", text=text)
     strategy_plan = "refusal"

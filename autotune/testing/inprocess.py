@@ -1,10 +1,11 @@
 """The replaying vLLM in a thread of this process, behind the launcher's interface.
 
-A tune launches its serve command as a process (host/processes.py's ServerProcess) and asks the
-command's program its version and GPUs (vllm/versions.py). For the replaying vLLM both can
-happen without a process: ``replaying_in_process()`` makes autotune, within it, start
-`python -m autotune.testing.fake_vllm ...` as fake_vllm.run() in a thread (ThreadServer) and ask
-its questions of fake_vllm.main() directly. Every other command still runs as a process.
+A tune launches its serve command and asks the command's program its version and GPUs through the
+current launcher (host/launcher.py; by default processes: host/processes.py's ServerProcess). For
+the replaying vLLM both can happen without a process: InProcessLauncher starts
+`python -m autotune.testing.fake_vllm ...` as fake_vllm.run() in a thread (ThreadServer) and asks
+its questions of fake_vllm.main() directly; ``replaying_in_process()`` uses it within a block.
+Every other command still runs as a process.
 
 What stays the same: the lines the replay prints (one by one, into the attempt's log, as a pipe
 delivers them), its port and HTTP answers, its exit status, a stop's signal (SIGINT: the
@@ -23,9 +24,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable, Sequence
-from unittest import mock
 
-from autotune.host import processes
+from autotune.host import launcher, processes
 from autotune.store import redact
 from autotune.testing import fake_args, fake_vllm
 from autotune.vllm import versions
@@ -134,29 +134,29 @@ class ThreadServer(processes.OutputLines):
         return report
 
 
-def start(argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None, scrub=None):
-    """A ThreadServer for the replaying vLLM, a process (host/processes.py's ServerProcess) for anything else."""
-    if versions.replays(argv):
-        return ThreadServer(argv, env, log_path, cwd)
-    return _PROCESS(argv, env, log_path, cwd, scrub)
+class InProcessLauncher(launcher.ProcessLauncher):
+    """host/launcher.py's seam, the replaying vLLM in this process: its boots are `server` (a
+    ThreadServer, or a test's kind of one) and its questions fake_vllm.main()'s answers. Any other
+    command is a process, as ProcessLauncher runs it."""
+
+    def __init__(self, server: type[ThreadServer] | None = None):
+        self.server = server or ThreadServer
+
+    def start(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None,
+              scrub=None) -> launcher.ServerHandle:
+        if versions.replays(argv):
+            return self.server(argv, env, log_path, cwd)
+        return super().start(argv, env, log_path, cwd, scrub)
+
+    def ask(self, argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
+        if not versions.replays(argv):
+            return super().ask(argv, env, flag, timeout_s)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            status = fake_vllm.main([*argv[3:], flag], env)
+        return out.getvalue().strip() if status == 0 and out.getvalue().strip() else None
 
 
-def ask(argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
-    """versions' question (its version, its GPUs) answered by fake_vllm.main() in this process."""
-    if not versions.replays(argv):
-        return _ASK(argv, env, flag, timeout_s)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        status = fake_vllm.main([*argv[3:], flag], env)
-    return out.getvalue().strip() if status == 0 and out.getvalue().strip() else None
-
-
-_PROCESS = processes.ServerProcess
-_ASK = versions._ask
-
-
-@contextlib.contextmanager
-def replaying_in_process():
+def replaying_in_process(server: type[ThreadServer] | None = None):
     """Within it, autotune runs the replaying vLLM in threads of this process (see the module)."""
-    with mock.patch.object(processes, "ServerProcess", start), mock.patch.object(versions, "_ask", ask):
-        yield
+    return launcher.use_launcher(InProcessLauncher(server))

@@ -54,7 +54,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -342,35 +341,21 @@ def replays(argv: Sequence[str]) -> bool:
     return list(argv[1:3]) == ["-m", FAKE_VLLM_MODULE]
 
 
-def _query(argv: Sequence[str], python: str, flag: str) -> list[str]:
-    """The command that asks the serve command's program one of the replaying vLLM's questions;
-    for the version, any other Python answers from its package metadata."""
+def question(argv: Sequence[str], env: Mapping[str, str], flag: str) -> list[str] | None:
+    """The command that asks the serve command's program one of the replaying vLLM's questions
+    (FAKE_VERSION_FLAG, FAKE_GPUS_FLAG); for the version, any other Python answers from its package
+    metadata. None when the command's Python cannot be known. host/launcher.py asks it."""
+    python = python_of(argv, env)
+    if python is None:
+        return None
     if replays(argv):
         return [python, "-m", FAKE_VLLM_MODULE, *argv[3:], flag]
     return [python, "-c", _VERSION_SNIPPET]
 
 
-def _ask(argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
-    python = python_of(argv, env)
-    if python is None:
-        return None
-    try:
-        out = subprocess.run(_query(argv, python, flag), capture_output=True, text=True,
-                             timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-
-
-def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
-    answer = _ask(argv, env, FAKE_VERSION_FLAG, timeout_s)
+def version_in(answer: str | None) -> str | None:
+    """The version in the answer to FAKE_VERSION_FLAG's question (its first line)."""
     return answer.splitlines()[0] if answer else None
-
-
-def replayed_gpus(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
-    """The GPUs the replaying vLLM stands for, as NVML would list them there (JSON text); None
-    when the command runs anything else, or the answer cannot be had."""
-    return _ask(argv, env, FAKE_GPUS_FLAG, timeout_s) if replays(argv) else None
 
 
 # ---- the API server's default batch: --max-num-batched-tokens / --max-num-seqs by device ----------

@@ -19,6 +19,7 @@ from autotune.store import artifact
 from tests.helpers.compare_records import record, typed
 
 SEED = "seed-3090-qwen3.6-27b"
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def invoke(*args):

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
@@ -20,6 +21,7 @@ from tests.helpers.paths import FIXTURES_DIR
 SEED = "seed-3090-qwen3.6-27b"
 SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
                "--enable-chunked-prefill"]
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def invoke(*args, **kwargs):
@@ -327,10 +329,11 @@ def test_keep_serving_hands_over_the_server_command_sh_describes():
         url = record["result"]["serving"]["url"]
         served = httpx.get(f"{url}/v1/models", timeout=5).json()["data"][0]["max_model_len"]
         assert served == ceiling
+        kept_log = run_dir / "kept.log"  # its keeper, a process of its own, may start after the server answers
         deadline = time.time() + 5
-        while '"GET /v1/models' not in (run_dir / "kept.log").read_text() and time.time() < deadline:
+        while not (kept_log.is_file() and '"GET /v1/models' in kept_log.read_text()) and time.time() < deadline:
             time.sleep(0.1)
-        assert '"GET /v1/models' in (run_dir / "kept.log").read_text()  # still logging after autotune's exit
+        assert '"GET /v1/models' in kept_log.read_text()  # still logging after autotune's exit
     finally:
         invoke("stop", "latest")
 

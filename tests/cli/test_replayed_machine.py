@@ -18,6 +18,7 @@ from autotune.testing import profiles
 from tests.helpers.compare_records import typed
 
 SEED = "seed-3090-qwen3.6-27b"
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def fake(profile, *flags):

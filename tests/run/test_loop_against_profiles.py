@@ -5,6 +5,10 @@ the real CPU-backend boots under tests/e2e stay the proof.
 
 The machine is the profile's too: autotune reads GPUs from NVML, so these tests hand it the
 profile's GPUs (profiles.Profile.nvml_inventory) in place of this machine's none.
+
+The tunes run here boot the replay in threads of this process (conftest's replay_in_process): the
+loop is what is tested, not the process boundary. The interrupted run is a real `python -m
+autotune` with the replay its child, stopped by SIGINT.
 """
 
 import json
@@ -23,6 +27,7 @@ from tests.helpers.replay import SEED, SEED_LEVERS, fake
 from tests.helpers.compare_records import typed
 
 V021 = "v1-0.21.0"
+pytestmark = pytest.mark.usefixtures("replay_in_process")
 
 
 @pytest.fixture

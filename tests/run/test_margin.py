@@ -15,6 +15,7 @@ from autotune.store.record import RunRecord
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
 GIB = 2**30
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def _gpu(total_gib, index=0):

@@ -23,6 +23,7 @@ from tests.helpers.compare_records import typed
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
 def fake(*flags):

@@ -29,6 +29,7 @@ from autotune.store.deploy import ray as ray_target
 from autotune.store.deploy import report, settings, skypilot, startup, targets, yamltext
 from autotune.store.record import RunRecord
 from autotune.store.verified import NotEmittable, final_argv, replayed
+from autotune.testing.inprocess import replaying_in_process
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
@@ -46,10 +47,11 @@ def replay(tmp_path_factory):
     argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", PROFILE, "--time-scale", "0.002",
             "--model", "Qwen/Qwen3.6-27B-AWQ", "--tensor-parallel-size", "2", "--gpu-memory-utilization", "0.75",
             "--max-num-seqs", "64"]
-    result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(runs_dir), "--quiet", "--target", "240000",
-                                      "--reach", "--max-gmu", "0.75", "--probe", "full", "--", *argv],
-                                env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                                     "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
+    with replaying_in_process():  # what is tested is the files, not the boots' process boundary
+        result = CliRunner().invoke(cli, ["tune", "--runs-dir", str(runs_dir), "--quiet", "--target", "240000",
+                                          "--reach", "--max-gmu", "0.75", "--probe", "full", "--", *argv],
+                                    env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                                         "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).get("kind") == "tune")
     return SimpleNamespace(runs_dir=runs_dir, run_dir=parent, record=artifact.load(parent))

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autotune.host import processes
+from autotune.host import launcher, processes
 from autotune.testing import fake_vllm, profiles
 from autotune.testing.truth import truth
 from autotune.testing.profiles import GIB, Settings
@@ -195,7 +195,7 @@ def test_profile_list_names_each_profile_with_its_source(capsys):
 
 def test_autotune_sees_the_profiles_version():
     argv = [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", "v1-0.17.0-auto-probe"]
-    assert versions.detect_version(argv, {"PATH": ""}) == "0.17.0"
+    assert launcher.detect_version(argv, {"PATH": ""}) == "0.17.0"
 
 
 def test_the_server_answers_like_vllm_and_stops_on_sigint(tmp_path):

@@ -304,13 +304,13 @@ def test_the_verified_ceiling_is_the_commands_own_maximum(in_process, tmp_path, 
 
 # ---- what the oracle found: one named test each --------------------------------------------------
 
-def oracle_case(tmp_path, **fields):
-    """Tune one case in process; check it against the truth; the record and the output."""
+def oracle_case(tmp_path, server=ThreadServer, **fields):
+    """Tune one case in process (its boots `server`s); check it against the truth; the record and the output."""
     base = dict(profile=SEED, strategy="refusal", gmu=None, seqs=None, batched=None, chunked_off=False, fp8=False,
                 tp=1, draft=None, target="below", uuids=False, busy_port=False)
     case = Case(**{**base, **fields})
     runs = Path(tempfile.mkdtemp(dir=tmp_path))
-    with replaying_in_process():
+    with replaying_in_process(server):
         exit_code, output, record, target, found, final = tune(case, runs)
     if record is not None:
         record["_dir"] = str(artifact.list_runs(runs)[0])
@@ -345,14 +345,13 @@ class LaggingLog(ThreadServer):
 
 
 @pytest.mark.parametrize("profile,plan", [("v1-0.21.0", "auto"), ("v1-0.17.0-auto-probe", "auto_probe")])
-def test_health_before_the_log_says_it_listens_waits_for_the_log(tmp_path, monkeypatch, profile, plan):
+def test_health_before_the_log_says_it_listens_waits_for_the_log(tmp_path, profile, plan):
     """Found by the in-process replay at once, and by `make test-fast` now and then under load
     (test_strategy_auto_takes_the_fewest_boots_the_version_allows: 'not_verified', 1 boot): /health
     answered before autotune had read auto-fit's line, so the auto boot was checked against no length
     ('booted_not_verified'), and an auto_probe boot was verified instead of read. The log is read on
     until it says the server listens (run/boot.py _catch_up)."""
-    monkeypatch.setattr("autotune.testing.inprocess.ThreadServer", LaggingLog)
-    record, card = oracle_case(tmp_path, profile=profile, strategy="auto", target="above")
+    record, card = oracle_case(tmp_path, server=LaggingLog, profile=profile, strategy="auto", target="above")
     assert record["plan"] == plan and record["result"]["verdict"] == "verified", card
     assert [a["outcome"] for a in record["attempts"]] == (["verified"] if plan == "auto" else
                                                          ["autofit_read", "verified"])

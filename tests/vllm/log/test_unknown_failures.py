@@ -21,6 +21,7 @@ from tests.helpers.paths import FIXTURES_DIR
 
 FIXTURES = FIXTURES_DIR / "logs"
 FAILURES = FIXTURES_DIR / "failures"  # real failed boots (README.md there)
+pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 # Prints a real log as vLLM printed it, then exits with vLLM's status.
 REPLAY = "import sys; sys.stdout.write(open(sys.argv[1], encoding='utf-8').read()); sys.stdout.flush(); sys.exit(int(sys.argv[2]))"
 

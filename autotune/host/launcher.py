@@ -1,0 +1,110 @@
+"""How a tune runs its serve command: the one seam between autotune and the processes it starts.
+
+A tune does two things with the serve command's program: it starts the server (one boot, its
+output line by line into the attempt's log) and it asks the program a question before any boot
+(which vLLM version it runs; for the replaying vLLM, which GPUs it stands for). Both go through
+the current Launcher. The default, ProcessLauncher, runs real processes: host/processes.py's
+ServerProcess, and the question as `python ...` run to its end. use_launcher() swaps it within a
+block (testing/inprocess.py's InProcessLauncher runs the replaying vLLM in threads), as
+hyperfine's Executor trait and tox's Execute do. Anything that must stay a process whatever the
+launcher (the server --keep-serving hands over, a fleet's leaves) does not come through here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import subprocess
+from pathlib import Path
+from typing import Callable, Iterator, Protocol, Sequence
+
+from autotune.host import processes
+from autotune.vllm import versions
+
+
+class ExitStatus(Protocol):
+    returncode: int | None  # None while it runs
+
+
+class ServerHandle(Protocol):
+    """A started server as a boot reads and stops it (processes.ServerProcess's interface)."""
+
+    argv: list[str]
+    log_path: Path
+    pid: int
+    create_time: float | None
+    started_at: float
+    proc: ExitStatus
+
+    def lines(self, timeout: float) -> Iterator[bytes]: ...
+
+    def poll(self) -> int | None: ...
+
+    def idle_s(self) -> float: ...
+
+    @property
+    def output_closed(self) -> bool: ...
+
+    def stop(self, stages=processes.STAGES_GRACEFUL,
+             on_step: Callable[[dict], None] | None = None) -> processes.StopReport: ...
+
+
+class Launcher(Protocol):
+    def start(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None,
+              scrub: Callable[[bytes], bytes] | None = None) -> ServerHandle:
+        """The server started, its output (merged) on its way into log_path; LaunchError if it cannot start."""
+
+    def ask(self, argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
+        """The program's answer to one of versions' questions (`flag`), stripped; None without one."""
+
+
+class ProcessLauncher:
+    """Real processes: the server in its own session (processes.ServerProcess), the question a child
+    run to its end within timeout_s."""
+
+    def start(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None,
+              scrub: Callable[[bytes], bytes] | None = None) -> ServerHandle:
+        return processes.ServerProcess(argv, env, log_path, cwd=cwd, scrub=scrub)
+
+    def ask(self, argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
+        question = versions.question(argv, env, flag)
+        if question is None:
+            return None
+        try:
+            out = subprocess.run(question, capture_output=True, text=True, timeout=timeout_s, env=env,
+                                 stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+_CURRENT: contextvars.ContextVar[Launcher] = contextvars.ContextVar("launcher", default=ProcessLauncher())
+
+
+def current() -> Launcher:
+    """The launcher in use here: ProcessLauncher unless a use_launcher() block says otherwise."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use_launcher(launcher: Launcher) -> Iterator[Launcher]:
+    """Within the block, every boot and every question of this thread's tunes go through `launcher`."""
+    token = _CURRENT.set(launcher)
+    try:
+        yield launcher
+    finally:
+        _CURRENT.reset(token)
+
+
+def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
+    """The vLLM version the serve command runs (its package metadata, or the replay's own); None
+    when it cannot be had."""
+    return versions.version_in(current().ask(argv, env, versions.FAKE_VERSION_FLAG, timeout_s))
+
+
+def replayed_gpus(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
+    """The GPUs the replaying vLLM stands for, as NVML would list them there (JSON text); None
+    when the command runs anything else, or the answer cannot be had."""
+    if not versions.replays(argv):
+        return None
+    return current().ask(argv, env, versions.FAKE_GPUS_FLAG, timeout_s)
