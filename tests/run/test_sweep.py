@@ -14,7 +14,8 @@ from autotune.store import sweeps
 from autotune.store.record import RunRecord, SweepRecord
 
 
-def test_the_options_are_stored_and_read_back(tmp_path):
+def test_the_options_are_stored_and_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "no-programs"))  # no `vllm` here, whatever venv is active
     opts = sweep.SweepOptions([0.9, 0.94], 65536, strategy="auto", gpu="0", force=True, stall_timeout_s=60,
                               max_boots=3, plot="kv.png")
     sweep_dir, record = sweep.create(tmp_path, ["vllm", "serve", "m", "--gpu-memory-utilization", "0.5"], opts)
