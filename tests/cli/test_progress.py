@@ -349,7 +349,7 @@ def run_under_pty(tmp_path, env_extra: dict, show_log: bool = False) -> str:
     os.set_blocking(master, False)
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "COLUMNS")}
     env.update({"TERM": "xterm", **env_extra})
-    code = DRIVER.format(tests=str(ROOT / "tests"), run_dir=str(tmp_path / "runs" / "r1"), show_log=show_log)
+    code = DRIVER.format(tests=str(Path(__file__).resolve().parent), run_dir=str(tmp_path / "runs" / "r1"), show_log=show_log)
     proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=slave, env=env, cwd=ROOT)
     os.close(slave)
