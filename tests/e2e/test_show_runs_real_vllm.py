@@ -188,7 +188,7 @@ def test_show_prints_the_card_the_run_ended_with(tuned):
         result = invoke("show", ref, "--runs-dir", str(tuned.runs_dir))
         assert result.exit_code == 0 and result.stderr == ""
         assert result.stdout == tuned.stdout
-    assert tuned.stdout.rstrip("\n") == render_summary(tuned.record, run_dir=str(tuned.run_dir))
+    assert tuned.stdout.rstrip("\n") == render_summary(RunRecord.from_dict(tuned.record), run_dir=str(tuned.run_dir))
 
 
 def test_show_json_is_run_json_as_stored(tuned):
