@@ -181,17 +181,12 @@ def _in_order(out: dict, order: list) -> dict:
 
 def _plain(value):
     """A field's JSON form, a copy (parts as their dicts)."""
-    kind = type(value)
-    if kind in _SCALARS:
+    if type(value) in _SCALARS:
         return value
-    if kind is dict:
-        return {k: _plain(v) for k, v in value.items()}
-    if kind is list:
-        return [_plain(v) for v in value]
     if isinstance(value, Part):
         return value.to_dict()
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
     return copy.deepcopy(value)
