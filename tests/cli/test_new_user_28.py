@@ -17,10 +17,9 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from tests.helpers.paths import FIXTURES_DIR
+from tests.helpers.cli import interrupt_when_printed
+from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
-SEED = "seed-3090-qwen3.6-27b"
-SEED_LEVERS = ["--gpu-memory-utilization", "0.98", "--max-num-seqs", "1", "--max-num-batched-tokens", "512",
-               "--enable-chunked-prefill"]
 pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
 
 
@@ -28,24 +27,9 @@ def invoke(*args, **kwargs):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False, **kwargs)
 
 
-def fake(profile, *flags, scale="0.002"):
-    return [sys.executable, "-m", "autotune.testing.fake_vllm", "--profile", profile, "--time-scale", scale, *flags]
-
-
-def _interrupted_at_boot_2(cwd: Path, argv: list[str]) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "autotune", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, cwd=cwd)
-    deadline = time.monotonic() + 30
-    for raw in proc.stdout:
-        if b"boot 2:" in raw or time.monotonic() > deadline:
-            break
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=30)
-
-
 def test_the_card_after_resume_names_the_folder_the_run_was_renamed_to(tmp_path, _runs_dir):
     """A command naming no model runs in <time>-unknown-model until vLLM says its model; resume renames it."""
-    _interrupted_at_boot_2(tmp_path, ["--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+    interrupt_when_printed(tmp_path, ["--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
                                       *fake(SEED, *SEED_LEVERS, scale="0.02")])
     (before,) = Path(_runs_dir).iterdir()
     assert before.name.endswith("unknown-model")
@@ -116,16 +100,13 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     """--runs-dir elsewhere: the leaf lines printed runs/...; after `fleet resume` the leaves'
     interrupted runs stayed `interrupted`, their cards said `autotune resume RUN` while `resume`
     said `autotune fleet resume FLEET`, which then had no leaf left."""
-    from tests.helpers.fleet_plans import fakes, grid_plan, run_fleet
+    from tests.helpers.fleet_plans import fakes, grid_plan, run_fleet, wait_for_leaves
     from autotune.fleet import collect
 
     runs = tmp_path / "elsewhere"
     plan = grid_plan(tmp_path, "fleet-28", scale=0.05, profiles=(SEED,))
     driver = run_fleet(plan, runs, "--slots", "2", wait=False)
-    deadline = time.time() + 60
-    while len(fakes("fleet-28")) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    assert len(fakes("fleet-28")) >= 2, "two leaves never booted"
+    wait_for_leaves("fleet-28")
     driver.send_signal(signal.SIGINT)
     driver.communicate(timeout=60)
     fleet_id = collect.load(collect.list_fleets(runs)[0]).fleet_id

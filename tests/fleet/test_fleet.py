@@ -19,7 +19,7 @@ from autotune.analysis import node_outliers
 from autotune.cli import cli
 from autotune.fleet import collect, plan as plan_mod
 from autotune.store import artifact
-from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, write_plan
+from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, wait_for_leaves, write_plan
 from tests.helpers.compare_records import typed
 
 
@@ -117,10 +117,7 @@ def test_ctrl_c_stops_every_leaf_and_a_second_run_does_only_the_rest(tmp_path):
     runs = tmp_path / "runs"
     plan = grid_plan(tmp_path, "fleet-ctrlc", scale=0.05)  # the seed's boots take ~5 s: caught mid-boot
     driver = run_fleet(plan, runs, "--slots", "2", wait=False)
-    deadline = time.time() + 60
-    while len(fakes("fleet-ctrlc")) < 2 and time.time() < deadline:
-        time.sleep(0.2)
-    assert len(fakes("fleet-ctrlc")) >= 2, "two leaves never booted"
+    wait_for_leaves("fleet-ctrlc")
     driver.send_signal(signal.SIGINT)
     stopped_at = time.time()
     while fakes("fleet-ctrlc") and time.time() - stopped_at < 30:

@@ -3,6 +3,7 @@ user runs it, `python -m autotune ...` in a child process (run_autotune, start_a
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -65,6 +66,19 @@ def start_autotune(*args: str, runs_dir: Path | None = None,
     return subprocess.Popen([sys.executable, "-m", "autotune", *map(str, args)],
                             env=autotune_env(runs_dir, env), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+
+
+def interrupt_when_printed(cwd: Path, argv: list[str], text: bytes = b"boot 2:", within_s: float = 30) -> None:
+    """`python -m autotune *argv` in `cwd`, SIGINTed as soon as it prints `text` (or after `within_s`
+    seconds), then waited for: a run interrupted at a moment of its own (by default, as boot 2 starts)."""
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, cwd=cwd)
+    deadline = time.monotonic() + within_s
+    for raw in proc.stdout:
+        if text in raw or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=30)
 
 
 def keep_output(folder: Path, name: str, proc) -> None:

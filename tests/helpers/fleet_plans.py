@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -30,6 +31,14 @@ def fakes(marker: str) -> list[psutil.Process]:
         if cmd[1:3] == ["-m", "autotune.testing.fake_vllm"] and marker in cmd and not questions & set(cmd):
             found.append(proc)
     return found
+
+
+def wait_for_leaves(marker: str, count: int = 2, within_s: float = 60) -> None:
+    """Until `count` replaying vLLMs of the plan marked `marker` run (a fleet caught mid-boot)."""
+    deadline = time.time() + within_s
+    while len(fakes(marker)) < count and time.time() < deadline:
+        time.sleep(0.2)
+    assert len(fakes(marker)) >= count, f"{count} leaves never booted"
 
 
 def no_overlap(state: collect.FleetState) -> None:

@@ -12,9 +12,6 @@ autotune` with the replay its child, stopped by SIGINT.
 """
 
 import json
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.testing import profiles
+from tests.helpers.cli import interrupt_when_printed
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
 from tests.helpers.compare_records import typed
 
@@ -194,15 +192,8 @@ def test_reproduce_a_seed_run_gives_the_same_ceiling(machine):
 
 
 def test_an_interrupted_seed_run_resumes(tmp_path, _runs_dir):
-    argv = [sys.executable, "-m", "autotune", "--target", "65536", "--strategy", "refusal", "--probe", "none",
-            "--", *fake(SEED, *SEED_LEVERS, scale="0.02")]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=tmp_path)
-    deadline = time.monotonic() + 20
-    for raw in proc.stdout:
-        if b"boot 2:" in raw or time.monotonic() > deadline:
-            break
-    proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=30)
+    interrupt_when_printed(tmp_path, ["--target", "65536", "--strategy", "refusal", "--probe", "none",
+                                      "--", *fake(SEED, *SEED_LEVERS, scale="0.02")], within_s=20)
     run_dir = next(Path(_runs_dir).iterdir())
     assert json.loads((run_dir / "run.json").read_text())["state"] == "interrupted"
     result = run("resume", "--json", "--quiet", run_dir.name)
