@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import re
@@ -32,6 +33,30 @@ KUBERNETES = "1.28.0"
 KSERVE_MODEL_KEYS = {"modelFormat", "runtime", "storageUri", "protocolVersion", "runtimeVersion"}
 # The runtimes' images as KServe's install renders them (kserve/kserve config/runtimes/kustomization.yaml).
 KSERVE_RUNTIME_IMAGES = {"vllmserver:replace": "vllm/vllm-openai:latest"}
+
+
+@functools.cache
+def schema(name: str) -> dict:
+    """A vendored schema under tests/fixtures/deploy (gzipped where it ends in .gz), read once."""
+    path = FIXTURES / name
+    with (gzip.open(path, "rt") if name.endswith(".gz") else path.open()) as f:
+        return json.load(f)
+
+
+@functools.cache
+def _validator(name: str):
+    """The schema's own validator, its schema checked once per process: jsonschema.validate() checks
+    the schema against its metaschema on every call, seconds for KServe's CRDs."""
+    cls = jsonschema.validators.validator_for(schema(name))
+    cls.check_schema(schema(name))
+    return cls(schema(name))
+
+
+def validate_schema(obj, name: str) -> None:
+    """obj against the vendored schema `name`: raises jsonschema's ValidationError (the best match)."""
+    error = jsonschema.exceptions.best_match(_validator(name).iter_errors(obj))
+    if error is not None:
+        raise error
 
 
 def documents(text: str) -> list:
@@ -65,10 +90,8 @@ def validate_kserve(obj: dict) -> None:
     """KServe's published CRD schema (v1beta1), every key one it names; spec.predictor.model is a
     Container with KServe's model keys, and the predictor's volumes and nodeSelector are a pod's."""
     assert (obj["apiVersion"], obj["kind"]) == ("serving.kserve.io/v1beta1", "InferenceService")
-    with gzip.open(FIXTURES / "kserve-inferenceservice-v1beta1.schema.json.gz", "rt") as f:
-        schema = json.load(f)
-    jsonschema.validate(obj, schema)
-    unknown = unknown_keys(obj, schema)
+    validate_schema(obj, "kserve-inferenceservice-v1beta1.schema.json.gz")
+    unknown = unknown_keys(obj, schema("kserve-inferenceservice-v1beta1.schema.json.gz"))
     assert unknown == [], f"keys KServe's CRD does not name: {unknown}"
     predictor = obj["spec"]["predictor"]
     assert set(predictor) <= {"model", "volumes", "nodeSelector"}
@@ -116,24 +139,18 @@ def kserve_container(obj: dict) -> dict:
     return merged
 
 
-def llmisvc_schema() -> dict:
-    with gzip.open(FIXTURES / "kserve-llminferenceservice-v1alpha2.schema.json.gz", "rt") as f:
-        return json.load(f)
-
-
 def validate_llmisvc(obj: dict) -> None:
     """KServe's published CRD schema (v1alpha2), every key one it names; the template as a pod's."""
     assert (obj["apiVersion"], obj["kind"]) == ("serving.kserve.io/v1alpha2", "LLMInferenceService")
-    schema = llmisvc_schema()
-    jsonschema.validate(obj, schema)
-    assert unknown_keys(obj, schema) == []
+    validate_schema(obj, "kserve-llminferenceservice-v1alpha2.schema.json.gz")
+    assert unknown_keys(obj, schema("kserve-llminferenceservice-v1alpha2.schema.json.gz")) == []
     validate_pod_template({"spec": obj["spec"]["template"]})
 
 
 # ---- Helm: the production-stack chart -----------------------------------------------------------
 
 def helm_schema() -> dict:
-    return json.loads((FIXTURES / "production-stack-values.schema.json").read_text())
+    return schema("production-stack-values.schema.json")
 
 
 def unknown_keys(value, schema: dict, path: str = "") -> list[str]:
@@ -154,9 +171,8 @@ def unknown_keys(value, schema: dict, path: str = "") -> list[str]:
 def validate_helm(values: dict) -> None:
     """The chart's schema, key by key; the free-form parts (env, volumes, node selector terms) as
     the Kubernetes objects the chart copies them into."""
-    schema = helm_schema()
-    jsonschema.validate(values, schema)
-    assert unknown_keys(values, schema) == []
+    validate_schema(values, "production-stack-values.schema.json")
+    assert unknown_keys(values, helm_schema()) == []
     for spec in values["servingEngineSpec"]["modelSpec"]:
         container = {"name": "vllm", "image": "x", "env": spec.get("env", []),
                      "volumeMounts": spec.get("extraVolumeMounts", [])}
@@ -199,8 +215,8 @@ def validate_ray_serve(config: dict) -> list:
 # ---- SkyPilot -----------------------------------------------------------------------------------
 
 def validate_skypilot(task: dict) -> None:
-    jsonschema.validate(task, json.loads((FIXTURES / "skypilot-task-schema.json").read_text()))
-    jsonschema.validate(task["resources"], json.loads((FIXTURES / "skypilot-resources-schema.json").read_text()))
+    validate_schema(task, "skypilot-task-schema.json")
+    validate_schema(task["resources"], "skypilot-resources-schema.json")
 
 
 # ---- Reading each file back into what it gives vLLM ---------------------------------------------
