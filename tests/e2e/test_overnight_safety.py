@@ -11,15 +11,16 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import start_autotune
+from tests.helpers.leftovers import assert_nothing_left, processes_serving, run_dirs
 
-# alone: the stall watchdog's trial times vLLM's own silences, which a second boot beside it would stretch.
-pytestmark = [pytest.mark.vllm, pytest.mark.alone, pytest.mark.timeout(2400)]  # kill_trials: 7 trials, up to 2 boots each
+# Runs beside another e2e module: each trial waits for a line in the run's own files, not for a time.
+# The stall watchdog's trial, which does time vLLM's silences, is test_stall_watchdog.py (alone).
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400)]  # kill_trials: 7 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 
@@ -52,36 +53,6 @@ def wait_for_moment(runs_dir: Path, log, text, timeout=240) -> None:
                 return
         time.sleep(0.05)
     pytest.fail(f"the moment ({log}, {text!r}) never came")
-
-
-def run_dirs(runs_dir: Path) -> list[Path]:
-    return sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.exists() else []
-
-
-def server_pids(record: dict) -> list[int]:
-    return [a["pid"] for a in record.get("attempts", []) if isinstance(a.get("pid"), int)]
-
-
-def processes_serving(model_dir: Path) -> list[psutil.Process]:
-    """Any process whose command line names this test's model folder (for asserting only)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(model_dir) in part for part in proc.info["cmdline"] or []):
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def assert_nothing_left(model_dir: Path, record: dict | None = None) -> None:
-    deadline = time.monotonic() + 5
-    while processes_serving(model_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert processes_serving(model_dir) == []
-    for pid in server_pids(record or {}):
-        assert processes.process_tree(pid) == []
 
 
 @pytest.fixture(scope="module")
@@ -188,34 +159,3 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     assert not (run_dirs(runs_dir)[0] / "server.json").exists()
     again = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True)
     assert "nothing to clean" in again.stdout
-
-
-def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
-    runs_dir = tmp_path / "runs"
-    # The stall timeout must outlast vLLM's own silences (its import prints nothing for ~10 s,
-    # more on a loaded machine), so the server is frozen as soon as it has printed something.
-    proc = start_autotune("--target", "65536", "--strategy", "refusal", "--stall-timeout", "20", "--",
-                          *vllm_serve_argv(model, *KV), runs_dir=runs_dir)
-    deadline = time.monotonic() + 240
-    marker = None
-    while time.monotonic() < deadline and marker is None:
-        dirs = run_dirs(runs_dir)
-        if dirs and (dirs[0] / "server.json").exists() and (dirs[0] / "attempt-1.log").exists():
-            if (dirs[0] / "attempt-1.log").stat().st_size > 0:
-                marker = json.loads((dirs[0] / "server.json").read_text())
-        time.sleep(0.05)
-    assert marker
-    # A real hang: freeze the whole real server tree mid-boot.
-    tree = processes.process_tree(marker["pid"], marker["create_time"])
-    for p in tree:
-        p.send_signal(signal.SIGSTOP)
-    frozen_at = time.monotonic()
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 5, err
-    assert time.monotonic() - frozen_at >= 20  # the watchdog waited its full timeout
-    record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
-    (attempt,) = record["attempts"]
-    assert attempt["outcome"] == "hung" and record["result"]["verdict"] == "hung"
-    assert attempt["stop"]["leftover_pids"] == []
-    assert "hung" in err
-    assert_nothing_left(model, record)

@@ -9,11 +9,11 @@ import signal
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
 from tests.helpers.cli import run_autotune, start_autotune
+from tests.helpers.leftovers import assert_nothing_left, processes_serving
 
 pytestmark = pytest.mark.vllm
 
@@ -38,25 +38,6 @@ def wait_for_boot(runs_dir: Path, is_member, text: str = "Starting to load model
                 return runs_dir / name
         time.sleep(0.1)
     pytest.fail(f"no member boot reached {text!r}")
-
-
-def serving(model_dir: Path) -> list[int]:
-    pids = []
-    for proc in psutil.process_iter(["cmdline"]):
-        try:
-            if any(str(model_dir) in part for part in proc.info["cmdline"] or []) and \
-                    proc.status() != psutil.STATUS_ZOMBIE:
-                pids.append(proc.pid)
-        except psutil.Error:
-            continue
-    return pids
-
-
-def assert_nothing_left(model_dir: Path) -> None:
-    deadline = time.monotonic() + 10
-    while serving(model_dir) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert serving(model_dir) == []
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +93,7 @@ def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
     records = runs(tmp_path)
     (parent,) = [r for r in records.values() if r["kind"] == "tune"]
     assert parent["state"] == "running" and parent["phase"] == "reach"
-    assert (child_dir / "server.json").exists() and serving(model), "the lever run's server outlives autotune"
+    assert (child_dir / "server.json").exists() and processes_serving(model), "the lever run's server outlives autotune"
 
     resumed = run_autotune("resume", "latest", runs_dir=tmp_path)
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-4000:]
