@@ -24,6 +24,12 @@ demo: setup $(DEMO_MODEL)/config.json
 
 # Every run prints its slowest tests (over 1 s); pytest-timeout bounds each test (pyproject.toml).
 DURATIONS := --durations=30 --durations-min=1
+# The fast tests: two pytest-xdist workers per core, as much of their time is spent waiting on the
+# processes they start (the replaying vLLM, autotune itself); each module whole on one worker (the
+# modules that ask the installed vLLM together: tests/conftest.py), the
+# modules marked `long` handed out first (tests/conftest.py).
+FAST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
+FAST := -m "not slow and not vllm" --ignore=tests/e2e -q -n $(FAST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Everything but the 100k-example fuzz run (marked slow): the tests that boot no real vLLM as
 # test-fast runs them (one worker per core), then the real vLLM boots (tests/e2e/): two modules at a
@@ -31,14 +37,13 @@ DURATIONS := --durations=30 --durations-min=1
 # `alone` (they time vLLM's silences or start Ray) one at a time. E2E_WORKERS=0 runs all in one process.
 E2E_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q -n auto --dist loadfile $(DURATIONS)
+	$(PY) -m pytest $(FAST) $(DURATIONS)
 	$(PY) -m pytest tests/e2e -m "not slow and not alone" -ra -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
 	$(PY) -m pytest tests/e2e -m "not slow and alone" -ra $(DURATIONS)
 
-# The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/), one
-# pytest-xdist worker per core, each test module whole on one worker.
+# The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/).
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not vllm" --ignore=tests/e2e -q -n auto --dist loadfile $(DURATIONS)
+	$(PY) -m pytest $(FAST) $(DURATIONS)
 
 test-all: setup
 	$(PY) -m pytest -ra $(DURATIONS)

@@ -1,3 +1,4 @@
+import functools
 import json
 import shutil
 import sys
@@ -126,3 +127,38 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         elif e2e in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
+    # Modules marked `long` first (a stable sort): with `--dist loadfile --no-loadscope-reorder`,
+    # pytest-xdist hands modules to its workers in this order, so a minute-long module starts at
+    # once instead of last, behind a worker that is otherwise done.
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+# Modules that ask the installed vLLM (tests/helpers/installed_vllm.py starts one Python that imports
+# it, ~7 s of CPU) or check files with its parser (deploy_checks) run on one pytest-xdist worker, so
+# the import happens once per run instead of once per module.
+SHARES_A_WORKER = ("from tests.helpers import installed_vllm", "from tests.helpers import deploy_checks")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under `--dist loadfile`: each module whole on one worker, as loadfile does, and the modules
+    that name SHARES_A_WORKER together as one unit. (pytest-xdist's own loadgroup cannot do it under
+    pytest 9: it renames node ids, which pytest 9 no longer lets a plugin do.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesSharingAWorker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "installed-vllm" if _shares_a_worker(path) else path
+
+    return ModulesSharingAWorker(config, log)
+
+
+@functools.cache
+def _shares_a_worker(path: str) -> bool:
+    try:
+        text = (ROOT / path).read_text()
+    except OSError:
+        return False
+    return any(line in text for line in SHARES_A_WORKER)

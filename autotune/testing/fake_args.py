@@ -53,6 +53,9 @@ class Request:
 
 
 BUSY_ENV = "FAKE_VLLM_BUSY_GIB"
+# FAKE_VLLM_TIME_SCALE: the time scale whatever --time-scale says, so a test can catch a fleet
+# mid-boot at a slow scale and then run the same plan (the same commands: the same fleet) fast.
+TIME_SCALE_ENV = "FAKE_VLLM_TIME_SCALE"
 
 
 def _is_value(token: str) -> bool:
@@ -202,7 +205,8 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         shown["max_model_len"] = -1
     shown = {"model_tag": model, "model": model, **shown} if model else shown
     return Request(profile, model or profile.model, max_len, settings, _number(options, "port", int, 8000),
-                   _number(options, "time-scale", float, DEFAULT_TIME_SCALE), shown,
+                   _number(env, TIME_SCALE_ENV, float, _number(options, "time-scale", float, DEFAULT_TIME_SCALE)),
+                   shown,
                    env.get("CUDA_VISIBLE_DEVICES"), options, _number(env, BUSY_ENV, float, 0.0))
 
 

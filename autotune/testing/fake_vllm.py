@@ -15,7 +15,8 @@ scheduler does (vllm#39734): /metrics shows it waiting, nothing running.
 It is NOT vLLM: the real CPU-backend boots (tests/e2e) stay the proof that autotune works.
 
 Its own options: --profile NAME (or `list`), --time-scale F (real seconds x F; default 0.01,
-so a 90 s boot takes about a second; 0 is instant), --print-version (what package metadata
+so a 90 s boot takes about a second; 0 is instant; FAKE_VLLM_TIME_SCALE in the environment
+overrides it), --print-version (what package metadata
 would say) and --print-gpus (the profile's GPUs as NVML would list them, JSON): it stands for
 another machine, so autotune asks it these (vllm/versions.py, host/machine.py); --write-model-files
 (the profile's model's config.json and header-only safetensors into the hub cache HF_HUB_CACHE or

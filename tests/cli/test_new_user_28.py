@@ -20,7 +20,7 @@ from tests.helpers.paths import FIXTURES_DIR
 from tests.helpers.cli import interrupt_when_printed
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
-pytestmark = pytest.mark.usefixtures("replay_in_process")  # tunes boot the replay in this process (conftest)
+pytestmark = [pytest.mark.long, pytest.mark.usefixtures("replay_in_process")]  # tunes boot the replay in this process (conftest)
 
 
 def invoke(*args, **kwargs):
@@ -100,7 +100,7 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     """--runs-dir elsewhere: the leaf lines printed runs/...; after `fleet resume` the leaves'
     interrupted runs stayed `interrupted`, their cards said `autotune resume RUN` while `resume`
     said `autotune fleet resume FLEET`, which then had no leaf left."""
-    from tests.helpers.fleet_plans import fakes, grid_plan, run_fleet, wait_for_leaves
+    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
     from autotune.fleet import collect
 
     runs = tmp_path / "elsewhere"
@@ -117,8 +117,8 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     assert "`autotune resume" not in card
     assert f"autotune fleet resume {fleet_id}" in invoke("resume", "--runs-dir", str(runs)).output
 
-    again = subprocess.run([sys.executable, "-m", "autotune", "fleet", "resume", "--runs-dir", str(runs),
-                            "--slots", "2"], capture_output=True, text=True, timeout=240)
+    again = fleet_command([sys.executable, "-m", "autotune", "fleet", "resume", "--runs-dir", str(runs), "--slots", "2"],
+                          time_scale=0.005)  # the leaves' replaying vLLMs no longer need to be slow enough to catch
     assert again.returncode == 0, again.stderr
     assert " boot(s): runs/" not in again.stderr
     assert f" boot(s): {runs}/" in again.stderr

@@ -22,6 +22,8 @@ from autotune.store import artifact
 from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, wait_for_leaves, write_plan
 from tests.helpers.compare_records import typed
 
+pytestmark = pytest.mark.long  # tens of seconds: started first under pytest-xdist (conftest)
+
 
 # ---- the plan -----------------------------------------------------------------------------------
 
@@ -135,7 +137,8 @@ def test_ctrl_c_stops_every_leaf_and_a_second_run_does_only_the_rest(tmp_path):
     assert states.count("interrupted") == 2 and states.count("waiting") == 2
     for entry in state.data["leaves"][:2]:
         assert artifact.load(runs / entry["run_id"]).state == "interrupted"
-    again = run_fleet(plan.parent / plan.name, runs, "--slots", "2", "--quiet")
+    # The same plan (so the same fleet); its replaying vLLMs no longer need to be slow enough to catch.
+    again = run_fleet(plan.parent / plan.name, runs, "--slots", "2", "--quiet", time_scale=0.005)
     assert again.returncode == 0, again.stderr
     state = collect.load(state.folder)
     assert [e["state"] for e in state.data["leaves"]] == ["finished"] * 4

@@ -19,13 +19,13 @@ import gzip
 import json
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
 import yaml
+
+from tests.helpers import installed_vllm
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "deploy"
 KUBERNETES = "1.28.0"
@@ -302,8 +302,5 @@ def vllm_reads(cases: list[dict]) -> list[dict]:
     """What the installed vLLM makes of each case ({"words": the serve command's words after `vllm
     serve` or the api_server module} or {"kwargs": {...}, "model": ...}):
     the engine arguments it sets (repr by field, those that differ from what that path gives with
-    nothing set) and, for words, the front end's. One subprocess."""
-    proc = subprocess.run([sys.executable, "-c", VLLM_READ], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    nothing set) and, for words, the front end's."""
+    return installed_vllm.run_json(VLLM_READ, cases)

@@ -2,6 +2,7 @@
 check, for the fleet's tests on this node (test_fleet) and on Ray (e2e/test_fleet_ray)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 import psutil
 
 from autotune.fleet import collect
+from autotune.testing.fake_args import TIME_SCALE_ENV
 
 FAKE = f"{sys.executable} -m autotune.testing.fake_vllm"
 
@@ -69,8 +71,17 @@ grid:
 """)
 
 
-def run_fleet(plan: Path, runs: Path, *extra: str, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
+def run_fleet(plan: Path, runs: Path, *extra: str, wait: bool = True,
+              time_scale: float | None = None) -> subprocess.Popen | subprocess.CompletedProcess:
+    """`autotune fleet run PLAN` (then `extra`); time_scale: the leaves' replaying vLLMs run at this
+    scale whatever the plan's commands say (FAKE_VLLM_TIME_SCALE), the plan and its fleet unchanged."""
     argv = [sys.executable, "-m", "autotune", "fleet", "run", str(plan), "--runs-dir", str(runs), *extra]
+    return fleet_command(argv, wait, time_scale)
+
+
+def fleet_command(argv: list[str], wait: bool = True,
+                  time_scale: float | None = None) -> subprocess.Popen | subprocess.CompletedProcess:
+    env = dict(os.environ, **({TIME_SCALE_ENV: str(time_scale)} if time_scale is not None else {}))
     if wait:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=240)
-    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env)
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

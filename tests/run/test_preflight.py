@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +17,7 @@ from autotune.run import preflight
 from autotune.vllm.log import parse_file
 from autotune.run.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
 
+from tests.helpers import installed_vllm
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
 from tests.helpers.paths import FIXTURES_DIR
 
@@ -278,28 +278,41 @@ VLLM_CASES = [LLAMA31, QWEN25_YARN, LINEAR_X4, DYNAMIC_X2, QWEN3_VL, GPT2, MISTR
               {"model_type": "llama", "max_position_embeddings": 4096, "max_sequence_length": 2048}]
 
 
+VLLM_DERIVE = r"""
+import json, sys
+from types import SimpleNamespace
+from transformers import AutoConfig
+from vllm.config.model import _get_and_verify_max_len
+from vllm.transformers_utils.config import get_hf_text_config
+from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
+
+
+out = []
+for folder in json.load(sys.stdin):
+    hf_config = AutoConfig.from_pretrained(folder)
+    text = get_hf_text_config(hf_config)
+    arch = SimpleNamespace(derived_max_model_len_and_key=ModelArchConfigConvertorBase(hf_config, text)
+                           .derive_max_model_len_and_key())
+    out.append(_get_and_verify_max_len(hf_config, arch, None, None, False, None))
+print(json.dumps(out))
+"""
+
+
 @pytest.fixture(scope="module")
-def vllm_derive():
-    pytest.importorskip("vllm")
-    from transformers import AutoConfig
-    from vllm.config.model import _get_and_verify_max_len
-    from vllm.transformers_utils.config import get_hf_text_config
-    from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
-
-    def derive(folder: Path) -> int:
-        hf_config = AutoConfig.from_pretrained(folder)
-        text = get_hf_text_config(hf_config)
-        arch = SimpleNamespace(derived_max_model_len_and_key=ModelArchConfigConvertorBase(hf_config, text)
-                               .derive_max_model_len_and_key())
-        return _get_and_verify_max_len(hf_config, arch, None, None, False, None)
-
-    return derive
+def vllm_derived(tmp_path_factory) -> list[int]:
+    """The max_model_len the installed vLLM derives from each of VLLM_CASES' config.json."""
+    folders = []
+    for i, config in enumerate(VLLM_CASES):
+        folders.append(tmp_path_factory.mktemp(f"vllm-case-{i}"))
+        (folders[-1] / "config.json").write_text(json.dumps(config))
+    return installed_vllm.run_json(VLLM_DERIVE, [str(f) for f in folders])
 
 
-@pytest.mark.parametrize("config", VLLM_CASES, ids=lambda c: c["model_type"] + "-" + str(len(json.dumps(c))))
-def test_derived_max_model_len_matches_vllm(config, vllm_derive, tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    assert derived_max_model_len(read_model_config(str(tmp_path))) == vllm_derive(tmp_path)
+@pytest.mark.parametrize("case", range(len(VLLM_CASES)),
+                         ids=[c["model_type"] + "-" + str(len(json.dumps(c))) for c in VLLM_CASES])
+def test_derived_max_model_len_matches_vllm(case, vllm_derived, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(VLLM_CASES[case]))
+    assert derived_max_model_len(read_model_config(str(tmp_path))) == vllm_derived[case]
 
 
 def test_tiny_model_maximum_matches_what_real_vllm_printed(tiny_model):

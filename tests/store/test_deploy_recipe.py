@@ -26,6 +26,7 @@ RECIPES = FIXTURES_DIR / "recipes"
 OVERRIDE_KEYS = {"extra_args", "extra_env", "docker_image"}  # what command-synthesis.js reads of an exact-GPU override
 SYNTHESIZE = """
 import { resolveCommand, computeDockerMeta } from %s;
+
 let input = "";
 process.stdin.on("data", (d) => { input += d; });
 process.stdin.on("end", () => {

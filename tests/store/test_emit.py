@@ -3,16 +3,14 @@
 The records are real run.json files (tests/fixtures/progress) and variations of them with a
 pinned GPU, secrets, and the kinds of options real serve commands carry. The checks read
 each file the way its consumer does: the shell (shlex), YAML, and vLLM's OWN argument
-parser (the installed vLLM, in one subprocess for the session), which must read
+parser (the installed vLLM: tests/helpers/installed_vllm.py), which must read
 vllm-config.yaml into exactly the settings the command line gives.
 """
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -20,6 +18,7 @@ import yaml
 from autotune.store import emit, verified
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
+from tests.helpers import installed_vllm
 from tests.helpers.emit_records import gpu_record, real
 
 
@@ -92,6 +91,7 @@ VLLM_PARSE = r"""
 import json, re, sys, warnings
 warnings.simplefilter("ignore")
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
 try:
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
 except ImportError:  # older layouts
@@ -119,7 +119,7 @@ print(json.dumps(out))
 @pytest.fixture(scope="session")
 def vllm_reads(tmp_path_factory):
     """For every record under test: what vLLM's own parser makes of vllm-config.yaml and of the
-    command's options; plus vLLM's --help text. One subprocess (importing vLLM takes ~15 s)."""
+    command's options; plus vLLM's --help text."""
     folder = tmp_path_factory.mktemp("yaml")
     cases, names = [], sorted(RECORDS_UNDER_TEST)
     for name in names:
@@ -132,10 +132,7 @@ def vllm_reads(tmp_path_factory):
         usage = next(line for line in path.read_text().splitlines() if line.startswith("# usage: "))
         extra = shlex.split(usage.split("--config vllm-config.yaml", 1)[1].split("   (or:")[0])
         cases.append({"config": str(path), "extra": extra, "argv": argv[len(cmd.launcher):]})
-    proc = subprocess.run([sys.executable, "-c", VLLM_PARSE], input=json.dumps(cases), capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = installed_vllm.run_json(VLLM_PARSE, cases)
     return out["help"], dict(zip(names, out["results"]))
 
 

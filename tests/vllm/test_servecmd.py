@@ -1,6 +1,7 @@
 import pytest
 
 from autotune.vllm import servecmd
+from tests.helpers import installed_vllm
 
 BASE = ["vllm", "serve", "Qwen/Qwen3-8B", "--gpu-memory-utilization", "0.95"]
 
@@ -149,6 +150,7 @@ READ_AS_VLLM = r"""
 import json, sys, warnings
 warnings.simplefilter("ignore")
 from vllm.utils.argparse_utils import human_readable_int
+
 out = []
 for text in json.load(sys.stdin):
     try:
@@ -167,13 +169,7 @@ def _ours(text):
 
 
 def test_human_readable_int_reads_a_size_as_the_installed_vllm_does():
-    import json
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", READ_AS_VLLM], input=json.dumps(SIZES), capture_output=True,
-                          text=True, timeout=120)
-    vllm_reads = json.loads(done.stdout.strip().splitlines()[-1])
+    vllm_reads = installed_vllm.run_json(READ_AS_VLLM, SIZES)
     assert vllm_reads[:2] == [128_000_000, 128 << 20]  # 128m is decimal, 128M binary
     assert [_ours(text) for text in SIZES] == vllm_reads
 
