@@ -3,6 +3,7 @@ import json
 import shutil
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,16 @@ def pytest_report_header(config):
 
 
 @pytest.fixture(autouse=True)
-def _runs_dir(tmp_path, monkeypatch):
-    """Every test writes runs into its own temporary folder, never the repo's runs/."""
-    monkeypatch.setenv("AUTOTUNE_RUNS_DIR", str(tmp_path / "runs"))
-    return tmp_path / "runs"
+def _runs_dir(request, monkeypatch, tmp_path_factory):
+    """Every test writes runs into its own temporary folder, never the repo's runs/: tmp_path/runs
+    where the test has a tmp_path, else a folder of its own under the session's temporary folder,
+    made only if a run is written (a folder a test costs ~2 ms; most tests write no run)."""
+    if "tmp_path" in request.fixturenames:
+        runs = request.getfixturevalue("tmp_path") / "runs"
+    else:
+        runs = tmp_path_factory.getbasetemp() / "runs-of" / uuid.uuid4().hex / "runs"
+    monkeypatch.setenv("AUTOTUNE_RUNS_DIR", str(runs))
+    return runs
 
 
 @pytest.fixture
