@@ -25,20 +25,21 @@ demo: setup $(DEMO_MODEL)/config.json
 # Every run prints its slowest tests (over 1 s); pytest-timeout bounds each test (pyproject.toml).
 DURATIONS := --durations=30 --durations-min=1
 # The fast tests: two pytest-xdist workers per core, as much of their time is spent waiting on the
-# processes they start (the replaying vLLM, autotune itself); each module whole on one worker (the
-# modules that ask the installed vLLM together: tests/conftest.py), the
-# modules marked `long` handed out first (tests/conftest.py).
+# processes they start (the replaying vLLM, autotune itself). Each module runs whole on one worker
+# (the modules that ask the installed vLLM share one: tests/conftest.py), the modules marked
+# `long(seconds)` handed out first, the longest first.
 FAST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 FAST := -m "not slow and not vllm" --ignore=tests/e2e -q -n $(FAST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Everything but the 100k-example fuzz run (marked slow): the tests that boot no real vLLM as
-# test-fast runs them (one worker per core), then the real vLLM boots (tests/e2e/): two modules at a
-# time (a boot leaves a core idle for much of its minute: imports, waits), then the modules marked
-# `alone` (they time vLLM's silences or start Ray) one at a time. E2E_WORKERS=0 runs all in one process.
+# test-fast runs them, then the real vLLM boots (tests/e2e/): two modules at a time, the longest
+# first (a boot leaves a core idle for part of its minute; three at a time measured slower), then
+# the modules marked `alone` (the stall watchdog times vLLM's silences; the fleet on Ray starts a
+# cluster) one at a time. E2E_WORKERS=0 runs all in one process.
 E2E_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest $(FAST) $(DURATIONS)
-	$(PY) -m pytest tests/e2e -m "not slow and not alone" -ra -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
+	$(PY) -m pytest tests/e2e -m "not slow and not alone" -ra -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder $(DURATIONS)
 	$(PY) -m pytest tests/e2e -m "not slow and alone" -ra $(DURATIONS)
 
 # The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/).

@@ -134,10 +134,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
         elif e2e in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT_S))
-    # Modules marked `long` first (a stable sort): with `--dist loadfile --no-loadscope-reorder`,
-    # pytest-xdist hands modules to its workers in this order, so a minute-long module starts at
-    # once instead of last, behind a worker that is otherwise done.
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    # Modules marked `long(seconds)` first, the longest first (a stable sort): with `--dist loadfile
+    # --no-loadscope-reorder`, pytest-xdist hands modules to its workers in this order, so a
+    # minutes-long module starts at once instead of last, behind workers that are otherwise done.
+    items.sort(key=lambda item: -(item.get_closest_marker("long").args[0] if item.get_closest_marker("long") else 0))
 
 
 # Modules that ask the installed vLLM (tests/helpers/installed_vllm.py starts one Python that imports

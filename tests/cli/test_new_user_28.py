@@ -20,7 +20,7 @@ from tests.helpers.paths import FIXTURES_DIR
 from tests.helpers.cli import interrupt_when_printed
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
-pytestmark = [pytest.mark.long, pytest.mark.usefixtures("replay_in_process")]  # tunes boot the replay in this process (conftest)
+pytestmark = [pytest.mark.usefixtures("replay_in_process"), pytest.mark.long(25)]  # tunes boot the replay in this process (conftest)
 
 
 def invoke(*args, **kwargs):

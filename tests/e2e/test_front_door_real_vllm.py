@@ -32,7 +32,7 @@ from autotune.testing.selfsigned import make_self_signed
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import keep_output, run_autotune
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.long(240)]
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 KEY = "sk-e2e-argv-7f3c9a1d5e"  # given as --api-key

@@ -21,7 +21,7 @@ import pytest
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800)]  # a sweep fixture: up to 6 boots
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800), pytest.mark.long(300)]  # a sweep fixture: up to 6 boots
 
 GMU = [0.10, 0.12, 0.14]
 TARGET = 1_048_576

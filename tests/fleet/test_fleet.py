@@ -22,7 +22,7 @@ from autotune.store import artifact
 from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, wait_for_leaves, write_plan
 from tests.helpers.compare_records import typed
 
-pytestmark = pytest.mark.long  # tens of seconds: started first under pytest-xdist (conftest)
+pytestmark = [pytest.mark.long(75)]  # seconds alone: started first under pytest-xdist (conftest)
 
 
 # ---- the plan -----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from tests.helpers.replay import SEED, SEED_LEVERS, fake
 from tests.helpers.compare_records import typed
 
 V021 = "v1-0.21.0"
-pytestmark = [pytest.mark.long, pytest.mark.usefixtures("replay_in_process")]
+pytestmark = [pytest.mark.usefixtures("replay_in_process"), pytest.mark.long(20)]
 
 
 @pytest.fixture

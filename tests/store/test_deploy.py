@@ -35,7 +35,7 @@ from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
 from tests.helpers.paths import FIXTURES_DIR
 
-pytestmark = pytest.mark.long  # tens of seconds: started first under pytest-xdist (conftest)
+pytestmark = [pytest.mark.long(40)]  # seconds alone: started first under pytest-xdist (conftest)
 
 PROFILE = "tp2-2x3090-qwen3.6-27b"
 SECRET = "sk-replay-secret-4711"

@@ -47,7 +47,7 @@ from autotune.testing.inprocess import ThreadServer, replaying_in_process
 from autotune.testing.truth import BATCHED_TOKENS, DRAFT_MODEL, KV_CACHE, MODEL_MAXIMUM, Truth, truth
 from autotune.vllm import servecmd, versions
 
-pytestmark = pytest.mark.long  # tens of seconds: started first under pytest-xdist (conftest)
+pytestmark = [pytest.mark.long(30)]  # seconds alone: started first under pytest-xdist (conftest)
 
 EXAMPLES = int(os.environ.get("AUTOTUNE_ORACLE_EXAMPLES", "300"))
 FAKE = [sys.executable, "-m", "autotune.testing.fake_vllm"]
