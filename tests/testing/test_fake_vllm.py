@@ -261,6 +261,14 @@ def test_vllm_serves_model_positional_is_the_model(capsys):
     assert code == 2 and "fake_vllm: error: unrecognized arguments: Qwen/other" in out
 
 
+def test_the_time_scale_in_the_environment_wins_over_the_flag():
+    """FAKE_VLLM_TIME_SCALE: a test catches a fleet mid-boot at a slow scale, then runs the same plan fast."""
+    argv = ["--profile", SEED, "--time-scale", "0.05"]
+    assert fake_vllm.read_request(argv, {}).time_scale == 0.05
+    assert fake_vllm.read_request(argv, {"FAKE_VLLM_TIME_SCALE": "0.005"}).time_scale == 0.005
+    assert fake_vllm.read_request(["--profile", SEED], {"FAKE_VLLM_TIME_SCALE": "0"}).time_scale == 0.0
+
+
 def test_an_option_vllm_does_not_know_exits_2_as_argparse_does(capsys):
     """Before, the replay took any flag and showed it among vLLM's non-default args."""
     code, out = run_main(capsys, "--profile", "v1-0.33.0", "--max-model-length", "4096", "--bogus")
