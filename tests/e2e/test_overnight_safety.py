@@ -84,7 +84,7 @@ def kill_trials(model, tmp_path_factory):
         leftovers = [p.pid for p in processes_serving(model)]
         results.append({"what": what, "signal": sig, "returncode": proc.returncode, "stderr": err,
                         "record": record, "run_dir": dirs[0] if dirs else None, "leftovers": leftovers})
-        assert_nothing_left(model, record)  # clean state for the next trial
+        assert_nothing_left(model, 5, record)  # clean state for the next trial
     return results
 
 
@@ -123,7 +123,7 @@ def test_resume_continues_without_repeating_finished_boots(kill_trials, model):
     assert outcomes.count("refused") == 1  # the finished refusal was not repeated
     assert record["result"]["ceiling"] == record["attempts"][0]["ceiling"]
     assert record["state"] == "finished" and record["resumed_at"]
-    assert_nothing_left(model, record)
+    assert_nothing_left(model, 5, record)
 
 
 def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
@@ -149,7 +149,7 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"pid {marker['pid']}: stopped" in out.stdout
     assert processes.process_tree(marker["pid"]) == []
-    assert_nothing_left(model)
+    assert_nothing_left(model, 5)
     record = json.loads((run_dirs(runs_dir)[0] / "run.json").read_text())
     assert record["state"] == "interrupted"
     # the boot the kill cut short is on record, with its log, so a resume numbers the next one after it

@@ -56,7 +56,7 @@ def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, t
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
     assert "autotune resume" in err and "Traceback" not in err
-    assert_nothing_left(model)
+    assert_nothing_left(model, 10)
     (sweep_dir,) = [p for p in tmp_path.iterdir() if (p / "sweep.json").exists()]
     interrupted = json.loads((sweep_dir / "sweep.json").read_text())
     assert interrupted["state"] == "interrupted" and len(interrupted["points"]) == 1
@@ -78,7 +78,7 @@ def test_a_sigtermed_sweep_resumes_without_repeating_the_finished_value(model, t
     assert len(runs(tmp_path)) == 2  # no third run: nothing was repeated
     assert data["fit"] is not None  # the fit over both values
     assert f"resuming run {second.name}" in resumed.stderr
-    assert_nothing_left(model)
+    assert_nothing_left(model, 10)
 
 
 def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
@@ -117,4 +117,4 @@ def test_a_sigkilled_lever_search_resumes_from_latest(model, tmp_path):
     assert b"Starting to load model" in (child_dir / "attempt-1.log").read_bytes()
     assert child["result"]["verdict"] == "verified"
     assert "--max-model-len 60000" in (tmp_path / parent["run_id"] / "command.sh").read_text()
-    assert_nothing_left(model)
+    assert_nothing_left(model, 10)

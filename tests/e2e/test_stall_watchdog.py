@@ -55,4 +55,4 @@ def test_a_stopped_vllm_is_caught_by_the_stall_watchdog(model, tmp_path):
     assert attempt["outcome"] == "hung" and record["result"]["verdict"] == "hung"
     assert attempt["stop"]["leftover_pids"] == []
     assert "hung" in err
-    assert_nothing_left(model, record)
+    assert_nothing_left(model, 5, record)

@@ -4,8 +4,8 @@ Tests that check a reading of ours against vLLM's own (its serve parser, its eng
 size type, its model-length derivation) run a script that imports vLLM and prints JSON. A fresh
 interpreter spends ~7 s of CPU importing vLLM's parser each time; here one Python, started on first
 use, imports it once and runs each script in a fresh namespace, its stdin the given text and its
-printed output returned. The modules that use it share a pytest-xdist group (`installed-vllm`:
-tests/conftest.py), so the import happens once per `make test-fast`.
+printed output returned. The modules that use it run on one pytest-xdist worker (tests/conftest.py,
+pytest_xdist_make_scheduler), so the import happens once per `make test-fast`.
 
 The scripts are the same text `python -c SCRIPT` would run: `python -c` one of them to see it alone.
 """

@@ -33,7 +33,7 @@ def server_pids(record: dict) -> list[int]:
     return [a["pid"] for a in record.get("attempts", []) if isinstance(a.get("pid"), int)]
 
 
-def assert_nothing_left(model_dir: Path, record: dict | None = None, wait_s: float = 10) -> None:
+def assert_nothing_left(model_dir: Path, wait_s: float, record: dict | None = None) -> None:
     """No process serves model_dir (after up to wait_s for exits already under way), and no process
     of any server tree the record names is alive."""
     deadline = time.monotonic() + wait_s
