@@ -149,7 +149,12 @@ SHARES_A_WORKER = ("from tests.helpers import installed_vllm", "from tests.helpe
 def pytest_xdist_make_scheduler(config, log):
     """Under `--dist loadfile`: each module whole on one worker, as loadfile does, and the modules
     that name SHARES_A_WORKER together as one unit. (pytest-xdist's own loadgroup cannot do it under
-    pytest 9: it renames node ids, which pytest 9 no longer lets a plugin do.)"""
+    pytest 9: it renames node ids, which pytest 9 no longer lets a plugin do.)
+
+    A worker is given its next module only when the one it runs is down to its last test, which a
+    worker holds until it knows what follows. loadfile gives more whenever 2 tests or fewer are left,
+    so a worker on a one-test module queued two more behind it: in an e2e run a minutes-long module
+    waited behind the upgrade test while the other worker sat idle for two minutes."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -158,6 +163,16 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return "installed-vllm" if _shares_a_worker(path) else path
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 1:
+                return
+            self._assign_work_unit(node)
 
     return ModulesSharingAWorker(config, log)
 

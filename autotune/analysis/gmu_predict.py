@@ -22,6 +22,7 @@ class Prediction:
     error_tokens: float | None = None  # the token line's residual spread (3 runs or more)
     device: str = ""  # the group's device label ("cpu ..." or a GPU)
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
+    unknown_slack: str = ""  # why the ceiling is only an upper bound (ceiling_is_upper_bound)
 
 
 def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
@@ -83,14 +84,14 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
         warnings.append(f"the line gives {kv:.2f} GiB at gmu {gmu:g}: nothing would be left for the KV cache")
     ceiling = None
     upper = False
+    unknown_slack = ""
     if tokens is not None:
         tokens = max(0, int(tokens))
         if group.ceiling_slack_tokens is not None:
             ceiling = whole_blocks(max(0, tokens - group.ceiling_slack_tokens), rows)
         else:
-            ceiling, upper = tokens, True
-            warnings.append("no measured run was limited by KV (each reached its target): "
-                            "the ceiling is at most the KV token count")
+            ceiling, upper, unknown_slack = tokens, True, why_no_slack(rows)
+            warnings.append(f"{unknown_slack}: the ceiling is at most the KV token count")
         maximum = group.model_maximum or model_maximum
         if maximum is not None and ceiling is not None and ceiling > maximum:
             ceiling = maximum  # vLLM serves no more than the model's own maximum
@@ -98,7 +99,17 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
-                      slack_tokens=None if upper else group.ceiling_slack_tokens)
+                      slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack)
+
+
+def why_no_slack(rows: list[Row]) -> str:
+    """Why the runs do not show what vLLM keeps between its pool and its ceiling (run_groups._ceiling_slack)."""
+    if any(r.kv_limited and r.ceiling_from_vllm and not r.one_memory for r in rows):
+        # A refusal's estimate read against the pool of a boot that was given other memory (this VM's
+        # node moves) would teach a slack of thousands of tokens.
+        return ("what vLLM keeps under its pool is not known: the memory of each run limited by KV moved "
+                "between its refused boot and its verified one")
+    return "no measured run was limited by KV (each reached its target)"
 
 
 def whole_blocks(tokens: int, rows: list[Row]) -> int:

@@ -40,7 +40,7 @@ def sweep_aim(prediction: Prediction | None, target: int) -> SweepAim:
     if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
         return SweepAim(None, "no prediction: booting the target")
     if prediction.ceiling_is_upper_bound:
-        return SweepAim(None, "no measured run was limited by KV, so the ceiling is not predicted: booting the target")
+        return SweepAim(None, f"{prediction.unknown_slack}, so the ceiling is not predicted: booting the target")
     prior = SWEEP_PRIOR_ERROR_FRACTION["cpu" if prediction.device.startswith("cpu") else "gpu"]
     sigma = prediction.error_tokens or prior * prediction.kv_cache_tokens
     if prediction.ceiling + AIM_SIGMAS * sigma >= target:

@@ -318,7 +318,26 @@ def test_predict_without_a_kv_limited_run_gives_an_upper_bound():
             enumerate([(0.9, 3.0, 49_152), (0.95, 4.2, 68_812)], 1)]
     p = predict_at(recs, 0.92)
     assert p.ceiling_is_upper_bound and p.ceiling == p.kv_cache_tokens
-    assert "no measured run was limited by KV" in p.warnings[0]
+    assert "no measured run was limited by KV" in p.warnings[0] and p.unknown_slack in p.warnings[0]
+
+
+def test_a_kv_limited_run_whose_memory_moved_gives_an_upper_bound_that_says_why():
+    """Seen on real vLLM in a sweep: gmu 0.1's refused boot asked 0.95 GiB of the node, its verified boot
+    1.07 GiB, so its pool less its ceiling is no slack; the next value's prediction is then an upper
+    bound, and the reason is that, not that no run was limited by KV (it was)."""
+    from autotune.analysis.sweep_plan import sweep_aim
+
+    (rec,) = cpu_sweep((0.1, 0.29, 37_888))
+    rec["result"]["ceiling"] = 20_736
+    rec["attempts"][-1].update(basis="ceiling", max_model_len=20_736)
+    rec["attempts"].insert(0, {"index": 0, "max_model_len": 1_048_576, "outcome": "refused", "basis": "target",
+                               "facts": {"refusal_available_kv_gib": 0.16, "estimated_max_model_len": 20_736}})
+    p = predict_at([rec], 0.12)
+    assert p.ceiling_is_upper_bound and p.ceiling == p.kv_cache_tokens
+    assert "moved between its refused boot and its verified one" in p.unknown_slack
+    assert any(w.startswith(p.unknown_slack) for w in p.warnings)
+    aim = sweep_aim(p, 1_048_576)
+    assert aim.start_at is None and aim.reason.startswith(p.unknown_slack + ", so the ceiling is not predicted")
 
 
 # ---- sweep planning --------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.long(60)]
 
 
 def test_a_config_file_is_read_as_vllm_reads_it(tiny_model, tmp_path):

@@ -20,7 +20,7 @@ from tests.helpers.leftovers import assert_nothing_left, processes_serving, run_
 
 # Runs beside another e2e module: each trial waits for a line in the run's own files, not for a time.
 # The stall watchdog's trial, which does time vLLM's silences, is test_stall_watchdog.py (alone).
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400), pytest.mark.long(230)]  # kill_trials: 7 trials, up to 2 boots each
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(2400), pytest.mark.long(280)]  # kill_trials: 7 trials, up to 2 boots each
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 

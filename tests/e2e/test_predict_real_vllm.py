@@ -27,7 +27,7 @@ from autotune.testing.tiny_model import build_kind
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.long(320)]
+pytestmark = [pytest.mark.vllm, pytest.mark.long(400)]
 
 KINDS = ["gqa", "sliding", "mla", "hybrid"]
 # The gmu check is about memory, not the layers (each kind's tokens per byte are checked above): the

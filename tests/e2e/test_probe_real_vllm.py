@@ -13,10 +13,10 @@ from autotune.server import probe, health
 from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 
+pytestmark = [pytest.mark.vllm, pytest.mark.long(90)]
+
 CEILING = 16256
 
-
-# ---- real vLLM ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
@@ -37,7 +37,6 @@ def server(tiny_model, tmp_path_factory):
         assert report.leftover_pids == []
 
 
-@pytest.mark.vllm
 def test_quick_probe_fills_the_context_and_times_the_prefill(server):
     proc, port = server
     events = []
@@ -60,7 +59,6 @@ def test_quick_probe_fills_the_context_and_times_the_prefill(server):
     assert rec["growth_flagged"] is False and rec["growth_gib"] == mem["growth_gib"]
 
 
-@pytest.mark.vllm
 def test_full_probe_repeats_and_measures_head_of_line_blocking(server):
     proc, port = server
     rec = probe.probe(port, CEILING, "full", proc.pid)
@@ -80,7 +78,6 @@ def test_full_probe_repeats_and_measures_head_of_line_blocking(server):
     assert rec["memory"]["growth_flagged"] is False
 
 
-@pytest.mark.vllm
 def test_a_probe_longer_than_the_server_serves_fails_with_the_servers_reason(server):
     proc, port = server
     rec = probe.probe(port, CEILING + 2048, "quick", proc.pid)
@@ -90,7 +87,6 @@ def test_a_probe_longer_than_the_server_serves_fails_with_the_servers_reason(ser
     assert rec["memory"]["before_gib"] is not None  # the record is complete even when it fails
 
 
-@pytest.mark.vllm
 def test_a_server_that_hangs_mid_probe_times_out_with_a_reason(server):
     """A real vLLM frozen with SIGSTOP while it prefills the long prompt: a real hang."""
     proc, port = server

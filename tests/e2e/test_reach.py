@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
 from tests.helpers.cli import run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.long(120)]
+pytestmark = [pytest.mark.vllm, pytest.mark.long(140)]
 
 TARGET = 150_000
 

@@ -15,7 +15,7 @@ from tests.conftest import cpu_gmu_leaving, vllm_serve_argv
 from tests.helpers.cli import run_autotune, start_autotune
 from tests.helpers.leftovers import assert_nothing_left, processes_serving
 
-pytestmark = [pytest.mark.vllm, pytest.mark.long(190)]
+pytestmark = [pytest.mark.vllm, pytest.mark.long(200)]
 
 
 def runs(runs_dir: Path) -> dict[str, dict]:

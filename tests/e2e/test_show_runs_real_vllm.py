@@ -34,7 +34,7 @@ from autotune.cli.progress import render_summary
 from tests.conftest import vllm_serve_argv
 from tests.helpers import deploy_checks as checks
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.long(60)]
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "progress"
 

@@ -10,7 +10,8 @@ The issue's setting: gmu 0.10/0.12/0.14, target 1,048,576. On the refusal path t
 takes 2 boots (the target, refused; vLLM's estimate) and each later one boots its prediction,
 never above it, and reads the ceiling from that boot's own pool less the slack the first value
 showed: 1 boot when the prediction is vLLM's ceiling to the token, 2 otherwise, whatever the node's
-memory. With --strategy auto (the default where vLLM serves its fit) each value is one boot, and the
+memory. Where that memory moved between the refused and the verified boot of every value before it,
+the slack is unknown and a point boots the target, saying so. With --strategy auto (the default where vLLM serves its fit) each value is one boot, and the
 refusal path's ceilings agree with it within what vLLM's re-profiling moves a pool between boots.
 """
 import importlib.util
@@ -21,7 +22,7 @@ import pytest
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800), pytest.mark.long(300)]  # a sweep fixture: up to 6 boots
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1800), pytest.mark.long(350)]  # a sweep fixture: up to 6 boots
 
 GMU = [0.10, 0.12, 0.14]
 TARGET = 1_048_576
@@ -68,8 +69,15 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
     assert points[0]["start_at"] is None  # nothing to predict from yet
     assert points[0]["boots"] == 2  # the target, refused; vLLM's estimate
     for p, run in zip(points[1:], runs[1:]):
+        if p["start_at"] is None:
+            # Only where the values before it could not show what vLLM keeps under its pool: this VM's node
+            # memory moved between a value's refused boot and its verified one (0.95 then 1.07 GiB asked at
+            # one gmu, seen here). The point then boots as without a prediction, and says why.
+            assert "moved between its refused boot and its verified one" in p["start_at_reason"], p
+            assert p["boots"] == 2 and p["prediction"]["ceiling_is_upper_bound"], p
+            continue
         # The prediction is booted (however small the pool) and never aimed above.
-        assert p["start_at"] is not None and p["start_at"] <= p["prediction"]["ceiling"], p
+        assert p["start_at"] <= p["prediction"]["ceiling"], p
         # At vLLM's ceiling it is accepted at once; else the next boot is the pool less the slack, or
         # vLLM's estimate after a refusal: 2 boots at most, whatever the node's memory did between points.
         assert p["boots"] <= 2, (p, [(a["max_model_len"], a["outcome"]) for a in run["attempts"]])

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import vllm_serve_argv
 
-pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]  # a TP=2 tune on the CPU: slower boots
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500), pytest.mark.long(95)]  # a TP=2 tune on the CPU: slower boots
 
 
 def test_tp2_summary_and_run_json_give_per_rank_and_total_kv(tiny_model, tmp_path):

@@ -17,7 +17,7 @@ from autotune.server import health
 from tests.conftest import vllm_serve_argv
 from tests.helpers import cli as autotune_cli
 
-pytestmark = [pytest.mark.vllm, pytest.mark.long(200)]
+pytestmark = [pytest.mark.vllm, pytest.mark.long(210)]
 
 KV = ["--kv-cache-memory-bytes", "128M"]
 SECRET_ENV = {"HF_TOKEN": "hf_secretvalue123"}  # must never reach disk or screen

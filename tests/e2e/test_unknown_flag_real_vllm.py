@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from tests.conftest import vllm_serve_argv
 
+pytestmark = [pytest.mark.vllm, pytest.mark.long(12)]
 
-@pytest.mark.vllm
+
 def test_a_bogus_flag_on_real_vllm_is_named_with_the_installed_version(tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_RUNS_DIR", str(tmp_path / "runs"))
     argv = vllm_serve_argv(tiny_model, "--kv-cache-memory-bytes", "128M", "--max-modle-len", "4096")

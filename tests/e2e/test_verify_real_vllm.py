@@ -27,7 +27,7 @@ from autotune.host import processes
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import keep_output, run_autotune
 
-pytestmark = [pytest.mark.vllm, pytest.mark.long(110)]
+pytestmark = [pytest.mark.vllm, pytest.mark.long(120)]
 
 KEY = "sk-e2e-verify-4d1c7a9e20"
 TARGET = 16384
