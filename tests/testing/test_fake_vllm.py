@@ -409,3 +409,23 @@ def test_the_3090_profiles_keep_2048_and_256_and_a_default_seqs_follows_small_ba
     assert profiles.max_num_seqs(p, Settings(gmu=0.92, max_num_batched_tokens=128)) == 128
     outcome, _, _ = boot("--profile", "v1-0.33.0", "--max-model-len", "128", "--max-num-batched-tokens", "128")
     assert outcome[0] == 128  # booted: 128 seqs, not the 256 the batched tokens would refuse
+
+
+def test_a_client_that_hangs_up_mid_answer_prints_nothing_but_other_errors_do(capsys):
+    """Found in a clean-clone run: a request thread of an in-process replay met a closed socket after its
+    test had ended, and socketserver's traceback landed in the next test's captured output."""
+    from autotune.host.processes import free_port
+    from autotune.testing import fake_vllm
+
+    server = fake_vllm.bind(free_port(), "127.0.0.1")
+    try:
+        for error in (BrokenPipeError(32, "Broken pipe"), ConnectionResetError(104, "reset"), ValueError("a bug")):
+            try:
+                raise error
+            except (OSError, ValueError):
+                server.handle_error(None, ("127.0.0.1", 1))
+    finally:
+        server.server_close()
+    err = capsys.readouterr().err
+    assert "ValueError: a bug" in err
+    assert "BrokenPipeError" not in err and "ConnectionResetError" not in err
