@@ -51,9 +51,10 @@ PYEOF
     case "${UV_SOURCES[$i]}" in CERT=*) export SSL_CERT_FILE="${UV_SOURCES[$i]#CERT=}"; unset "UV_SOURCES[$i]";; esac
   done
   # unsafe-best-match: every index's versions count, as with pip (uv's default takes the first index
-  # that has a package)
+  # that has a package); compile-bytecode: the .pyc files pip writes at install time, which uv leaves
+  # to the first import (every process of the first test run would compile vLLM and torch again)
   UV=("$VENV/bin/uv" pip install --quiet --python "$VENV/bin/python" --index-strategy unsafe-best-match
-      "${UV_SOURCES[@]}")
+      --compile-bytecode "${UV_SOURCES[@]}")
 fi
 # install_pkgs ARGS...: uv where it works, else pip
 install_pkgs() {
