@@ -72,8 +72,10 @@ def test_full_probe_repeats_and_measures_head_of_line_blocking(server):
     hol = rec["head_of_line"]
     assert hol["sent_during_long_prefill"] is True
     # --max-num-seqs 1: the short request waits for the whole long prefill
-    assert hol["waited_for_long_prefill"] is True
-    assert hol["short_wait_s"] >= hol["long_ttft_s"] - hol["short_sent_after_long_s"] - 0.05
+    assert hol["waited_for_long_prefill"] is True, hol
+    # its first token came after the long one's, give or take the two readers' timing (probe.HOL_READER_SLACK_S)
+    slack = min(probe.HOL_READER_SLACK_S, 0.1 * hol["long_ttft_s"])
+    assert hol["short_wait_s"] >= hol["long_ttft_s"] - hol["short_sent_after_long_s"] - slack - 0.002, hol
     assert short["prompt_tokens"] < 100
     assert rec["memory"]["growth_flagged"] is False
 

@@ -189,3 +189,20 @@ def test_bad_arguments_are_programming_errors():
         probe.probe(1, 4096, "thorough", server_pid=os.getpid())
     with pytest.raises(ValueError):
         probe.probe(1, 4, "quick", server_pid=os.getpid())
+
+
+def test_head_of_line_allows_the_readers_timing_but_not_a_short_request_served_beside_the_prefill():
+    """A real run (test_probe_real_vllm.py, a loaded machine): with --max-num-seqs 1 the short request's
+    first token was noted just before the long one's, whose reader is a thread of its own."""
+    from autotune.server.probe import HOL_READER_SLACK_S, StreamResult, _head_of_line
+
+    def stream(sent, first):
+        return StreamResult(True, "", sent, first_token_at=first)
+
+    long2 = stream(100.0, 112.0)  # a 12 s prefill
+    assert _head_of_line(long2, stream(101.0, 112.05))["waited_for_long_prefill"]  # right after it
+    assert _head_of_line(long2, stream(101.0, 112.0 - HOL_READER_SLACK_S / 2))["waited_for_long_prefill"]
+    assert not _head_of_line(long2, stream(101.0, 101.2))["waited_for_long_prefill"]  # served beside it
+    quick = stream(100.0, 100.3)  # a 0.3 s prefill: the slack shrinks to a tenth of it
+    assert not _head_of_line(quick, stream(100.05, 100.2))["waited_for_long_prefill"]
+    assert _head_of_line(quick, stream(100.05, 100.29))["waited_for_long_prefill"]
