@@ -34,13 +34,14 @@ FAST := -m "not slow and not vllm" --ignore=tests/e2e -q -n $(FAST_WORKERS) --di
 # Everything but the 100k-example fuzz run (marked slow): the tests that boot no real vLLM as
 # test-fast runs them, then the real vLLM boots (tests/e2e/): two modules at a time, the longest
 # first (a boot leaves a core idle for part of its minute; three at a time measured slower), then
-# the modules marked `alone` (the stall watchdog times vLLM's silences; the fleet on Ray starts a
-# cluster) one at a time. E2E_WORKERS=0 runs all in one process.
+# the two modules marked `alone`, side by side but apart from the others' boots: the stall
+# watchdog's trial times vLLM's silences, the fleet on Ray starts a cluster (and boots one real
+# vLLM leaf). E2E_WORKERS=0 runs all in one process.
 E2E_WORKERS ?= 2
 test: setup
 	$(PY) -m pytest $(FAST) $(DURATIONS)
 	$(PY) -m pytest tests/e2e -m "not slow and not alone" -ra -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder $(DURATIONS)
-	$(PY) -m pytest tests/e2e -m "not slow and alone" -ra $(DURATIONS)
+	$(PY) -m pytest tests/e2e -m "not slow and alone" -ra -n $(E2E_WORKERS) --dist loadfile $(DURATIONS)
 
 # The inner loop: every test that boots no real vLLM (real boots live under tests/e2e/).
 test-fast: setup

@@ -1,8 +1,9 @@
 """The stall watchdog on real vLLM (CPU backend): a server frozen mid-boot is called hung after
 exactly its timeout, and its whole tree is stopped.
 
-alone: the trial times vLLM's own silences, which a boot beside it would stretch (`make test` runs
-it after the modules that share the machine)."""
+alone: the trial times vLLM's own silences, which the boots of the other e2e modules would stretch
+(`make test` runs it after them, beside the Ray fleet's module, which boots one real vLLM leaf:
+the server is frozen at its first line, long before a silence of 20 s)."""
 import json
 import signal
 import time
