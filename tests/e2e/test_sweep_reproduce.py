@@ -11,8 +11,9 @@ takes 2 boots (the target, refused; vLLM's estimate) and each later one boots it
 never above it, and reads the ceiling from that boot's own pool less the slack the first value
 showed: 1 boot when the prediction is vLLM's ceiling to the token, 2 otherwise, whatever the node's
 memory. Where that memory moved between the refused and the verified boot of every value before it,
-the slack is unknown and a point boots the target, saying so. With --strategy auto (the default where vLLM serves its fit) each value is one boot, and the
-refusal path's ceilings agree with it within what vLLM's re-profiling moves a pool between boots.
+the slack is unknown and a point boots the target, saying so. With --strategy auto (the default
+where vLLM serves its fit) each value is one boot, and the refusal path's ceilings agree with it
+within what vLLM's re-profiling moves a pool between boots.
 """
 import importlib.util
 import json

