@@ -23,13 +23,13 @@ FUNCTIONS_OVER: set[str] = set()  # none left
 RECORD_DICT_PARAMS: set[str] = set()  # none left
 
 # The floors of the package, top first: a module imports only from its own floor or one below
-# (function-level imports included). "autotune" is the package's own modules (__init__, errors).
+# (function-level imports included). "autotune" is the package's own modules (__init__, errors, events).
 LAYERS = [
     {"cli", "__main__"},  # the face: commands, options, exit codes
     {"fleet", "testing"},  # many tunes; the replaying vLLM and other aids for tests
     {"run"},  # one tune: the loop, boots, strategy, recovery, sweeps
-    {"analysis"},  # pure over records: compare, fits, predictions
-    {"store", "server"},  # the runs folder and its words; a running vLLM over HTTP
+    {"analysis", "export"},  # pure over records: compare, fits, predictions; paste-ready files
+    {"store", "server"},  # the runs folder and its words; a server's life: started, marked, kept, stopped, asked
     {"host"},  # this machine: GPUs, memory, processes, signals
     {"vllm"},  # what vLLM is: its log, its failures, its versions, its KV accounting
     {"model"},  # the model's own files

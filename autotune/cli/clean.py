@@ -31,9 +31,9 @@ def clean(runs_dir, json_):
     \b
     Exit codes: 0 always (what was done is printed).
     """
-    from autotune.store import cleanup
+    from autotune.server import leftovers
 
-    found = cleanup.clean(runs_dir, on_step=lambda step: echo_err(
+    found = leftovers.clean(runs_dir, on_step=lambda step: echo_err(
         f"  {step['signal']} to pids {', '.join(map(str, step['pids']))}"))
     if json_:
         click.echo(json.dumps([{"run_dir": str(c.run_dir), "pid": c.pid, "action": c.action, "detail": c.detail}

@@ -17,12 +17,12 @@ from autotune.cli.verify import render as render_verification
 from autotune.run import deployed
 from autotune.store import artifact
 from autotune.store import latest
-from autotune.store import emit
-from autotune.store.deploy import skypilot, startup
-from autotune.store import kept
+from autotune import export
+from autotune.export import skypilot, startup
+from autotune.server import kept
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
-from autotune.store.verified import NotEmittable
+from autotune.export.verified import NotEmittable
 from autotune.store.outcomes import Verdict
 
 
@@ -30,7 +30,7 @@ from autotune.store.outcomes import Verdict
 @click.argument("run", default="latest")
 @runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
-@click.option("--emit", "emit_kind", type=click.Choice(list(emit.KINDS)),
+@click.option("--emit", "emit_kind", type=click.Choice(list(export.KINDS)),
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
                    "helm (production-stack values), ray-serve (Ray Serve LLM config), rayservice "
@@ -96,10 +96,10 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
         return
     if emit_kind:
         try:
-            click.echo(emit.render(shown, emit.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s,
+            click.echo(export.render(shown, export.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s,
                                    infra=infra), nl=False)
         except NotEmittable as exc:
-            raise click.ClickException(f"{emit.KINDS[emit_kind]}: {exc}")
+            raise click.ClickException(f"{export.KINDS[emit_kind]}: {exc}")
         return
     if run_record.kind == deployed.KIND:
         click.echo(render_verification(run_record))

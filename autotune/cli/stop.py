@@ -32,7 +32,7 @@ def stop(run, runs_dir, json_):
     """
     import sys
 
-    from autotune.store import kept
+    from autotune.server import kept
 
     try:
         run_dir = latest.resolve(run, runs_dir)

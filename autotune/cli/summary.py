@@ -13,7 +13,7 @@ from autotune.run import levers as lever_rules
 from autotune.run import strategy
 from autotune.server import queue_watch, witness
 from autotune.run.preflight import RISKY_GMU
-from autotune.store.deploy import targets as deploy_targets
+from autotune.export import targets as deploy_targets
 from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Margin, ProbeResult, Reach,
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd

@@ -21,7 +21,7 @@ from autotune.analysis.run_row import used_gpus
 from autotune.fleet.leaf import LOG_NAME, Outcome
 from autotune.fleet.plan import Plan
 from autotune.store import artifact
-from autotune.store import cleanup
+from autotune.server import leftovers
 
 FLEET_FILE = "fleet.json"
 SCHEMA_VERSION = 1
@@ -87,7 +87,7 @@ def carry_on(state: FleetState, backend: str) -> FleetState:
     """This fleet, continued: refused while its driver still runs; a leaf a killed driver left
     running did not finish."""
     owner = state.data.get("owner") or {}
-    if state.data.get("state") == RUNNING and cleanup.owner_alive(owner.get("pid"), owner.get("create_time")):
+    if state.data.get("state") == RUNNING and leftovers.owner_alive(owner.get("pid"), owner.get("create_time")):
         raise artifact.ArtifactError(f"fleet {state.fleet_id} is running (autotune pid {owner.get('pid')}); "
                                      "wait for it, or stop it with Ctrl-C")
     for entry in state.data["leaves"]:
@@ -102,7 +102,7 @@ def left_text(state: FleetState) -> str:
 
 
 def _begin(state: FleetState, backend: str) -> FleetState:
-    state.data.update(state=RUNNING, backend=backend, owner=cleanup.owner_stamp(), ended_at=None)
+    state.data.update(state=RUNNING, backend=backend, owner=leftovers.owner_stamp(), ended_at=None)
     state.data["runs"] = [*state.data.get("runs", []), {"started_at": artifact.iso(artifact.utc_now()),
                                                         "backend": backend}]
     state.save()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from autotune.fleet.plan import Leaf
 from autotune.store import artifact
-from autotune.store import cleanup
+from autotune.server import leftovers
 
 LOG_NAME = "autotune.log"  # the leaf's own autotune output (plain progress lines), kept in its run folder
 STOP_GRACE_S = 90.0  # after SIGINT, how long autotune may take to stop its server tree and write run.json
@@ -167,11 +167,11 @@ def _last_line(path: Path) -> str:
 
 def reap(folder: Path) -> list:
     """Stop every vLLM server a killed autotune left under folder (each leaf's runs/ below it),
-    only where its pid and start time still match (store/cleanup.py); those it stopped."""
+    only where its pid and start time still match (store/leftovers.py); those it stopped."""
     stopped = []
     for runs_dir in sorted(Path(folder).glob("**/runs")):
         if runs_dir.is_dir():
-            stopped.extend(c for c in cleanup.clean(runs_dir) if c.action == "stopped")
+            stopped.extend(c for c in leftovers.clean(runs_dir) if c.action == "stopped")
     return stopped
 
 

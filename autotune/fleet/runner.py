@@ -24,7 +24,7 @@ from autotune.fleet import collect
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITING, FleetState
 from autotune.fleet.leaf import Outcome
 from autotune.fleet.plan import Leaf, Plan
-from autotune.run.options import Emit
+from autotune.events import Emit
 from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
 

@@ -18,13 +18,13 @@ from typing import Callable
 
 from autotune.host import launcher, memwait
 from autotune.host import processes
-from autotune.run import marker
+from autotune.server import marker
 from autotune.run import strategy
 from autotune.server import client
 from autotune.server import health
 from autotune.server import queue_watch
 from autotune.server import witness
-from autotune.run.options import Emit
+from autotune.events import Emit
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE
 from autotune.store import artifact
@@ -64,7 +64,7 @@ class Boot:
 
     def __init__(self, ctx: BootContext, index: int, argv: list[str], port: int, step: strategy.Launch):
         # A tuning boot serves this machine only (no key, all night); the server --keep-serving hands
-        # over is launched afresh with the user's own host (run/handover.py), as command.sh says.
+        # over is launched afresh with the user's own host (server/handover.py), as command.sh says.
         self.index, self.port = index, port
         self.argv = servecmd.listening_locally(argv)
         self.env, self.run_dir, self.plan, self.opts = ctx.plan.env, ctx.run_dir, ctx.plan, ctx.plan.options

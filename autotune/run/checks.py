@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from autotune.run import strategy
 from autotune.run.errors import PreflightFailed
-from autotune.run.options import Emit, TuneOptions
+from autotune.events import Emit
+from autotune.run.options import TuneOptions
 from autotune.store.record import Attempt, RunRecord
 from autotune.vllm import servecmd
 

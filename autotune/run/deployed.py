@@ -30,7 +30,7 @@ import psutil
 from autotune.analysis.could_serve import Room, could_serve
 from autotune.server import client as client_mod
 from autotune.server import metrics, probe, health
-from autotune.run.options import Emit
+from autotune.events import Emit
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
 

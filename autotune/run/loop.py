@@ -13,11 +13,11 @@ from pathlib import Path
 from autotune.analysis import boot_check
 from autotune.run import checks
 from autotune.host import processes
-from autotune.run import marker
+from autotune.server import marker
 from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run.boot import Boot, BootContext, stop_server
-from autotune.run.options import Emit
+from autotune.events import Emit
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
@@ -35,7 +35,7 @@ class Loop:
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target  # --target max: the model's maximum once vLLM names it (_boot)
         self.user_port = None if plan.port_chosen else plan.port
-        self.kept = None  # the server --keep-serving handed over (run/handover.py), once verified
+        self.kept = None  # the server --keep-serving handed over (server/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, plan, emit, installed=record.get("vllm_version_detected"))
@@ -101,7 +101,7 @@ class Loop:
     def _hand_over(self, ceiling: int):
         """--keep-serving: the verified command, launched to serve on after autotune (None: it did not
         serve; the run's result stands, the warning says why)."""
-        from autotune.run import handover
+        from autotune.server import handover
 
         argv = servecmd.with_max_model_len(self.argv, ceiling)
         try:

@@ -1,4 +1,4 @@
-"""What a run is asked to do (TuneOptions, the request) and how it reports progress (Emit).
+"""What a run is asked to do (TuneOptions, the request).
 
 TuneOptions is frozen: what a tune derives from it (the target `max` resolves to, the argv after
 secrets and --margin, the port, the strategy's plan, the first boot) is run/plan.py's RunPlan.
@@ -11,13 +11,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
-from typing import Callable
 
 from autotune.store.record import RunRecord
-
-# Progress goes out as events, emit("attempt_started", index=..., ...); the CLI alone decides
-# how they look (cli/progress.py).
-Emit = Callable[..., None]
 
 STRATEGIES = ("auto", "refusal")
 PROBES = ("quick", "full", "none")

@@ -16,11 +16,12 @@ from typing import Callable
 from autotune.run import levers
 from autotune.run import margin
 from autotune.run import strategy
-from autotune.run.options import Emit, TuneOptions
+from autotune.events import Emit
+from autotune.run.options import TuneOptions
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
-from autotune.store.emit import write_all as write_paste_ready
+from autotune.export import write_all as write_paste_ready
 from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo

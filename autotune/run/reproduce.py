@@ -19,7 +19,8 @@ from autotune.errors import AutotuneError
 from autotune.host import launcher
 from autotune.run import tune as tune_mod
 from autotune.run import margin
-from autotune.run.options import Emit, TuneOptions, default
+from autotune.events import Emit
+from autotune.run.options import TuneOptions, default
 from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK
 

@@ -2,7 +2,7 @@
 
 The verdict and the ceiling come from the strategy's Stop; the figures (available KV,
 KV tokens, ...) from the last boot that ran to an outcome, each with where it was read;
-a verified ceiling gets its command (final_argv) and the paste-ready files (store/emit.py).
+a verified ceiling gets its command (final_argv) and the paste-ready files (export/local.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
 from autotune.server import health
 from autotune.host.processes import ServerProcess
-from autotune.store import kept as kept_servers
-from autotune.store.emit import write_all as write_paste_ready
+from autotune.server import kept as kept_servers
+from autotune.export import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, BootFacts, Result, RunRecord
 from autotune.vllm import servecmd
 

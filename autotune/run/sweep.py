@@ -16,7 +16,7 @@ from typing import Callable
 
 from autotune import __version__
 from autotune.store import artifact
-from autotune.store import cleanup
+from autotune.server import leftovers
 from autotune.store.record import Result, RunRecord, SweepPoint, SweepRecord
 from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
@@ -27,7 +27,8 @@ from autotune.vllm import versions as vllminfo
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
-from autotune.run.options import Emit, default
+from autotune.events import Emit
+from autotune.run.options import default
 from autotune.host import launcher
 from autotune.host.signals import Interrupted, interruptible
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
@@ -60,7 +61,7 @@ def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, S
         kind="sweep", sweep_id=sweep_dir.name, autotune_version=__version__, state="running",
         started_at=artifact.iso(artifact.utc_now()), ended_at=None, model=model, target=opts.target,
         serve_argv=servecmd.without_flag(argv, run_row.GMU_FLAG), strategy=strategy, strategy_reason=strategy_reason,
-        gmu_values=list(opts.gmu_values), options=asdict(opts), owner=cleanup.owner_stamp(),
+        gmu_values=list(opts.gmu_values), options=asdict(opts), owner=leftovers.owner_stamp(),
         points=[], boots_used=0, boots_without_predictions=None,
         boots_2k=2 * len(opts.gmu_values), boots_saved=0, fit=None, plot=None)
     save(sweep_dir, sweep)
@@ -100,7 +101,7 @@ def run(sweep_dir: Path, sweep: SweepRecord, runs_dir: Path, progress: Emit, say
     argv = list(sweep.serve_argv)
     values = opts.gmu_values
     n = len(values)
-    sweep.state, sweep.ended_at, sweep.owner = "running", None, cleanup.owner_stamp()
+    sweep.state, sweep.ended_at, sweep.owner = "running", None, leftovers.owner_stamp()
     save(sweep_dir, sweep)
     records = _finished_records(sweep, runs_dir, warn)
     members = _members(runs_dir, sweep.sweep_id)

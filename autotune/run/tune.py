@@ -3,7 +3,7 @@
     the request (the options, frozen)        run/options.py: one table of options and defaults
     what it derives once (the plan)          run/plan.py's RunPlan, built by prepare() (a resumed
                                              run's by _resumed_plan, from run.json)
-    clean up after a killed autotune         store/cleanup.py
+    clean up after a killed autotune         store/leftovers.py
     pin GPUs, preflight checks               run/checks.py (rules: run/preflight.py, host/gpus.py)
     choose the strategy's plan from vLLM     vllm/versions.py
     write run.json (state running)           store/artifact.py, the record's types in store/record/
@@ -27,12 +27,13 @@ from autotune.host import launcher, processes
 from autotune.run import margin
 from autotune.run import reach
 from autotune.run.loop import Loop
-from autotune.run.options import Emit, TuneOptions, from_record, kept_options
+from autotune.events import Emit
+from autotune.run.options import TuneOptions, from_record, kept_options
 from autotune.run.plan import RunPlan
 from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
-from autotune.store import cleanup
+from autotune.server import leftovers
 from autotune.store.record import Command, RunRecord
 from autotune.server import client
 from autotune.store import redact
@@ -122,7 +123,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         gpus={"indices": list(gpu_plan.indices), "source": gpu_plan.source,
               "environment": redact_env(gpu_plan.env_changes), "warnings": list(gpu_plan.warnings)},
         preflight=preflight_record, options={},
-        owner=cleanup.owner_stamp(),  # a SIGKILLed autotune's run is found by this (cleanup.mark_abandoned)
+        owner=leftovers.owner_stamp(),  # a SIGKILLed autotune's run is found by this (leftovers.mark_abandoned)
         plan=strategy_plan, vllm_version_detected=detected, links=dict(opts.links),
         machine=machine_facts(argv, env), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
@@ -187,7 +188,7 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
                                      "be resumed")
     plan = _resumed_plan(record, run_dir, env)
     record.state = "running"
-    record.owner = cleanup.owner_stamp()
+    record.owner = leftovers.owner_stamp()
     record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
     if record.get("phase") == "reach":
         # The boots of the run itself are done and verified: continue the lever search.
@@ -249,6 +250,6 @@ def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
 
 
 def clean_leftovers(runs_dir: Path, emit: Emit) -> None:
-    for item in cleanup.clean(runs_dir, on_step=lambda step: emit("stop_step", **step)):
+    for item in leftovers.clean(runs_dir, on_step=lambda step: emit("stop_step", **step)):
         emit("cleaned", run_dir=str(item.run_dir), pid=item.pid, action=item.action, detail=item.detail)
 

@@ -1,1 +1,1 @@
-"""The store: the run record and its files, sweeps, cleanup of what a killed run left, paste-ready files."""
+"""The runs folder: the run record and its files, sweeps, the latest run, the words of run.json."""

@@ -81,7 +81,7 @@ FAKE_GPUS_FLAG = "--print-gpus"
 FAKE_VLLM_OWN_OPTIONS = ("--profile", "--time-scale")
 
 # Ray Serve LLM runs the vLLM its Ray release pins: ray[llm]'s `vllm==X` requirement, read from
-# each release's package metadata (tests/store/test_deploy.py checks the installed ray against it).
+# each release's package metadata (tests/export/test_deploy.py checks the installed ray against it).
 RAY_LLM_VLLM_PINS = {"2.60.0": "0.29.0"}
 
 

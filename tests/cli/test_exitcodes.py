@@ -83,7 +83,7 @@ DOMAIN_ERRORS = [
     ("autotune.run.margin", "MarginError"), ("autotune.fleet.plan", "PlanError"),
     ("autotune.fleet.errors", "FleetError"), ("autotune.model.files", "ModelFilesError"),
     ("autotune.analysis.device_memory", "NoDevice"), ("autotune.run.reproduce", "NotReproducible"),
-    ("autotune.analysis.plot", "PlotUnavailable"), ("autotune.store.kept", "NotKept"),
+    ("autotune.analysis.plot", "PlotUnavailable"), ("autotune.server.kept", "NotKept"),
 ]
 WERE_VALUE_ERRORS = {"GpuSelectorError", "FrontDoorError", "MissingSecret", "MarginError", "PlanError",
                      "ModelFilesError", "NoDevice"}

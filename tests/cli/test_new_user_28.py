@@ -200,8 +200,8 @@ def test_clean_calls_a_server_that_was_exiting_gone_not_a_reused_pid(tmp_path):
     on its way out; clean said its pid "now belongs to another process"."""
     import psutil
 
-    from autotune.store import cleanup
-    from autotune.store.server_file import MARKER
+    from autotune.server import leftovers
+    from autotune.server.marker import MARKER
 
     owner = subprocess.Popen([sys.executable, "-c", "pass"])
     owner_started = psutil.Process(owner.pid).create_time()
@@ -216,7 +216,7 @@ def test_clean_calls_a_server_that_was_exiting_gone_not_a_reused_pid(tmp_path):
     (run_dir / MARKER).write_text(json.dumps({"pid": server.pid, "create_time": started, "argv": ["vllm"],
                                               "autotune_pid": owner.pid, "autotune_create_time": owner_started}))
     try:
-        (found,) = [c for c in cleanup.clean(tmp_path / "runs") if c.pid == server.pid]
+        (found,) = [c for c in leftovers.clean(tmp_path / "runs") if c.pid == server.pid]
     finally:
         server.wait()
     assert found.action == "already_gone", found

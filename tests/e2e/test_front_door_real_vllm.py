@@ -81,7 +81,7 @@ def story(tiny_model, tmp_path_factory):
     s.alive_after_first = health.health_ok(s.door)
     # 2. clean leaves it alone
     s.clean = run_autotune("clean", "--json", runs_dir=runs_dir)
-    # the kept server is the verified command relaunched as command.sh says (the numeric length, run/handover.py)
+    # the kept server is the verified command relaunched as command.sh says (the numeric length, server/handover.py)
     s.alive_after_clean = health.health_ok(s.door) and bool(health.served_models(s.door))
     s.runs_listing = run_autotune("runs", runs_dir=runs_dir)
     s.show_first = run_autotune("show", s.first_id, runs_dir=runs_dir)

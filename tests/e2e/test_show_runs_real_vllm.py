@@ -26,8 +26,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from autotune.store import emit
-from autotune.store.deploy import targets
+from autotune.export import local
+from autotune.export import targets
 from autotune.store.record import RunRecord
 from autotune.cli.main import cli
 from autotune.cli.progress import render_summary
@@ -135,13 +135,13 @@ def test_the_run_folder_holds_the_paste_ready_files(tuned):
     names = ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service", *targets.FILE_NAMES]
     assert tuned.record["result"]["files"] == names
     for name in names:
-        assert (tuned.run_dir / name).read_text() == emit.render(RunRecord.from_dict(tuned.record), name,
+        assert (tuned.run_dir / name).read_text() == local.render(RunRecord.from_dict(tuned.record), name,
                                                                   tuned.run_dir)
     assert f"  deploy:   {' '.join(targets.FILE_NAMES)} (beside them)" in tuned.stdout
 
 
 def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_its_command(tuned):
-    """tests/store/test_deploy.py's checks, on the files of a run of real vLLM."""
+    """tests/export/test_deploy.py's checks, on the files of a run of real vLLM."""
     text = {name: (tuned.run_dir / name).read_text() for name in targets.FILE_NAMES}
     for doc in checks.documents(text[targets.K8S]):
         checks.validate_k8s(doc)
@@ -176,11 +176,11 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
     assert f"3 x boot {tuned.record['attempts'][-1]['time_to_outcome_s']:.1f} s" in text[targets.K8S]
 
 
-@pytest.mark.parametrize("kind", sorted(k for k, name in emit.KINDS.items() if name in emit.FILES))
+@pytest.mark.parametrize("kind", sorted(k for k, name in local.KINDS.items() if name in local.FILES))
 def test_show_emit_prints_the_file(tuned, kind):
     result = invoke("show", "latest", "--runs-dir", str(tuned.runs_dir), "--emit", kind)
     assert result.exit_code == 0
-    assert result.stdout == (tuned.run_dir / emit.KINDS[kind]).read_text()
+    assert result.stdout == (tuned.run_dir / local.KINDS[kind]).read_text()
 
 
 def test_show_prints_the_card_the_run_ended_with(tuned):

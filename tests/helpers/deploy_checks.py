@@ -1,4 +1,4 @@
-"""Checks of the deployment files, each by its consumer's own rules, shared by tests/store/test_deploy.py
+"""Checks of the deployment files, each by its consumer's own rules, shared by tests/export/test_deploy.py
 (replayed and recorded runs) and tests/e2e/test_show_runs_real_vllm.py (the real demo run).
 
 - Kubernetes objects: `kubernetes-validate` (strict: an unknown field fails), Kubernetes 1.28's

@@ -5,7 +5,7 @@ A recipe is `models/<hf_org>/<hf_repo>.yaml` (CONTRIBUTING.md there). The site b
 `hardware_overrides.<hardware id>` gives that GPU's `extra_args`, `extra_env` and `docker_image`,
 a variant's `tp` map its tensor-parallel size, and `meta.hardware.<hardware id>: verified` marks
 the GPU as tested end to end. This file is those keys, to merge into the model's recipe; the
-hardware ids are the recipes' taxonomy.yaml profiles. tests/store/test_deploy_recipe.py merges it into
+hardware ids are the recipes' taxonomy.yaml profiles. tests/export/test_deploy_recipe.py merges it into
 a real recipe and renders the command with the recipes' own command-synthesis.js.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 
 from autotune.store import redact
-from autotune.store.deploy import settings, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import settings, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
-from autotune.store.verified import NotEmittable
+from autotune.export.verified import NotEmittable
 
 RECIPES_COMMIT = "8959cf64189c71d36e11c6a30335f923f261b1f7"  # vllm-project/recipes, 2026-08-21
 # taxonomy.yaml's hardware profiles at RECIPES_COMMIT that a GPU's NVML name tells apart:

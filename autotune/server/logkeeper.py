@@ -1,4 +1,4 @@
-"""`python -m autotune.run.logkeeper LOG`: the kept server's output, scrubbed, into its log file.
+"""`python -m autotune.server.logkeeper LOG`: the kept server's output, scrubbed, into its log file.
 
 A server `--keep-serving` hands over outlives autotune. Its output cannot go to autotune (a pipe
 whose reader exits breaks the writer), and not straight to a file either (vLLM prints its

@@ -14,10 +14,11 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.store import artifact, emit
-from autotune.store.deploy import recipe, targets
+from autotune.export import local
+from autotune.store import artifact
+from autotune.export import recipe, targets
 from autotune.store.record import RunRecord
-from autotune.store.verified import final_argv
+from autotune.export.verified import final_argv
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
 from tests.helpers.paths import FIXTURES_DIR
@@ -152,7 +153,7 @@ def test_the_verified_tp_is_the_sites_tp_on_that_gpu(h100):
     record, _ = h100
     rec = record.to_dict()
     rec["result"]["final_argv"] = [*rec["result"]["final_argv"], "--tensor-parallel-size", "2"]
-    entry = yaml.safe_load(emit.render(RunRecord.from_dict(rec), targets.RECIPE))
+    entry = yaml.safe_load(local.render(RunRecord.from_dict(rec), targets.RECIPE))
     assert entry["variants"]["default"]["tp"] == {"h100": 2}
     base = yaml.safe_load((RECIPES / "Llama-3.1-8B-Instruct.yaml").read_text())
     words = serve_words(synthesize(merged(base, entry), "h100")["command"])

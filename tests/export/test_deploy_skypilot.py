@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.store import artifact
-from autotune.store.deploy import skypilot
+from autotune.export import skypilot
 from autotune.store.record import RunRecord
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record

@@ -3,7 +3,7 @@
 The command with each secret as a `${NAME}` reference (never the secret), the variables the
 files expect the user to set, the stamp each file carries (autotune and vLLM versions, the
 date, the run, the verified ceiling), the image that pins the vLLM version, and the GPUs the
-run was pinned to. store/emit.py (the four host files) and store/deploy/ (Helm, Ray Serve,
+run was pinned to. export/local.py (the four host files) and export/ (Helm, Ray Serve,
 KServe, Kubernetes, SkyPilot, the sizing report) render from these. Pure: a run record in.
 """
 

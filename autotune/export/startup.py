@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from autotune.store.deploy.settings import Deployment
+from autotune.export.settings import Deployment
 
 # A cold download from the Hugging Face Hub to a cloud node: a conservative figure (MB/s, 10^6 bytes).
 DEFAULT_PULL_MB_S = 100.0

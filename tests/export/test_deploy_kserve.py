@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.store import emit
-from autotune.store.deploy import kserve, settings, targets
+from autotune.export import local
+from autotune.export import kserve, settings, targets
 from autotune.store.record import RunRecord
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
 
 
 def _service(record: RunRecord) -> tuple[dict, str]:
-    text = emit.render(record, targets.KSERVE)
+    text = local.render(record, targets.KSERVE)
     return checks.documents(text)[0], text
 
 

@@ -5,7 +5,7 @@
 them), the GPU type as `accelerator_type` where Ray knows it, else as a placement bundle on
 the `accelerator_type:<name>` resource Ray gives every node with that GPU. Ray Serve LLM runs
 the vLLM its Ray release pins (vllm/versions.py RAY_LLM_VLLM_PINS): each file says which, and
-warns when it is not the vLLM that verified the run. tests/store/test_deploy.py validates both files
+warns when it is not the vLLM that verified the run. tests/export/test_deploy.py validates both files
 with Ray's own Serve schema and LLMConfig.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 
-from autotune.store.deploy import kube, settings, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import kube, settings, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 

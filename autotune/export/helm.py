@@ -3,7 +3,7 @@
 Only keys the chart reads: `servingEngineSpec.modelSpec[].vllmConfig.{maxModelLen,
 gpuMemoryUtilization, tensorParallelSize, maxNumSeqs, dtype, enableChunkedPrefill,
 enablePrefixCaching, extraArgs}`, `requestGPU`, `repository`/`tag`, `nodeSelectorTerms`, `env`,
-and the engine's probes and API key (`servingEngineSpec.*`). tests/store/test_deploy.py checks every
+and the engine's probes and API key (`servingEngineSpec.*`). tests/export/test_deploy.py checks every
 emitted key against the chart's values.schema.json (vendored with its commit) and reads the
 values back into the arguments the chart's template (deployment-vllm-multi.yaml) gives vLLM.
 
@@ -15,8 +15,8 @@ with is written, never left to the chart's default of off).
 
 from __future__ import annotations
 
-from autotune.store.deploy import kube, settings, startup, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import kube, settings, startup, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 # vllmConfig keys the chart turns into vLLM options (deployment-vllm-multi.yaml), by vLLM option.

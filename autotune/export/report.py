@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 from autotune.vllm import kv_pool
-from autotune.store.deploy import settings
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import settings
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import AimPrediction, Attempt, BootFacts, BootPrediction, Margin, RunRecord
-from autotune.store.verified import NotEmittable, fmt_int
+from autotune.export.verified import NotEmittable, fmt_int
 from autotune.vllm import versions
 
 # vLLM's docs: set --max-num-seqs at 80-90% of the concurrency the boot reports.

@@ -5,7 +5,7 @@ what they give vLLM, which the installed vLLM must read as the verified command.
 The runs: a replayed seed-class run made here (two RTX 3090, --tensor-parallel-size 2, an API key
 in the environment, --reach reaching the target with --max-num-seqs 1 and
 --max-num-batched-tokens 512 in lever runs); the recorded real CPU runs (tests/fixtures/progress);
-and a real record moved to a pinned GPU with secrets and many options (tests/store/test_emit.py). The
+and a real record moved to a pinned GPU with secrets and many options (tests/export/test_local.py). The
 real demo run's files are checked the same way in tests/e2e/test_show_runs_real_vllm.py.
 """
 from __future__ import annotations
@@ -24,11 +24,12 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.store import artifact, emit
-from autotune.store.deploy import ray as ray_target
-from autotune.store.deploy import report, settings, skypilot, startup, targets, yamltext
+from autotune.export import local
+from autotune.store import artifact
+from autotune.export import ray as ray_target
+from autotune.export import report, settings, skypilot, startup, targets, yamltext
 from autotune.store.record import RunRecord
-from autotune.store.verified import NotEmittable, final_argv, replayed
+from autotune.export.verified import NotEmittable, final_argv, replayed
 from autotune.testing.inprocess import replaying_in_process
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
@@ -39,7 +40,7 @@ pytestmark = [pytest.mark.long(40)]  # seconds alone: started first under pytest
 
 PROFILE = "tp2-2x3090-qwen3.6-27b"
 SECRET = "sk-replay-secret-4711"
-DEPLOY_FILES = [name for name in emit.FILES if name in targets.RENDERERS]
+DEPLOY_FILES = [name for name in local.FILES if name in targets.RENDERERS]
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +72,7 @@ def rendered(replay) -> dict[str, dict[str, str]]:
     """Every record's deployment files: record name -> file name -> text."""
     out = {}
     for name, (record, run_dir) in records(replay).items():
-        texts, skipped = emit.render_all(record, run_dir)
+        texts, skipped = local.render_all(record, run_dir)
         assert not set(skipped) & set(targets.RENDERERS) | ({targets.REPORT} & set(skipped)), skipped
         out[name] = texts
     return out
@@ -91,9 +92,9 @@ def test_the_replay_reached_the_target_with_levers_on_two_gpus(replay):
 
 def test_the_run_folder_lists_the_deployment_files_and_the_report(replay):
     files = replay.record.result.files
-    assert files == list(emit.FILES)  # the replay's command too: it stands for `vllm serve`
+    assert files == list(local.FILES)  # the replay's command too: it stands for `vllm serve`
     for name in files:
-        assert (replay.run_dir / name).read_text() == emit.render(replay.record, name, replay.run_dir)
+        assert (replay.run_dir / name).read_text() == local.render(replay.record, name, replay.run_dir)
 
 
 def test_every_file_carries_the_settings_that_sized_the_pool(rendered):
@@ -187,7 +188,7 @@ def test_a_slow_pull_lengthens_the_startup_allowance(replay):
     verified = next(a for a in lever_run.attempts if a.outcome == "verified")
     expected = 2 * verified.facts.weights_gib * 2**30 / 10e6 + 120 + 3 * verified.time_to_outcome_s
     found = targets.sources(replay.run_dir, replay.record, pull_mb_s=startup.parse_bandwidth("80Mbit/s"))
-    files = {name: emit.render(replay.record, name, found=found) for name in DEPLOY_FILES}
+    files = {name: local.render(replay.record, name, found=found) for name in DEPLOY_FILES}
     for seconds in _startup_s(files).values():
         assert expected <= seconds < expected + 20
     assert "at 10 MB/s (--pull-bandwidth)" in files["k8s-deployment.yaml"]
@@ -368,13 +369,13 @@ def test_a_command_without_a_model_serves_the_model_the_run_recorded():
     at = argv.index("--model")
     rec["result"]["final_argv"] = argv[:at] + argv[at + 2:]
     record = RunRecord.from_dict(rec)
-    texts, skipped = emit.render_all(record)
+    texts, skipped = local.render_all(record)
     assert set(skipped) == set(), skipped
     assert yaml.safe_load(texts["vllm-config.yaml"])["model"] == rec["model"]
     assert set(served_names(texts).values()) == {"tiny-llama"}
     rec["model"] = None
     with pytest.raises(NotEmittable, match="names no model, and the run recorded none"):
-        emit.render(RunRecord.from_dict(rec), targets.K8S)
+        local.render(RunRecord.from_dict(rec), targets.K8S)
 
 
 # ---- names each runtime gives a GPU ------------------------------------------------------------------
@@ -445,14 +446,14 @@ def test_a_run_without_a_verified_command_gives_no_deployment_file():
     rec = real()
     rec["result"] = {"verdict": "refused", "ceiling": None}
     with pytest.raises(NotEmittable, match="no verified command"):
-        emit.render(RunRecord.from_dict(rec), targets.K8S)
+        local.render(RunRecord.from_dict(rec), targets.K8S)
 
 
 # ---- the CLI and the YAML writer ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", sorted(k for k, name in targets.KINDS.items() if name in targets.FILE_NAMES))
 def test_show_emit_prints_each_file(replay, kind):
-    """Each file of the run folder (the recipe entry is printed only: tests/store/test_deploy_recipe.py)."""
+    """Each file of the run folder (the recipe entry is printed only: tests/export/test_deploy_recipe.py)."""
     result = CliRunner().invoke(cli, ["show", replay.record.run_id, "--runs-dir", str(replay.runs_dir),
                                       "--emit", kind], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -500,8 +501,8 @@ def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
     record = RunRecord.from_dict(rec)
     clause = "--gpu-memory-utilization 0.9583 keeps 1 GiB of 24 GiB free (--margin 1 GiB)"
     for name in DEPLOY_FILES:
-        assert clause in emit.render(record, name).splitlines()[0], name
-    text = emit.render(record, targets.REPORT)
+        assert clause in local.render(record, name).splitlines()[0], name
+    text = local.render(record, targets.REPORT)
     assert f"| margin asked (--margin) | 1.00 | {kept.describe()} |" in text
     assert clause in text.splitlines()[2]
 
@@ -514,10 +515,10 @@ def test_the_report_shows_the_plot_of_the_sweep_the_run_belongs_to(replay, tmp_p
     rec["links"] = {**(rec.get("links") or {}), "sweep_id": "20261201T000000Z-sweep"}
     (run_dir / "run.json").write_text(json.dumps(rec))
     record = artifact.load(run_dir)
-    assert "![" not in emit.render(record, targets.REPORT, run_dir)  # no plot drawn: none shown
+    assert "![" not in local.render(record, targets.REPORT, run_dir)  # no plot drawn: none shown
     (runs / "20261201T000000Z-sweep").mkdir()
     (runs / "20261201T000000Z-sweep" / "sweep.png").write_bytes(b"\x89PNG")
-    assert "![the runs of this sweep](../20261201T000000Z-sweep/sweep.png)" in emit.render(record, targets.REPORT, run_dir)
+    assert "![the runs of this sweep](../20261201T000000Z-sweep/sweep.png)" in local.render(record, targets.REPORT, run_dir)
 
 
 # ---- what vLLM chose by the GPU, pinned ----------------------------------------------------------
@@ -579,11 +580,11 @@ def test_the_engine_config_line_pins_prefix_caching_and_the_load_format(tmp_path
         "model='./tiny', max_seq_len=16256, download_dir=None, load_format=safetensors, tensor_parallel_size=1, "
         "served_model_name=./tiny, enable_prefix_caching=False, enable_chunked_prefill=True, pooler_config=None\n")
     record = RunRecord.from_dict(rec)
-    deployment, *_ = checks.documents(emit.render(record, targets.K8S, tmp_path))
+    deployment, *_ = checks.documents(local.render(record, targets.K8S, tmp_path))
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-enable-prefix-caching" in args and "--enable-chunked-prefill" in args
     assert args[args.index("--load-format") + 1] == "safetensors"
-    helm = yaml.safe_load(emit.render(record, targets.HELM, tmp_path))["servingEngineSpec"]["modelSpec"][0]
+    helm = yaml.safe_load(local.render(record, targets.HELM, tmp_path))["servingEngineSpec"]["modelSpec"][0]
     assert helm["vllmConfig"]["enablePrefixCaching"] is False
 
 
@@ -599,7 +600,7 @@ def test_the_parser_records_the_engine_settings_of_a_real_boot():
     verified["facts"]["engine_settings"] = result["engine_settings"]
     record = RunRecord.from_dict(rec)
     assert targets.engine_flags(Path("/nonexistent"), record) == result["engine_settings"]  # no log needed
-    deployment, *_ = checks.documents(emit.render(record, targets.K8S, found=targets.Sources(
+    deployment, *_ = checks.documents(local.render(record, targets.K8S, found=targets.Sources(
         engine_flags=targets.engine_flags(Path("/nonexistent"), record))))
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--enable-prefix-caching" in args and args[args.index("--load-format") + 1] == "auto"

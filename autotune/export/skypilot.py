@@ -1,6 +1,6 @@
 """A SkyPilot task: `resources.accelerators` (GPU type and count), the pinned vLLM image, where it
 launches (`resources.infra`, SkyPilot 0.14's one key for the deprecated cloud, region and zone),
-and the verified command as `run:` (pure). tests/store/test_deploy.py validates it with SkyPilot's own
+and the verified command as `run:` (pure). tests/export/test_deploy.py validates it with SkyPilot's own
 task and resources schemas (vendored from skypilot 0.14.1, sky/utils/schemas.py)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from __future__ import annotations
 import re
 import shlex
 
-from autotune.store.deploy import kube, settings, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import kube, settings, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
-from autotune.store.verified import shell_word
+from autotune.export.verified import shell_word
 
 # Words of an NVML name that SkyPilot's accelerator names leave out.
 _VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce)\s+", re.IGNORECASE)

@@ -34,11 +34,11 @@ import shlex
 from pathlib import Path, PurePosixPath
 
 from autotune.store import artifact
-from autotune.store.deploy import targets as deploy
+from autotune.export import targets as deploy
 from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
-from autotune.store.verified import (
+from autotune.export.verified import (
     CONTAINER_MODELS, CPU_IMAGE, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute, clients_line,
     cwd_of, final_argv, fmt_int, gpu_names, image_tag, is_local_path, pinned_gpus, port_of, provenance_line,
     secret_names, serve_command, served_name, set_first_line, shell_env, shell_word, yaml_scalar)
@@ -48,7 +48,7 @@ COMMAND = "command.sh"
 YAML = "vllm-config.yaml"
 COMPOSE = "docker-compose.yml"
 SYSTEMD = "vllm.service"
-# The run folder's files: these four, then the deployment targets and the sizing report (store/deploy/).
+# The run folder's files: these four, then the deployment targets and the sizing report (export/).
 FILES = (COMMAND, YAML, COMPOSE, SYSTEMD, *deploy.FILE_NAMES)
 # `autotune show --emit KIND`
 KINDS = {"command": COMMAND, "yaml": YAML, "compose": COMPOSE, "systemd": SYSTEMD, **deploy.KINDS}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 import re
 
-from autotune.store.deploy import settings, startup, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import settings, startup, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 # The node label NVIDIA's GPU feature discovery sets from the product name (spaces -> dashes).

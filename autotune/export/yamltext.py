@@ -3,7 +3,7 @@
 A string is written bare only when every YAML 1.1 and 1.2 reader reads it back as that same
 string (words of letters, digits and `_./@+=-`, not starting with a digit or `-`, not `yes`,
 `null` and the like); anything else is a double-quoted JSON string, which is valid YAML. Numbers, booleans and null are written as such.
-A multi-line string is a literal block (`|`). tests/store/test_deploy.py reads every file back with
+A multi-line string is a literal block (`|`). tests/export/test_deploy.py reads every file back with
 PyYAML and compares it with the data it was made from.
 """
 

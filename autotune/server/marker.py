@@ -1,21 +1,32 @@
-"""The server marker: runs/<run-id>/server.json while a server runs.
+"""The server marker: runs/<run-id>/server.json while a server runs, and what a cleanup found.
 
 It names the server (pid, start time, argv) and the autotune that started it, so a later
 autotune can stop a server a SIGKILLed one left behind, only if the pid still belongs to it
-(store/cleanup.py reads it), and record the boot the kill cut short (index, log).
+(server/leftovers.py reads it), and record the boot the kill cut short (index, log). A server
+handed over by --keep-serving keeps its marker (server/kept.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from autotune.host import launcher
 from autotune.store import artifact
-from autotune.store.server_file import MARKER
+
+MARKER = "server.json"
+
+
+@dataclass
+class Cleaned:
+    run_dir: Path
+    pid: int
+    action: str  # stopped | already_gone | pid_reused | owner_alive | unreadable | kept_serving | kept_gone
+    detail: str = ""
 
 
 def write(run_dir: Path, server: launcher.ServerHandle, index: int) -> None:

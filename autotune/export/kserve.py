@@ -7,14 +7,14 @@ those (MergeRuntimeContainers), so vLLM's last-wins parsing takes ours: the mode
 clients ask for, every option of the verified command. `runtimeVersion` replaces the image's tag
 (UpdateImageTag): it is the tag of the vLLM that verified the run. The rest of our container is
 merged over the runtime's by strategic merge, key by key, so the runtime's own 1 CPU / 2Gi limits
-would stay unless every key is set here. tests/store/test_deploy_kserve.py validates the file against
+would stay unless every key is set here. tests/export/test_deploy_kserve.py validates the file against
 KServe's published CRD schema and merges it with the runtime as KServe does.
 """
 
 from __future__ import annotations
 
-from autotune.store.deploy import kube, settings, startup, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import kube, settings, startup, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 RUNTIME = "kserve-vllmserver"

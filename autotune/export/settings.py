@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
-from autotune.store.verified import (
+from autotune.export.verified import (
     CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
     is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
 from autotune.vllm import servecmd, versions

@@ -3,8 +3,8 @@
 The tuning boots listen on this machine only and one of them may have booted `--max-model-len
 auto`; their output goes to autotune through a pipe, which breaks once autotune exits. So the
 server handed over is launched afresh from the verified command (the numeric length, the
-user's own host and port) with its output going through run/logkeeper.py into kept.log in the
-run folder, checked to serve the verified length, and marked kept (store/kept.py).
+user's own host and port) with its output going through server/logkeeper.py into kept.log in the
+run folder, checked to serve the verified length, and marked kept (server/kept.py).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from pathlib import Path
 import psutil
 
 from autotune.host import processes
-from autotune.run import logkeeper, marker
+from autotune.server import logkeeper, marker
 from autotune.server import client, health
-from autotune.run.options import Emit
-from autotune.store import kept, redact
+from autotune.events import Emit
+from autotune.server import kept
+from autotune.store import redact
 
 KEPT_LOG = "kept.log"
 POLL_S = 0.5

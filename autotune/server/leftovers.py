@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 
 from autotune.store import artifact
-from autotune.store import kept
+from autotune.server import kept
 from autotune.store import sweeps
 from autotune.store.record import Attempt, RunRecord
-from autotune.store.server_file import MARKER, Cleaned
+from autotune.server.marker import MARKER, Cleaned
 from autotune.host import processes
 
 def owner_stamp() -> dict:

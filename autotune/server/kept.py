@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError
 from autotune.host import processes
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
-from autotune.store.server_file import MARKER, Cleaned
+from autotune.server.marker import MARKER, Cleaned
 
 
 class NotKept(AutotuneError):

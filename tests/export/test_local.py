@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from autotune.store import emit, verified
+from autotune.export import local, verified
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from tests.helpers import installed_vllm
@@ -53,7 +53,7 @@ def env_and_argv(line: str) -> tuple[dict[str, str], list[str]]:
 # ---------------------------------------------------------------------------
 
 def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
-    text = emit.render_command(typed(record))
+    text = local.render_command(typed(record))
     lines = text.splitlines()
     secrets = verified.secret_names(typed(record))
     assert len(lines) == 2 + bool(secrets) and lines[0].startswith("# verified by autotune ")
@@ -72,7 +72,7 @@ def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
 
 
 def test_the_secret_is_a_shell_reference_expanded_by_the_shell_that_runs_it(tmp_path):
-    line = emit.command_line(typed(gpu_record()))
+    line = local.command_line(typed(gpu_record()))
     assert "HF_TOKEN=$HF_TOKEN" in line.split()
     # run the line's environment part in a real shell, with the program replaced by `env`
     env, _ = env_and_argv(line)
@@ -125,7 +125,7 @@ def vllm_reads(tmp_path_factory):
     for name in names:
         rec = RECORDS_UNDER_TEST[name]()
         path = folder / f"{name}.yaml"
-        path.write_text(emit.render_yaml(typed(rec)))
+        path.write_text(local.render_yaml(typed(rec)))
         argv = verified.final_argv(typed(rec))
         cmd = verified.parse_vllm_command(argv)
         # vllm-config.yaml's usage line adds the options that hold a secret reference
@@ -145,7 +145,7 @@ def test_vllms_help_lists_the_long_options(vllm_reads):
 def test_vllm_config_yaml_loads_and_every_key_is_a_vllm_long_option(record, vllm_reads):
     help_text, _ = vllm_reads
     long_options = set(re.findall(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)", help_text))
-    text = emit.render_yaml(typed(record))
+    text = local.render_yaml(typed(record))
     config = yaml.safe_load(text)
     assert isinstance(config, dict) and config
     for key in config:
@@ -179,7 +179,7 @@ def test_yaml_scalars_read_back_as_the_text_vllm_would_get(value, text):
 
 def test_docker_compose_for_a_pinned_gpu():
     rec = gpu_record()
-    text = emit.render_compose(typed(rec))
+    text = local.render_compose(typed(rec))
     compose = yaml.safe_load(text)
     service = compose["services"]["vllm"]
     assert service["image"] == "vllm/vllm-openai:v0.32.0"
@@ -206,7 +206,7 @@ def test_docker_compose_for_a_pinned_gpu():
 def test_docker_compose_for_the_real_cpu_run_mounts_the_local_model_and_says_which_image():
     rec = real()
     rec["command"]["cwd"] = "/work/main"
-    text = emit.render_compose(typed(rec))
+    text = local.render_compose(typed(rec))
     service = yaml.safe_load(text)["services"]["vllm"]
     assert service["image"] == "vllm/vllm-openai:v0.32.0" and service["ipc"] == "host"
     assert "/work/main/.demo/tiny-llama:/models/tiny-llama:ro" in service["volumes"]
@@ -219,7 +219,7 @@ def test_docker_compose_for_the_real_cpu_run_mounts_the_local_model_and_says_whi
 def test_docker_compose_without_pinning_reserves_all_gpus():
     rec = gpu_record()
     del rec["environment"]["CUDA_VISIBLE_DEVICES"]
-    devices = yaml.safe_load(emit.render_compose(typed(rec)))["services"]["vllm"]["deploy"]["resources"]["reservations"]["devices"]
+    devices = yaml.safe_load(local.render_compose(typed(rec)))["services"]["vllm"]["deploy"]["resources"]["reservations"]["devices"]
     assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
 
 
@@ -232,8 +232,8 @@ def unit_values(text: str, key: str) -> list[str]:
 
 
 def test_the_unit_runs_command_sh_s_command_with_the_same_environment(record):
-    text = emit.render_systemd(typed(record))
-    line = emit.render_command(typed(record)).splitlines()[-1]
+    text = local.render_systemd(typed(record))
+    line = local.render_command(typed(record)).splitlines()[-1]
     env, argv = env_and_argv(line.strip())
     command_part = " ".join(verified.shell_word(a) for a in argv)  # shlex's quoting; a ${secret} double-quoted
     if "/" in argv[0] and not argv[0].startswith("/"):
@@ -259,7 +259,7 @@ def test_the_unit_runs_command_sh_s_command_with_the_same_environment(record):
 def test_the_unit_makes_a_relative_program_absolute_from_the_recorded_folder():
     rec = real()
     rec["command"]["cwd"] = "/work/main"
-    text = emit.render_systemd(typed(rec))
+    text = local.render_systemd(typed(rec))
     assert unit_values(text, "WorkingDirectory") == ["/work/main"]
     assert unit_values(text, "ExecStart")[0].startswith("/work/main/.venv/bin/python -m vllm.entrypoints")
 
@@ -269,7 +269,7 @@ def test_the_unit_makes_a_relative_program_absolute_from_the_recorded_folder():
     ('{"a": 1}', "'{\"a\": 1}'"), ("it's", '"it\'s"'), ("a\\b", '"a\\\\b"'),
 ])
 def test_exec_start_words(word, written):
-    assert emit.systemd_word(word) == written
+    assert local.systemd_word(word) == written
 
 
 # ---------------------------------------------------------------------------
@@ -277,33 +277,33 @@ def test_exec_start_words(word, written):
 # ---------------------------------------------------------------------------
 
 def test_write_all_writes_every_file_atomically(tmp_path):
-    names = emit.write_all(tmp_path, typed(real()))
-    # the four, then the deployment targets and the sizing report (tests/store/test_deploy.py)
+    names = local.write_all(tmp_path, typed(real()))
+    # the four, then the deployment targets and the sizing report (tests/export/test_deploy.py)
     assert names == ["command.sh", "vllm-config.yaml", "docker-compose.yml", "vllm.service",
                      "values-production-stack.yaml", "ray-serve.yaml", "rayservice.yaml",
                      "kserve-inferenceservice.yaml", "kserve-llminferenceservice.yaml", "k8s-deployment.yaml", "skypilot.yaml",
                      "sizing-report.md"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left
-    assert (tmp_path / "command.sh").read_text() == emit.render_command(typed(real()))
+    assert (tmp_path / "command.sh").read_text() == local.render_command(typed(real()))
 
 
 def test_a_run_without_a_verified_command_gives_no_file(tmp_path):
     rec = real()
     rec["result"] = {"verdict": "hung", "ceiling": None, "verified": False}
-    assert emit.write_all(tmp_path, typed(rec)) == [] and list(tmp_path.iterdir()) == []
+    assert local.write_all(tmp_path, typed(rec)) == [] and list(tmp_path.iterdir()) == []
     with pytest.raises(verified.NotEmittable, match="no verified command .verdict: hung"):
-        emit.render(typed(rec), emit.COMPOSE)
+        local.render(typed(rec), local.COMPOSE)
 
 
 def test_a_command_that_is_not_plain_vllm_gives_the_shell_and_systemd_files_only(tmp_path):
     rec = real()
     rec["result"]["final_argv"] = ["docker", "run", "--gpus", "all", "vllm/vllm-openai:v0.32.0",
                                    "--model", "m", "--max-model-len", "16256"]
-    texts, skipped = emit.render_all(typed(rec))
+    texts, skipped = local.render_all(typed(rec))
     assert sorted(texts) == ["command.sh", "vllm.service"]
     assert "not a plain `vllm serve` or api_server command" in skipped["vllm-config.yaml"]
     assert unit_values(texts["vllm.service"], "ExecStart") == [shlex.join(rec["result"]["final_argv"])]
-    assert emit.write_all(tmp_path, typed(rec)) == ["command.sh", "vllm.service"]
+    assert local.write_all(tmp_path, typed(rec)) == ["command.sh", "vllm.service"]
 
 
 @pytest.mark.parametrize("argv, model, options", [
@@ -328,8 +328,8 @@ def test_a_command_whose_config_file_is_gone_gets_no_merged_one():
     rec["command"]["cwd"] = "/nonexistent"
     rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
     with pytest.raises(verified.NotEmittable, match=r"--config /nonexistent/mine.yaml: No such file"):
-        emit.render_yaml(typed(rec))
-    texts, skipped = emit.render_all(typed(rec))
+        local.render_yaml(typed(rec))
+    texts, skipped = local.render_all(typed(rec))
     assert "vllm-config.yaml" in skipped and "command.sh" in texts
 
 
@@ -340,6 +340,6 @@ def test_a_command_with_its_own_config_file_gets_the_merged_options(tmp_path):
     rec = real()
     rec["command"]["cwd"] = str(tmp_path)
     rec["result"]["final_argv"] = ["vllm", "serve", "--config", "mine.yaml", "--max-model-len", "16256"]
-    text = emit.render_yaml(typed(rec))
+    text = local.render_yaml(typed(rec))
     body = [line for line in text.splitlines() if not line.startswith("#")]
     assert body == ['model: "m"', "gpu-memory-utilization: 0.12", "max-num-seqs: 1", "max-model-len: 16256"]

@@ -9,14 +9,14 @@ KServe's config template (kserve/kserve config/llmisvcconfig/config-llm-template
 container's `args` (its "$@"). The container is pinned to the vLLM image that verified the run
 (the template's default is llm-d's image, another build), its startup probe is the cold-pull
 allowance, and the template's Hub cache volume (`model-cache`, an emptyDir at HF_HUB_CACHE) is a
-PersistentVolumeClaim instead. tests/store/test_deploy.py validates it against KServe's published CRD
+PersistentVolumeClaim instead. tests/export/test_deploy.py validates it against KServe's published CRD
 schema (vendored, tests/fixtures/deploy/README.md).
 """
 
 from __future__ import annotations
 
-from autotune.store.deploy import kube, settings, startup, yamltext
-from autotune.store.deploy.settings import Deployment, Sources
+from autotune.export import kube, settings, startup, yamltext
+from autotune.export.settings import Deployment, Sources
 from autotune.store.record import RunRecord
 
 # What KServe's template passes itself: the model, its name, TP, the port.

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.store import artifact
-from autotune.store.deploy import helm, kube, kserve, llmisvc, ray, recipe, report, skypilot
-from autotune.store.deploy.settings import Sources
+from autotune.export import helm, kube, kserve, llmisvc, ray, recipe, report, skypilot
+from autotune.export.settings import Sources
 from autotune.store.record import RunRecord
 from autotune.vllm.log import parse_file
 
@@ -34,7 +34,7 @@ SWEEP_PLOT = "sweep.png"
 
 
 def render(record: RunRecord, name: str, found: Sources | None = None) -> str:
-    """One file's text; NotEmittable (store/verified.py) says why this run cannot give it."""
+    """One file's text; NotEmittable (export/verified.py) says why this run cannot give it."""
     if name == REPORT:
         return report.render_report(record, found)
     if name == RECIPE:
