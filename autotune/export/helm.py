@@ -23,6 +23,8 @@ from autotune.store.record import RunRecord
 VLLM_CONFIG_KEYS = {"max-model-len": "maxModelLen", "gpu-memory-utilization": "gpuMemoryUtilization",
                     "tensor-parallel-size": "tensorParallelSize", "max-num-seqs": "maxNumSeqs", "dtype": "dtype"}
 CHART = "vllm/vllm-stack"  # helm repo add vllm https://vllm-project.github.io/production-stack
+# The chart's own engine startup probe is the floor (15 s, then 60 checks 10 s apart).
+CHART_FLOOR = (startup.CHART_STARTUP_S, startup.CHART_DEFAULT)
 
 
 def vllm_config(dep: Deployment) -> tuple[dict, list[str]]:
@@ -83,7 +85,7 @@ def model_spec(dep: Deployment) -> tuple[dict, list[str]]:
 
 def values(dep: Deployment) -> tuple[dict, list[str]]:
     spec, notes = model_spec(dep)
-    p = startup.probes(dep, delay_s=startup.CHART_STARTUP_DELAY_S)
+    p = startup.probes(dep, startup.CHART_STARTUP_DELAY_S, CHART_FLOOR)
     engine: dict = {"modelSpec": [spec]}
     if "VLLM_API_KEY" in dep.secrets:
         engine["vllmApiKey"] = {"secretName": settings.SECRET_NAME, "secretKey": "VLLM_API_KEY"}
@@ -114,5 +116,5 @@ def render_helm(record: RunRecord, found: Sources | None = None) -> str:
              f"install: helm repo add vllm https://vllm-project.github.io/production-stack && "
              f"helm install vllm {CHART} -f values-production-stack.yaml",
              f"pins {dep.image} (the chart's own default image is lmcache/vllm-openai, another build)",
-             *kube.placement_notes(dep, startup.CHART_STARTUP_DELAY_S), *cache_note(dep), settings.HOST_RESOURCES_NOTE, *notes]
+             *kube.placement_notes(dep, startup.CHART_STARTUP_DELAY_S, CHART_FLOOR), *cache_note(dep), settings.HOST_RESOURCES_NOTE, *notes]
     return yamltext.document(settings.header(dep, usage), data)

@@ -41,6 +41,9 @@ def env_list(dep: Deployment) -> list[dict]:
     out = [{"name": k, "value": v} for k, v in dep.env.items()]
     out += [{"name": s, "valueFrom": {"secretKeyRef": {"name": settings.SECRET_NAME, "key": s}}}
             for s in dep.secrets]
+    # optional: the pod starts where the Secret or its key is missing (a public model needs no token)
+    out += [{"name": s, "valueFrom": {"secretKeyRef": {"name": settings.SECRET_NAME, "key": s, "optional": True}}}
+            for s in dep.optional_secrets]
     return out
 
 
@@ -49,7 +52,7 @@ def http_probe(path: str, port: int | str, period: int, failures: int) -> dict:
 
 
 def probes(dep: Deployment, path: str = "/health", port: int | str = "http",
-           floor: tuple[int, str] = (startup.CHART_STARTUP_S, startup.CHART_DEFAULT)) -> dict:
+           floor: tuple[int, str] = startup.POD_FLOOR) -> dict:
     p = startup.probes(dep, floor=floor)
     return {"startupProbe": http_probe(path, port, startup.STARTUP_PERIOD_S, p.startup_failures),
             "livenessProbe": http_probe(path, port, startup.LIVENESS_PERIOD_S, p.liveness_failures),
@@ -122,14 +125,18 @@ def vllm_container(dep: Deployment, mounts: list[dict]) -> dict:
 
 
 def secret_usage(dep: Deployment) -> list[str]:
-    if not dep.secrets:
-        return []
-    literals = " ".join(f"--from-literal={s}=..." for s in dep.secrets)
-    return [f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}"]
+    out = []
+    if dep.secrets:
+        literals = " ".join(f"--from-literal={s}=..." for s in dep.secrets)
+        out.append(f"first: kubectl create secret generic {settings.SECRET_NAME} {literals}")
+    for name in dep.optional_secrets:
+        out += settings.token_line(dep, f"--from-literal={name}=... in the Secret {settings.SECRET_NAME} "
+                                        "(the pod reads it where it exists and starts without it)")
+    return out
 
 
 def placement_notes(dep: Deployment, delay_s: int = 0,
-                    floor: tuple[int, str] = (startup.CHART_STARTUP_S, startup.CHART_DEFAULT)) -> list[str]:
+                    floor: tuple[int, str] = startup.POD_FLOOR) -> list[str]:
     """delay_s: the startup probe's initialDelaySeconds (production-stack's chart keeps its own 15 s);
     floor: the target's own startup allowance (seconds, whose)."""
     out = [f"verified on {settings.describe_gpus(dep)}; {startup.probes(dep, delay_s, floor).why}"]

@@ -2,16 +2,21 @@
 
 A verified run leaves four files that start the same server the run verified:
 
-* ``command.sh``: a comment line (autotune and vLLM versions, date, run id), then the
-  command on ONE line, environment first, secrets as ``$NAME`` (pasting a
-  backslash-continued command into zsh loses flags);
+* ``command.sh``: a script (``#!/bin/sh``, mode 0755) that is also a line to paste: comment
+  lines (autotune and vLLM versions, date, run id), then the command on ONE line, environment
+  first, secrets as ``$NAME`` (pasting a backslash-continued command into zsh loses flags), its
+  relative paths made absolute from the folder the tune ran in, so it runs from any folder;
 * ``vllm-config.yaml``: the same vLLM options for ``vllm serve --config``, long option
   names as keys (vLLM turns each key back into ``--key``);
-* ``docker-compose.yml``: a service running the vllm/vllm-openai image at the same vLLM
-  version with the same options, the GPU(s) the run was pinned to, ``ipc: host``, the
+* ``docker-compose.yml``: a service running the vllm/vllm-openai image (vLLM's CPU image for
+  a CPU run) at the same vLLM version with the same options, the GPU(s) the run was pinned to, ``ipc: host``, the
   Hugging Face cache mounted, the port published;
 * ``vllm.service``: a systemd unit with the same command and environment, restarted on
   failure.
+
+Every file serves the model under one name (a local folder's base name where the command gave
+none: verified.served_name), and references HF_TOKEN as optional for a Hub model the tune ran
+without a token (verified.optional_secrets).
 
 Each file says which autotune and vLLM versions verified it and when: the numbers are
 true for that vLLM, that driver and that machine, and age with them.
@@ -29,6 +34,7 @@ Everything here except ``write_all`` is pure: a run record (RunRecord, store/rec
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 from pathlib import Path, PurePosixPath
@@ -39,12 +45,15 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.export.verified import (
-    CONTAINER_MODELS, CPU_IMAGE, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, IMAGE, NotEmittable, absolute, clients_line,
-    cwd_of, final_argv, fmt_int, gpu_names, image_tag, is_local_path, pinned_gpus, port_of, provenance_line,
-    secret_names, serve_command, served_name, set_first_line, shell_env, shell_word, yaml_scalar)
+    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, HUB_TOKEN, HUB_TOKEN_WHY, NotEmittable, absolute,
+    anchored, clients_line, cwd_of, final_argv, fmt_int, gpu_names, image_tag, is_local_path, optional_secrets,
+    pinned_gpus, port_of, provenance_line, relative_words, secret_names, serve_command, served_name,
+    served_name_added, set_first_line, shell_env, shell_word, yaml_scalar)
 from autotune.vllm import servecmd
 
 COMMAND = "command.sh"
+SHEBANG = "#!/bin/sh"
+COMMAND_MODE = 0o755  # a script: ./command.sh runs it
 YAML = "vllm-config.yaml"
 COMPOSE = "docker-compose.yml"
 SYSTEMD = "vllm.service"
@@ -63,16 +72,42 @@ _NOT_IN_CONTAINER = HOST_PATHS_ENV | DEVICE_SELECTION_ENV | {"CUDA_DEVICE_ORDER"
 # command.sh
 # ---------------------------------------------------------------------------
 
+def served_argv(record: RunRecord) -> list[str]:
+    """The verified command with the --served-model-name every file gives (verified.served_name_added)."""
+    name = served_name_added(record)
+    return final_argv(record) + (["--served-model-name", name] if name else [])
+
+
 def command_line(record: RunRecord) -> str:
-    """The verified command as ONE shell line, environment first."""
+    """The verified command as ONE shell line, environment first, its relative paths made absolute
+    from the folder the tune ran in (runnable from anywhere)."""
     env = shell_env(record)
     head = [f"{k}={shlex.quote(v) if not v.startswith('$') else v}" for k, v in env.items()]
-    return " ".join(head + [shell_word(a) for a in final_argv(record)])
+    return " ".join(head + [shell_word(a) for a in anchored(served_argv(record), cwd_of(record))])
 
 
 def render_command(record: RunRecord) -> str:
-    lines = [f"# {provenance_line(record)}", *set_first_line(record), command_line(record)]
+    """A script (shebang, mode 0755 from write_all) that is also one line to paste."""
+    lines = [SHEBANG, f"# {provenance_line(record)}", *set_first_line(record), *hub_token_lines(record, "export")]
+    name = served_name_added(record)
+    if name:
+        lines.append(f"# {clients_line(name)}")
+    relative = relative_words(served_argv(record)) if cwd_of(record) is None else []
+    if relative:
+        lines.append(f"# run it from the folder autotune ran in (the run recorded none): {' '.join(relative)} "
+                     "are relative to it")
+    lines.append(command_line(record))
     return "\n".join(lines) + "\n"
+
+
+def hub_token_lines(record: RunRecord, how: str) -> list[str]:
+    """The comment on the optional HF_TOKEN (verified.optional_secrets): how the file's consumer gets it."""
+    if not optional_secrets(record):
+        return []
+    where = {"export": f"export {HUB_TOKEN}=... before running it (vLLM reads it from the environment)",
+             "compose": f"set {HUB_TOKEN} in the environment or .env (unset, the container gets none)",
+             "systemd": f"put {HUB_TOKEN}=... in /etc/default/vllm (mode 600; the unit reads it if it exists)"}[how]
+    return [f"# optional {HUB_TOKEN}: {HUB_TOKEN_WHY}: {where}"]
 
 
 # ---------------------------------------------------------------------------
@@ -82,7 +117,13 @@ def render_command(record: RunRecord) -> str:
 def render_yaml(record: RunRecord) -> str:
     # vLLM reads a --config file under the flags (flags win): one file holds the merged options.
     cmd, replay_profile = serve_command(record, YAML)
+    served, add_name = served_name(cmd)
+    if add_name:
+        cmd.options.append(("served-model-name", served))
     cmd.options = list(dict(cmd.options).items())  # one key each, the last value (argparse: the last wins)
+    if is_local_path(cmd.model):
+        cmd.model = absolute(cmd.model, cwd_of(record))  # the file works from any folder
+    cmd.launcher = anchored(cmd.launcher, cwd_of(record))
     # vLLM does not expand a variable in a config file: options with a secret go on the command line.
     on_command_line = [(name, value) for name, value in cmd.options if _has_reference(value)]
     options = [(name, value) for name, value in cmd.options if not _has_reference(value)]
@@ -92,7 +133,7 @@ def render_yaml(record: RunRecord) -> str:
     if cmd.launcher[-1:] != ["serve"]:
         usage += f"   (or: vllm serve --config {YAML} ...)"
     lines = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
-             f"# usage: {usage}"]
+             *hub_token_lines(record, "export"), f"# usage: {usage}", f"# {clients_line(served)}"]
     env = shell_env(record)
     if env:
         lines.append("# environment it was verified with (a config file cannot set it): "
@@ -175,31 +216,26 @@ def render_compose(record: RunRecord) -> str:
         notes.append(f"--host {cmd.option('host')} listens inside the container only: "
                      "drop it (vLLM's default listens on all addresses) for the published port to work")
     out = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
+           *hub_token_lines(record, "compose"),
            "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)",
            f"# {clients_line(served)}"]
     ids = pinned_gpus(record)
     gpus = (record.get("machine") or {}).get("gpus") or []
-    if ids is None and not gpus:
-        out.append(f"# this run used vLLM's CPU backend (no GPU recorded); {IMAGE} is the CUDA build: "
-                   f"for the CPU backend use vLLM's CPU image ({CPU_IMAGE}) "
-                   "with the same command")
+    cpu = ids is None and not gpus
+    if cpu:
+        out.append("# this run used vLLM's CPU backend (no GPU recorded): the image is vLLM's CPU build")
     for named in gpu_names(record, ids or []):
         out.append(f"# {named}")
     if ids and env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID" and len(gpus) > 1:
         out.append("# the run did not set CUDA_DEVICE_ORDER=PCI_BUS_ID: its CUDA index may differ from the "
                    "nvidia-smi index that device_ids uses; check with nvidia-smi -L")
     out += [f"# note: {n}" for n in notes]
-    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.get('vllm_version')))}",
+    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.get('vllm_version'), cpu=cpu))}",
             "    command:"]
     out += [f"      - {_compose_value(token)}" for token in command]
     out += ["    ports:", f"      - \"{port}:{port}\"", "    ipc: host", "    volumes:"]
     out += [f"      - {json.dumps(v)}" for v in volumes]
-    container_env = {k: v for k, v in env.items() if k not in _NOT_IN_CONTAINER}
-    if container_env:
-        out.append("    environment:")
-        for key, value in container_env.items():
-            shown = f"${{{key}}}" if is_secret(key) else str(value).replace("$", "$$")
-            out.append(f"      {key}: {json.dumps(shown, ensure_ascii=False)}")
+    out += _compose_environment(record)
     if ids is not None or gpus:
         out += ["    deploy:", "      resources:", "        reservations:", "          devices:",
                 "            - driver: nvidia"]
@@ -210,6 +246,20 @@ def render_compose(record: RunRecord) -> str:
         out.append("              capabilities: [gpu]")
     out.append("    restart: unless-stopped")
     return "\n".join(out) + "\n"
+
+
+def _compose_environment(record: RunRecord) -> list[str]:
+    """The service's environment: what the run had (secrets by reference), and the optional token."""
+    env = record.get("environment") or {}
+    container_env = {k: v for k, v in env.items() if k not in _NOT_IN_CONTAINER}
+    if not container_env and not optional_secrets(record):
+        return []
+    out = ["    environment:"]
+    for key, value in container_env.items():
+        shown = f"${{{key}}}" if is_secret(key) else str(value).replace("$", "$$")
+        out.append(f"      {key}: {json.dumps(shown, ensure_ascii=False)}")
+    # unset, compose passes an empty token, which vLLM reads as none
+    return out + [f"      {key}: \"${{{key}:-}}\"" for key in optional_secrets(record)]
 
 
 # ---------------------------------------------------------------------------
@@ -235,7 +285,7 @@ def systemd_word(arg: str) -> str:
 
 
 def exec_start(record: RunRecord) -> str:
-    argv = final_argv(record)
+    argv = served_argv(record)
     program = argv[0]
     if "/" in program and not program.startswith("/"):
         # systemd runs only absolute paths or names on its fixed PATH.
@@ -262,6 +312,10 @@ def render_systemd(record: RunRecord) -> str:
     if secrets:
         out.append(f"# put {', '.join(f'{s}=...' for s in secrets)} in /etc/default/vllm (mode 600): "
                    "the unit reads it (ExecStart's ${...} come from it) and no secret is written here")
+    out += hub_token_lines(record, "systemd")
+    name = served_name_added(record)
+    if name:
+        out.append(f"# {clients_line(name)}")
     out += ["[Unit]",
             f"Description=vLLM serving {model} at --max-model-len "
             f"{fmt_int((record.get('result') or {}).get('ceiling'))} (verified by autotune)",
@@ -273,7 +327,7 @@ def render_systemd(record: RunRecord) -> str:
             continue
         escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
         out.append(f'Environment="{key}={escaped}"')
-    if secrets:
+    if secrets or optional_secrets(record):
         out.append("EnvironmentFile=-/etc/default/vllm")
     out += [f"ExecStart={exec_start(record)}",
             "Restart=on-failure", "RestartSec=10",
@@ -317,4 +371,6 @@ def write_all(run_dir: Path, record: RunRecord) -> list[str]:
     texts, _ = render_all(record, run_dir)
     for name, text in texts.items():
         artifact.write_atomic(Path(run_dir) / name, text)
+    if COMMAND in texts:
+        os.chmod(Path(run_dir) / COMMAND, COMMAND_MODE)
     return list(texts)

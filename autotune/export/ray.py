@@ -99,7 +99,9 @@ def render_ray_serve(record: RunRecord, found: Sources | None = None) -> str:
     release, warning = ray_release(dep)
     data, notes = serve_config(dep)
     usage = [f"run: serve deploy ray-serve.yaml (on a Ray {release} cluster with ray[serve,llm]=={release}; "
-             f"the OpenAI routes on :{SERVE_PORT}/v1)", f"verified on {settings.describe_gpus(dep)}", *notes]
+             f"the OpenAI routes on :{SERVE_PORT}/v1)",
+             *settings.token_line(dep, "export HF_TOKEN=... on every node before `ray start` (its workers inherit it)"),
+             f"verified on {settings.describe_gpus(dep)}", *notes]
     return yamltext.document(settings.header(dep, usage, warning), data)
 
 

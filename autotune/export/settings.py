@@ -17,9 +17,11 @@ from pathlib import PurePosixPath
 from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
+from autotune.export import verified
 from autotune.export.verified import (
-    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
-    is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
+    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, HUB_TOKEN, HUB_TOKEN_WHY, absolute, clients_line, cwd_of,
+    image_tag, is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name,
+    verified_on)
 from autotune.vllm import servecmd, versions
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.
@@ -72,6 +74,7 @@ class Deployment:
     options: list[tuple[str, object]]  # vLLM options, long names, command order; no listen options
     env: dict[str, str]  # the environment to carry (no secret, no host path, no device index)
     secrets: list[str]  # variables holding a secret: set them, autotune wrote none down
+    optional_secrets: list[str]  # secrets a file references but runs without (verified.optional_secrets)
     gpu_count: int
     gpu_name: str | None  # as NVML names it
     tp: int
@@ -127,6 +130,7 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
         image=image_tag(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
         model_host_path=host_path, served_name=served,
         options=options, env=carried_env(record), secrets=secret_names(record),
+        optional_secrets=verified.optional_secrets(record),
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
@@ -343,6 +347,11 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
     lines += [f"# note: {n}" for n in dep.notes]
     lines += [f"# {line}" for line in pinned_note(dep)]
     return lines
+
+
+def token_line(dep: Deployment, how: str) -> list[str]:
+    """The usage line on the optional HF_TOKEN (how: the target's way to give it), where the file has one."""
+    return [f"optional {HUB_TOKEN}: {HUB_TOKEN_WHY}: {how}"] if HUB_TOKEN in dep.optional_secrets else []
 
 
 def describe_gpus(dep: Deployment) -> str:

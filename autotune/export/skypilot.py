@@ -68,8 +68,9 @@ def task(dep: Deployment, gpu_memory_gib: float | None, infra: str | None = None
     envs.update(dep.env)
     if envs:
         out["envs"] = envs
-    if dep.secrets:
+    if dep.secrets or dep.optional_secrets:
         out["secrets"] = {s: None for s in dep.secrets}  # given at launch: sky launch --secret NAME
+        out["secrets"].update({s: "" for s in dep.optional_secrets})  # empty unless given: vLLM reads it as none
     if dep.model_host_path:
         out["file_mounts"] = {dep.model: dep.model_host_path}
     else:  # the Hub downloads land in a bucket: a relaunch (or another cluster) reads them from there
@@ -79,12 +80,17 @@ def task(dep: Deployment, gpu_memory_gib: float | None, infra: str | None = None
     return out
 
 
+def _what_it_needs(dep: Deployment) -> str:
+    return "the CPUs asked for" if dep.cpu else "the GPU"
+
+
 def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
     dep = settings.from_record(record, found)
     gpus = (record.get("machine") or {}).get("gpus") or []
     memory = next((g.get("memory_total_gib") for g in gpus if g.get("name") == dep.gpu_name), None)
     secrets = " ".join(f"--secret {s}" for s in dep.secrets)
     usage = [f"launch: sky launch -c vllm skypilot.yaml {secrets}".rstrip(),
+             *settings.token_line(dep, "add --secret HF_TOKEN to pass yours (without it the task runs with none)"),
              f"verified on {settings.describe_gpus(dep)}; {shlex.quote(dep.image)} pins vLLM {dep.vllm_version}"]
     if not dep.cpu:
         usage.append(f"accelerators: SkyPilot's name for the {dep.gpu_name} (check it with `sky show-gpus`)")
@@ -92,7 +98,8 @@ def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
     if infra:
         usage.append(f"launches on {infra} (resources.infra, SkyPilot 0.14's one key for cloud, region and zone)")
     else:
-        usage.append("launches on any infra SkyPilot has enabled (the cheapest with the GPU): `show --emit skypilot "
+        usage.append(f"launches on any infra SkyPilot has enabled (the cheapest with {_what_it_needs(dep)}): "
+                     "`show --emit skypilot "
                      "--infra aws/us-east-1` (or gcp, k8s/CONTEXT) writes resources.infra, SkyPilot 0.14's one key "
                      "for cloud, region and zone")
     if not dep.model_host_path:

@@ -27,6 +27,10 @@ READINESS_PERIOD_S = 5
 CHART_STARTUP_DELAY_S = 15
 CHART_STARTUP_S = CHART_STARTUP_DELAY_S + 60 * STARTUP_PERIOD_S
 CHART_DEFAULT = "production-stack's own default"
+# A plain pod (Deployment, LLMInferenceService, RayService) has no default of its own: autotune keeps
+# the chart's, said in words that fit a file with no chart in it.
+POD_FLOOR = (CHART_STARTUP_S, "the least autotune gives any vLLM pod: a cold node pulls the image and compiles, "
+                              "and vLLM's production-stack chart allows its engine about 10 minutes")
 
 _BANDWIDTH = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(MB/s|MiB/s|GB/s|GiB/s|Mbit/s|Gbit/s|Mbps|Gbps)?\s*", re.IGNORECASE)
 _TO_MB_S = {"mb/s": 1.0, "mib/s": 1.048576, "gb/s": 1000.0, "gib/s": 1073.741824, "mbit/s": 0.125,
@@ -68,8 +72,9 @@ def download_s(dep: Deployment) -> tuple[float, str]:
     return seconds, f"{dep.weights_from} at {rate:g} MB/s ({told}) {math.ceil(seconds)} s"
 
 
-def startup_allowance(dep: Deployment, floor_s: int, floor_name: str) -> tuple[int, str]:
-    """(seconds, how they were reached): download + warm-up + 3x boot, at least floor_s."""
+def startup_allowance(dep: Deployment, floor_s: int) -> tuple[int, str, bool]:
+    """(seconds, how they were reached, whether floor_s raised them): download + warm-up + 3x boot,
+    at least floor_s."""
     pull, pull_how = download_s(dep)
     parts = [pull_how, f"cache warm-up {COLD_CACHE_WARMUP_S} s"]
     total = pull + COLD_CACHE_WARMUP_S
@@ -80,22 +85,20 @@ def startup_allowance(dep: Deployment, floor_s: int, floor_name: str) -> tuple[i
         parts.append(f"{dep.boot_from}")
     seconds = math.ceil(total)
     how = " + ".join(parts) + f" = {seconds} s"
-    if seconds < floor_s:
-        how += f", raised to {floor_s} s ({floor_name})"
-        seconds = floor_s
-    return seconds, how
+    return max(seconds, floor_s), how, seconds < floor_s
 
 
-def probes(dep: Deployment, delay_s: int = 0, floor: tuple[int, str] = (CHART_STARTUP_S, CHART_DEFAULT)) -> Probes:
-    """Startup: startup_allowance, never below floor (seconds, whose default): production-stack's
+def probes(dep: Deployment, delay_s: int = 0, floor: tuple[int, str] = POD_FLOOR) -> Probes:
+    """Startup: startup_allowance, never below floor (seconds, why in words): production-stack's
     615 s, the vLLM project's own chart, where the target has no default of its own (plain
     Kubernetes). Liveness: /health may stay silent for twice the slowest first token the probe
-    measured, at least 3 periods."""
-    seconds, how = startup_allowance(dep, *floor)
+    measured, at least 3 periods. The comment gives one figure, the probe's own (whole periods)."""
+    seconds, how, raised = startup_allowance(dep, floor[0])
     failures = math.ceil(max(seconds - delay_s, STARTUP_PERIOD_S) / STARTUP_PERIOD_S)
-    why = f"startup allows {delay_s + failures * STARTUP_PERIOD_S} s: {how}"
+    allowed = delay_s + failures * STARTUP_PERIOD_S
+    why = f"startup allows {allowed} s: {how}" + (f", raised to {allowed} s ({floor[1]})" if raised else "")
     silent = 2 * dep.longest_ttft_s if dep.longest_ttft_s else 0.0
     liveness = max(3, math.ceil(silent / LIVENESS_PERIOD_S))
     if dep.longest_ttft_s:
         why += f"; slowest first token {dep.longest_ttft_s:.1f} s: liveness allows {liveness * LIVENESS_PERIOD_S} s"
-    return Probes(failures, liveness, delay_s, delay_s + failures * STARTUP_PERIOD_S, why)
+    return Probes(failures, liveness, delay_s, allowed, why)

@@ -121,6 +121,35 @@ def served_name(cmd: VllmCommand) -> tuple[str, bool]:
     return cmd.model, False
 
 
+def served_name_added(record: RunRecord) -> str | None:
+    """The --served-model-name every file adds to the verified command (served_name), else None:
+    one name in every file, so a client of one deployment works against another."""
+    try:
+        cmd, _ = serve_command(record, "a paste-ready file")
+    except NotEmittable:  # not plain vLLM: nothing to add to
+        return None
+    name, add = served_name(cmd)
+    return name if add else None
+
+
+# A gated or private model on the Hugging Face Hub needs a token: vLLM (huggingface_hub) reads it from
+# HF_TOKEN; an empty one counts as none, so a file may pass it on unset.
+HUB_TOKEN = "HF_TOKEN"
+HUB_TOKEN_WHY = "a gated or private Hugging Face model needs it (a public one does not)"
+
+
+def optional_secrets(record: RunRecord) -> list[str]:
+    """[HF_TOKEN] where the model comes from the Hub and the tune ran without a token: every file
+    references it as optional (set it and the file passes it on; leave it unset and it still runs)."""
+    try:
+        cmd, _ = serve_command(record, "a paste-ready file")
+    except NotEmittable:
+        return []
+    if is_local_path(cmd.model) or HUB_TOKEN in secret_names(record):
+        return []
+    return [HUB_TOKEN]
+
+
 def clients_line(name: str) -> str:
     return f"clients ask for the model {json.dumps(name)} (the `model` of each OpenAI request; GET /v1/models lists it)"
 
@@ -206,6 +235,28 @@ def absolute(path: str, cwd: str | None) -> str:
     if path.startswith(("/", "~")) or cwd is None:
         return path
     return str(PurePosixPath(cwd) / path)
+
+
+def anchored(argv: list[str], cwd: str | None) -> list[str]:
+    """argv with its relative paths made absolute from cwd (the folder the tune ran in), so the
+    command runs from any folder: a program given by path, the model's folder, any ./ ../ .x/
+    word (or --option=value); argv as it is where cwd was not recorded."""
+    if cwd is None:
+        return list(argv)
+    model = servecmd.model_of(argv)
+    out = []
+    for index, word in enumerate(argv):
+        name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        relative = not value.startswith(("/", "~", "$")) and (
+            index == 0 and "/" in value or value.startswith(".") and "/" in value
+            or value == model and is_local_path(value))
+        out.append(name + eq + (absolute(value, cwd) if relative else value))
+    return out
+
+
+def relative_words(argv: list[str]) -> list[str]:
+    """The words of argv that anchored() would make absolute (for the note where no folder was recorded)."""
+    return [a for a, b in zip(argv, anchored(argv, "/")) if a != b]
 
 
 def port_of(cmd: VllmCommand) -> int:

@@ -130,7 +130,8 @@ def test_no_file_holds_the_secret_each_takes_it_by_reference(rendered):
     assert {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "vllm-secrets", "key": "VLLM_API_KEY"}}} in env
     assert yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["vllmApiKey"] == \
         {"secretName": "vllm-secrets", "secretKey": "VLLM_API_KEY"}
-    assert yaml.safe_load(files["skypilot.yaml"])["secrets"] == {"VLLM_API_KEY": None}
+    # given at launch; HF_TOKEN optional (a Hub model: test_a_hub_model_references_an_optional_token_in_every_file)
+    assert yaml.safe_load(files["skypilot.yaml"])["secrets"] == {"VLLM_API_KEY": None, "HF_TOKEN": ""}
     assert "kubectl create secret generic vllm-secrets --from-literal=VLLM_API_KEY=..." in files["k8s-deployment.yaml"]
     assert "does not check vLLM's API key" in files["ray-serve.yaml"]
 
@@ -194,6 +195,52 @@ def test_a_slow_pull_lengthens_the_startup_allowance(replay):
     assert "at 10 MB/s (--pull-bandwidth)" in files["k8s-deployment.yaml"]
     result = CliRunner().invoke(cli, ["show", str(replay.run_dir), "--emit", "k8s", "--pull-bandwidth", "fast"])
     assert result.exit_code == 2 and "'fast' is not a bandwidth" in result.output
+
+
+@pytest.mark.parametrize("record_name", ["replay-tp2-levers", "cpu-auto"])
+def test_each_startup_comment_gives_the_probes_own_figure(rendered, record_name):
+    """One figure per file, the probe's (its delay + checks x period), and where a floor raised it, a
+    reason that fits the file: a plain Deployment has no production-stack default of its own."""
+    files = rendered[record_name]
+    for name, seconds in _startup_s(files).items():
+        text = files[{"helm": "values-production-stack.yaml", "k8s": "k8s-deployment.yaml",
+                      "kserve": "kserve-inferenceservice.yaml", "llmisvc": "kserve-llminferenceservice.yaml"}[name]]
+        line = next(line for line in text.splitlines() if "startup allows" in line)
+        assert re.search(r"startup allows (\d+) s", line).group(1) == str(seconds), (name, line)
+        assert set(re.findall(r"raised to (\d+) s", line)) <= {str(seconds)}, (name, line)
+        assert ("production-stack's own default" in line) == (name == "helm"), (name, line)
+    assert "raised to 620 s (the least autotune gives any vLLM pod" in files["k8s-deployment.yaml"]
+
+
+def test_a_hub_model_references_an_optional_token_in_every_file(rendered):
+    """The replay tuned a Hub model without HF_TOKEN: each file still takes one, optional and said so (a
+    gated or private model needs it), each in its consumer's form; a local model's files never mention it,
+    and a token set during the tune stays required."""
+    files = rendered["replay-tp2-levers"]
+    for name, text in files.items():
+        if name != targets.REPORT:
+            assert "optional HF_TOKEN: a gated or private Hugging Face model needs it" in text, name
+    optional = {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "vllm-secrets", "key": "HF_TOKEN",
+                                                                  "optional": True}}}
+    deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
+    assert optional in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert optional in checks.kserve_container(checks.documents(files["kserve-inferenceservice.yaml"])[0])["env"]
+    (spec,) = yaml.safe_load(files["values-production-stack.yaml"])["servingEngineSpec"]["modelSpec"]
+    assert optional in spec["env"]
+    compose = yaml.safe_load(files["docker-compose.yml"])["services"]["vllm"]
+    assert compose["environment"]["HF_TOKEN"] == "${HF_TOKEN:-}"  # unset: empty, which vLLM reads as no token
+    assert "EnvironmentFile=-/etc/default/vllm" in files["vllm.service"]
+    assert yaml.safe_load(files["skypilot.yaml"])["secrets"]["HF_TOKEN"] == ""
+    assert "export HF_TOKEN=... before running it" in files["command.sh"]
+    assert not [name for name, text in rendered["cpu-auto"].items() if "HF_TOKEN" in text]
+    for name, text in rendered["gpu-pinned-secrets"].items():
+        assert "optional HF_TOKEN" not in text, name
+
+
+def test_skypilot_speaks_of_cpus_for_a_cpu_run(rendered):
+    text = rendered["cpu-auto"]["skypilot.yaml"]
+    assert "GPU" not in text.replace("no GPU", "") and "the cheapest with the CPUs asked for" in text
+    assert yaml.safe_load(text)["resources"]["image_id"].startswith("docker:public.ecr.aws/q9t5s3a7/vllm-cpu")
 
 
 def test_a_local_model_is_not_downloaded(rendered):
@@ -321,7 +368,16 @@ def records_ceiling(rendered, record_name) -> int:
 
 
 def served_names(files: dict[str, str]) -> dict[str, str]:
-    """The model id clients ask for, as each file makes vLLM (or its runtime) serve it."""
+    """The model id clients ask for, as each file makes vLLM (or its runtime) serve it: the host files
+    (command.sh, vllm-config.yaml, vllm.service) and every deployment."""
+    command = shlex.split(files["command.sh"].splitlines()[-1])
+    unit = shlex.split(next(line for line in files["vllm.service"].splitlines() if line.startswith("ExecStart=")))
+    return {"command.sh": last_option(command, "--served-model-name"),
+            "vllm-config.yaml": yaml.safe_load(files["vllm-config.yaml"])["served-model-name"],
+            "vllm.service": last_option(unit, "--served-model-name"), **deployment_served_names(files)}
+
+
+def deployment_served_names(files: dict[str, str]) -> dict[str, str]:
     deployment, *_ = checks.documents(files["k8s-deployment.yaml"])
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     helm = checks.helm_argv(yaml.safe_load(files["values-production-stack.yaml"]))
@@ -353,7 +409,7 @@ def test_a_local_model_serves_one_name_in_every_file(rendered):
     assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/models/tiny-llama"
     (llm,) = yaml.safe_load(files["ray-serve.yaml"])["applications"][0]["args"]["llm_configs"]
     assert llm["model_loading_config"] == {"model_id": "tiny-llama", "model_source": "/models/tiny-llama"}
-    for name in [*DEPLOY_FILES, "docker-compose.yml"]:
+    for name in [*DEPLOY_FILES, "docker-compose.yml", "command.sh", "vllm-config.yaml", "vllm.service"]:
         assert '# clients ask for the model "tiny-llama"' in files[name], name
     assert "not carried" not in files["ray-serve.yaml"]
 

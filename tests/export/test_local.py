@@ -52,19 +52,24 @@ def env_and_argv(line: str) -> tuple[dict[str, str], list[str]]:
 # command.sh
 # ---------------------------------------------------------------------------
 
-def test_command_sh_is_a_comment_then_one_command_line_that_round_trips(record):
+def test_command_sh_is_a_script_of_comments_then_one_command_line_that_round_trips(record):
     text = local.render_command(typed(record))
     lines = text.splitlines()
     secrets = verified.secret_names(typed(record))
-    assert len(lines) == 2 + bool(secrets) and lines[0].startswith("# verified by autotune ")
-    assert not lines[-1].startswith("#")
-    assert f"with vLLM {record['vllm_version']} on 2026-11-29" in lines[0]
+    assert lines[0] == "#!/bin/sh" and lines[1].startswith("# verified by autotune ")
+    assert all(line.startswith("#") for line in lines[:-1]) and not lines[-1].startswith("#")
+    assert f"with vLLM {record['vllm_version']} on 2026-11-29" in lines[1]
     if secrets:
-        assert lines[1].startswith(f"# set {', '.join(secrets)} in the environment first")
+        assert lines[2].startswith(f"# set {', '.join(secrets)} in the environment first")
     env, argv = env_and_argv(lines[-1])
-    # every secret of the command is a reference to a variable; the rest is as verified
+    # every secret of the command is a reference to a variable; the rest is as verified, and a local
+    # model's folder is served under its base name, as in every other file
+    served = [] if "--served-model-name" in record["result"]["final_argv"] else ["--served-model-name", "tiny-llama"]
     assert argv == [{"key-one": "${VLLM_API_KEY}", "key-two": "${VLLM_API_KEY_2}"}.get(a, a)
-                    for a in record["result"]["final_argv"]]
+                    for a in record["result"]["final_argv"]] + served
+    if not record["command"].get("cwd"):  # an old record: the note says where the relative paths start
+        assert "# run it from the folder autotune ran in (the run recorded none): .venv/bin/python " \
+               ".demo/tiny-llama are relative to it" in lines
     # environment first, as recorded; the secret (recorded as ***) refers to the user's own variable
     assert env == {k: (f"${k}" if is_secret(k) else v) for k, v in record["environment"].items()}
     assert list(env) == list(record["environment"])
@@ -81,6 +86,31 @@ def test_the_secret_is_a_shell_reference_expanded_by_the_shell_that_runs_it(tmp_
                          env={"HF_TOKEN": "hf_from_the_users_shell", "PATH": "/usr/bin:/bin"}).stdout
     assert "HF_TOKEN=hf_from_the_users_shell" in out.splitlines()
     assert "VLLM_CACHE_ROOT=/data/vllm 100%$cache" in out.splitlines()
+
+
+def test_command_sh_runs_from_any_folder(tmp_path):
+    """`make demo`'s run: .venv/bin/python and .demo/tiny-llama relative to the folder it ran in. The
+    script in the run folder runs, as ./command.sh, from another folder: executable, a shebang, its
+    paths absolute (the program here prints the words it was given)."""
+    tuned_in = tmp_path / "project"
+    program = tuned_in / ".venv" / "bin" / "python"
+    program.parent.mkdir(parents=True)
+    program.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    program.chmod(0o755)
+    (tuned_in / ".demo" / "tiny-llama").mkdir(parents=True)
+    rec = real()
+    rec["command"]["cwd"] = str(tuned_in)
+    run_dir = tmp_path / "runs" / "20261129T104543Z-tiny-llama"
+    run_dir.mkdir(parents=True)
+    local.write_all(run_dir, typed(rec))
+    assert (run_dir / "command.sh").stat().st_mode & 0o777 == 0o755
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = subprocess.run([str(run_dir / "command.sh")], cwd=elsewhere, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    words = out.stdout.splitlines()
+    assert words[:3] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert words[3] == f"{tuned_in}/.demo/tiny-llama" and words[-2:] == ["--served-model-name", "tiny-llama"]
 
 
 # ---------------------------------------------------------------------------
@@ -126,7 +156,7 @@ def vllm_reads(tmp_path_factory):
         rec = RECORDS_UNDER_TEST[name]()
         path = folder / f"{name}.yaml"
         path.write_text(local.render_yaml(typed(rec)))
-        argv = verified.final_argv(typed(rec))
+        argv = local.served_argv(typed(rec))  # command.sh's: the served name every file gives
         cmd = verified.parse_vllm_command(argv)
         # vllm-config.yaml's usage line adds the options that hold a secret reference
         usage = next(line for line in path.read_text().splitlines() if line.startswith("# usage: "))
@@ -160,6 +190,7 @@ def test_vllm_reads_the_config_file_into_the_same_settings_as_the_command(name, 
     read = results[name]
     assert read["from_config"] == read["from_argv"]
     assert read["from_argv"]["max_model_len"] in ("16256", "61152")
+    assert read["from_config"]["served_model_name"] in ("['tiny-llama']", "['qwen 27b']")
 
 
 @pytest.mark.parametrize("value, text", [
@@ -208,7 +239,8 @@ def test_docker_compose_for_the_real_cpu_run_mounts_the_local_model_and_says_whi
     rec["command"]["cwd"] = "/work/main"
     text = local.render_compose(typed(rec))
     service = yaml.safe_load(text)["services"]["vllm"]
-    assert service["image"] == "vllm/vllm-openai:v0.32.0" and service["ipc"] == "host"
+    # vLLM's CPU image, as the Kubernetes files and SkyPilot use for this run (the CUDA one would not start)
+    assert service["image"] == "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.32.0" and service["ipc"] == "host"
     assert "/work/main/.demo/tiny-llama:/models/tiny-llama:ro" in service["volumes"]
     assert service["command"][:2] == ["--model", "/models/tiny-llama"]
     assert service["ports"] == ["8000:8000"]  # autotune chose the port: the image's default
