@@ -1,4 +1,4 @@
-"""The Python autotune claims is a Python it runs on.
+"""The Python autotune claims is a Python its commands run on (here: every command imports the package).
 
 pyproject.toml's requires-python names the lowest version; ruff checks the syntax against the same
 version (target-version), the README says it, and every standard-library name the package uses
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "autotune"
 
 # Standard-library names added after 3.10, by the version that added them: (module, name) -> version;
