@@ -237,18 +237,23 @@ def absolute(path: str, cwd: str | None) -> str:
     return str(PurePosixPath(cwd) / path)
 
 
+# vLLM options whose value is always a file (a --chat-template may be the template itself).
+PATH_OPTIONS = ("--config", "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs", "--download-dir")
+
+
 def anchored(argv: list[str], cwd: str | None) -> list[str]:
     """argv with its relative paths made absolute from cwd (the folder the tune ran in), so the
-    command runs from any folder: a program given by path, the model's folder, any ./ ../ .x/
-    word (or --option=value); argv as it is where cwd was not recorded."""
+    command runs from any folder: a program given by path, the model's folder, a file option's
+    value, any ./ ../ .x/ word (or --option=value); argv as it is where cwd was not recorded."""
     if cwd is None:
         return list(argv)
     model = servecmd.model_of(argv)
     out = []
     for index, word in enumerate(argv):
         name, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        relative = not value.startswith(("/", "~", "$")) and (
-            index == 0 and "/" in value or value.startswith(".") and "/" in value
+        a_file = name in PATH_OPTIONS or index > 0 and argv[index - 1] in PATH_OPTIONS
+        relative = value != "" and not value.startswith(("/", "~", "$")) and (
+            index == 0 and "/" in value or value.startswith(".") and "/" in value or a_file
             or value == model and is_local_path(value))
         out.append(name + eq + (absolute(value, cwd) if relative else value))
     return out

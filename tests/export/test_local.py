@@ -113,6 +113,20 @@ def test_command_sh_runs_from_any_folder(tmp_path):
     assert words[3] == f"{tuned_in}/.demo/tiny-llama" and words[-2:] == ["--served-model-name", "tiny-llama"]
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["vllm", "serve", "Qwen/Qwen3-8B", "--config", "cfg.yaml"], ["vllm", "serve", "Qwen/Qwen3-8B", "--config", "/r/cfg.yaml"]),
+    (["./venv/bin/vllm", "serve", "models/a/b", "--ssl-keyfile=key.pem"],
+     ["/r/venv/bin/vllm", "serve", "/r/models/a/b", "--ssl-keyfile=/r/key.pem"]),
+    (["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "../m", "--chat-template", "{{ x }}",
+      "--api-key", "${VLLM_API_KEY}"],
+     ["python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/r/../m", "--chat-template", "{{ x }}",
+      "--api-key", "${VLLM_API_KEY}"]),
+])
+def test_command_sh_anchors_each_relative_path_at_the_recorded_folder(argv, expected):
+    assert verified.anchored(argv, "/r") == expected
+    assert verified.anchored(argv, None) == argv  # no folder recorded: the note says where they start
+
+
 # ---------------------------------------------------------------------------
 # vllm-config.yaml, checked against the installed vLLM
 # ---------------------------------------------------------------------------
