@@ -9,8 +9,8 @@ A verified run leaves four files that start the same server the run verified:
 * ``vllm-config.yaml``: the same vLLM options for ``vllm serve --config``, long option
   names as keys (vLLM turns each key back into ``--key``);
 * ``docker-compose.yml``: a service running the vllm/vllm-openai image (vLLM's CPU image for
-  a CPU run) at the same vLLM version with the same options, the GPU(s) the run was pinned to, ``ipc: host``, the
-  Hugging Face cache mounted, the port published;
+  a CPU run) at the same vLLM version with the same options, the GPU(s) the run was pinned
+  to, ``ipc: host``, the Hugging Face cache mounted, the port published;
 * ``vllm.service``: a systemd unit with the same command and environment, restarted on
   failure.
 
