@@ -4,7 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_MODEL := .demo/tiny-llama
 # The embedded default: vLLM on the CPU serving a tiny local model, with a 128 MiB KV pool
-# (16,384 tokens at 8 KiB per token), so a target of 65,536 is refused and the ceiling is found.
+# (16,384 tokens at 8 KiB per token), so a target of 65,536 does not fit: vLLM fits the ceiling in
+# one boot (--max-model-len auto) and autotune verifies it.
 DEMO_TARGET ?= 65536
 DEMO_SERVE := $(PY) -m vllm.entrypoints.openai.api_server --model $(DEMO_MODEL) --dtype bfloat16 \
 	--enforce-eager --max-num-seqs 1 --kv-cache-memory-bytes 128M

@@ -53,8 +53,8 @@ class TuneOptions:
              "its output in the run's kept.log).")
     strategy: str = option(
         "auto", flag="--strategy", kept=True, choices=STRATEGIES,
-        help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14, "
-             "capped at the target); refusal: boot at the target and relaunch at the ceiling vLLM "
+        help="auto: the fewest boots the installed vLLM allows (--max-model-len auto on vLLM >= 0.14: "
+             "vLLM fits the longest length its KV pool holds, past the target where it fits); refusal: boot at the target and relaunch at the ceiling vLLM "
              "reports when it refuses (works on every version); where this machine's verified runs "
              "of the same command predict the ceiling, the first boot is that prediction instead.")
     # First length to boot instead of the target (a sweep's prediction); run.json keeps the plan's.
