@@ -92,7 +92,7 @@ def test_the_margin_is_kept_as_vllm_itself_reports(story):
     assert story.node_bytes / 2**30 - requested >= story.margin_gib - 0.005  # its 2-decimal rounding
     assert f"  margin:   --margin {story.margin_gib:g} GiB: --gpu-memory-utilization {gmu:g} keeps" in story.tune.stdout
     command = (story.runs_dir / story.run_id / "command.sh").read_text()
-    assert f"(--margin {story.margin_gib:g} GiB)" in command.splitlines()[0]
+    assert f"(--margin {story.margin_gib:g} GiB)" in command.splitlines()[1]  # after the #!/bin/sh line
     assert f"--gpu-memory-utilization {gmu:g}" in command.splitlines()[-1]
 
 
