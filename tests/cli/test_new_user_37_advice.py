@@ -1,0 +1,70 @@
+"""Issue 37, a new user's afternoon: the advice autotune gives must be true (no length above the
+model's own maximum, no gmu above 1, no "raising" gmu to less than it is), a check is told from a
+tune, and the small contradictions of sweep's, predict's and reproduce's lines. Each test failed on
+the code before the fix; all run against the replaying vLLM (its profiles' figures)."""
+
+import json
+import os
+
+from autotune.model.files import hub_cache
+from autotune.testing import model_files
+from tests.helpers.cli import invoke_autotune
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+H100 = "h100-0.33.0-llama-8b"  # Llama-3.1-8B (131,072 derived) on an 80 GiB H100: a pool of 455,888 tokens
+
+
+def _llama_files_here(tmp_path, monkeypatch):
+    """The model's files where a first boot leaves them (the hub cache): its maximum is known here."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    model_files.write(LLAMA, hub_cache(os.environ))
+
+
+def test_verify_never_advises_a_length_above_the_models_maximum(fake_server, tmp_path, monkeypatch):
+    _llama_files_here(tmp_path, monkeypatch)
+    short = fake_server("--profile", H100, "--max-model-len", "8192")
+    card = invoke_autotune("verify", short.url, "--probe", "none").stdout
+    # it said: restart with --max-model-len 455872, which vLLM refuses for a model of 131,072
+    assert ("  could:    serves 8,192; its KV pool holds 455,888 tokens, more than the model's own maximum of "
+            "131,072: restart with --max-model-len 131072 (or verify it first with `autotune --target 131072 -- "
+            "YOUR SERVE COMMAND`)") in card
+    full = fake_server("--profile", H100)  # serves the model's maximum already: no restart to advise
+    card = invoke_autotune("verify", full.url, "--probe", "none").stdout
+    assert ("  could:    serves 131,072, the model's own maximum; its KV pool holds 455,888 tokens: the rest is room "
+            "for concurrent requests") in card
+    assert "restart" not in card
+
+
+def test_verify_without_the_models_files_says_its_advice_is_unchecked(fake_server):
+    short = fake_server("--profile", H100, "--max-model-len", "8192")
+    card = invoke_autotune("verify", short.url, "--probe", "none").stdout
+    assert ("restart with --max-model-len 455872 if the model allows it (its config.json is not on this machine "
+            "to say)") in card
+
+
+def test_verify_of_another_model_leads_with_the_model(tuned, fake_server):
+    other = fake_server("--profile", "seed-3090-qwen3.6-27b", "--gpu-memory-utilization", "0.98", "--max-num-seqs", "1",
+                        "--max-model-len", "16384")
+    result = invoke_autotune("verify", other.url, "--run", tuned["run_id"])
+    assert result.exit_code == 4, result.output
+    # it said "Verified: ... serves --max-model-len 16,384, the 16,384 run ... verified." and probed
+    assert result.stdout.startswith(f"Not verified: {other.url} serves model Qwen/Qwen3.6-27B-AWQ, not the {LLAMA} "
+                                    f"run {tuned['run_id']} verified (it serves --max-model-len 16,384).\n")
+    assert "probe:" not in result.stdout
+
+
+def test_checks_are_named_so_and_listed_under_the_run_they_check(tuned, fake_server):
+    invoke_autotune("verify", "http://127.0.0.1:9", "--probe", "none")  # nothing listens: still recorded
+    checked = invoke_autotune("verify", tuned["result"]["serving"]["url"], "--run", tuned["run_id"], "--probe", "none",
+                              "--json")
+    check_id = json.loads(checked.stdout)[0]["run_id"]
+    assert "-check-" in check_id  # told from a tune in runs/ at a glance
+    rows = json.loads(invoke_autotune("runs", "--json").stdout)
+    order = [row["run_id"] for row in rows]
+    # newest first, but the check sits right under its run, not above the unreached check between them
+    assert order.index(check_id) == order.index(tuned["run_id"]) + 1
+    listed = invoke_autotune("runs").stdout.splitlines()
+    at = [i for i, line in enumerate(listed) if line.startswith(tuned["run_id"])][0]
+    assert listed[at + 1].startswith(f"  {check_id}")
+    unreached = [line for line in listed if "not reached at http://127.0.0.1:9" in line][0]
+    assert unreached.split()[0].endswith("-check-unknown-model")
