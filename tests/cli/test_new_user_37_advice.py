@@ -9,6 +9,7 @@ import os
 from autotune.model.files import hub_cache
 from autotune.testing import model_files
 from tests.helpers.cli import invoke_autotune
+from tests.helpers.replay import fake
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 H100 = "h100-0.33.0-llama-8b"  # Llama-3.1-8B (131,072 derived) on an 80 GiB H100: a pool of 455,888 tokens
@@ -68,3 +69,31 @@ def test_checks_are_named_so_and_listed_under_the_run_they_check(tuned, fake_ser
     assert listed[at + 1].startswith(f"  {check_id}")
     unreached = [line for line in listed if "not reached at http://127.0.0.1:9" in line][0]
     assert unreached.split()[0].endswith("-check-unknown-model")
+
+
+def _predict(*args):
+    result = invoke_autotune("predict", "--json", *args, "--", *fake("v1-0.33.0", "--model", LLAMA))
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.stdout)
+    return found, {f["name"]: f for f in found["figures"]}
+
+
+def test_predict_on_a_replay_command_predicts_for_the_gpu_it_replays(tmp_path, monkeypatch):
+    _llama_files_here(tmp_path, monkeypatch)
+    found, _ = _predict("--target", "32K")
+    # it took this machine's CPU node (the replay stands for an RTX 3090, as tune asks it)
+    assert found["device"]["kind"] == "gpu" and round(found["device"]["memory_bytes"] / 2**30, 2) == 23.58
+
+
+def test_predict_answers_no_gmu_above_1_and_names_the_levers(tmp_path, monkeypatch):
+    _llama_files_here(tmp_path, monkeypatch)
+    _, figures = _predict("--target", "64K")
+    gmu = figures["gmu_for_target"]
+    assert gmu["value"] is None  # it said 1.0099 (1.0291 on another node), which --gmu itself refuses
+    assert gmu["source"].startswith("none: gmu is at most 1 and --max-model-len 65,536 needs 8.002 GiB of KV")
+    assert "--kv-cache-dtype fp8" in gmu["source"] and "--tensor-parallel-size" in gmu["source"]
+    _, figures = _predict("--target", "32K")
+    assert 0 < figures["gmu_for_target"]["value"] <= figures["gmu_for_target"]["high"] <= 1
+    _, figures = _predict("--target", "200K")  # above the model's own 131,072: no gmu serves it
+    assert figures["gmu_for_target"]["value"] is None
+    assert "above the model's own maximum (131,072)" in figures["gmu_for_target"]["source"]
