@@ -9,7 +9,7 @@ import os
 from autotune.model.files import hub_cache
 from autotune.testing import model_files
 from tests.helpers.cli import invoke_autotune
-from tests.helpers.replay import fake
+from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 H100 = "h100-0.33.0-llama-8b"  # Llama-3.1-8B (131,072 derived) on an 80 GiB H100: a pool of 455,888 tokens
@@ -97,3 +97,18 @@ def test_predict_answers_no_gmu_above_1_and_names_the_levers(tmp_path, monkeypat
     _, figures = _predict("--target", "200K")  # above the model's own 131,072: no gmu serves it
     assert figures["gmu_for_target"]["value"] is None
     assert "above the model's own maximum (131,072)" in figures["gmu_for_target"]["source"]
+
+
+def test_reach_at_a_gmu_above_max_gmu_does_not_advise_raising_it_to_less(replay_in_process, monkeypatch):
+    from autotune.testing import profiles
+
+    inventory = profiles.by_name(SEED).nvml_inventory()
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    result = invoke_autotune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--reach", "--",
+                             *fake(SEED, *SEED_LEVERS))  # gmu 0.98; --max-gmu is 0.95 by default
+    assert "stopped at 61,152" in result.stdout, result.output
+    # it said "raising gpu-memory-utilization to 0.95 (--max-gmu) would give ~0.00 GiB: not enough"
+    assert "raising gpu-memory-utilization to 0.95" not in result.stdout
+    assert ("gpu-memory-utilization is 0.98 already, at or above --max-gmu 0.95: no room to raise it (a higher "
+            "--max-gmu lets autotune try)") in result.stdout
+    assert "--max-gmu above 0.98 lets the search raise --gpu-memory-utilization further" in result.stdout
