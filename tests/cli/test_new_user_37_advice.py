@@ -112,3 +112,18 @@ def test_reach_at_a_gmu_above_max_gmu_does_not_advise_raising_it_to_less(replay_
     assert ("gpu-memory-utilization is 0.98 already, at or above --max-gmu 0.95: no room to raise it (a higher "
             "--max-gmu lets autotune try)") in result.stdout
     assert "--max-gmu above 0.98 lets the search raise --gpu-memory-utilization further" in result.stdout
+
+
+def test_sweeps_boot_account_does_not_read_as_an_equation(tmp_path):
+    from autotune.cli.sweep import render_sweep
+    from autotune.store.record.sweep import SweepRecord
+
+    points = [{"gmu": g, "run_id": f"r{i}", "verdict": "verified", "ceiling": 4096, "boots": 1,
+               "boots_without_prediction": 1, "saved": 0, "note": "the target fits"}
+              for i, g in enumerate((0.8, 0.85, 0.9))]
+    sweep = SweepRecord.from_dict({"sweep_id": "s", "gmu_values": [0.8, 0.85, 0.9], "target": 4096,
+                                   "strategy": "refusal", "points": points, "boots_used": 3,
+                                   "boots_without_predictions": 3, "boots_2k": 6, "boots_saved": 0})
+    text = render_sweep(sweep, tmp_path)
+    # it said "3 without predictions (2K = 6)": 3 and 6 in one breath, as if equal
+    assert "  boots: 3 used; 3 without predictions (at most 6: 2 for each of 3 values); saved 0\n" in text
