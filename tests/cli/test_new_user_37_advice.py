@@ -127,3 +127,15 @@ def test_sweeps_boot_account_does_not_read_as_an_equation(tmp_path):
     text = render_sweep(sweep, tmp_path)
     # it said "3 without predictions (2K = 6)": 3 and 6 in one breath, as if equal
     assert "  boots: 3 used; 3 without predictions (at most 6: 2 for each of 3 values); saved 0\n" in text
+
+
+def test_runs_names_the_vllm_and_model_an_interrupted_first_boot_printed(tmp_path, _runs_dir):
+    from tests.helpers.cli import interrupt_when_printed
+
+    # no --model: the replay loads its default, as vLLM does; stopped as the weights load (boot 1)
+    interrupt_when_printed(tmp_path, ["--target", "65536", "--probe", "none", "--",
+                                      *fake(SEED, scale="0.05")], text=b"weights", within_s=30)
+    (row,) = json.loads(invoke_autotune("runs", "--json").stdout)
+    assert row["verdict"].startswith("interrupted"), row
+    # the progress printed "vLLM 0.20.2"; runs said "-" for both
+    assert (row["vllm_version"], row["model"]) == ("0.20.2", "Qwen/Qwen3.6-27B-AWQ")
