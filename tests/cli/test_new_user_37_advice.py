@@ -4,6 +4,7 @@ tune, and the small contradictions of sweep's, predict's and reproduce's lines. 
 the code before the fix; all run against the replaying vLLM (its profiles' figures)."""
 
 import json
+import sys
 import os
 
 from autotune.model.files import hub_cache
@@ -139,3 +140,16 @@ def test_runs_names_the_vllm_and_model_an_interrupted_first_boot_printed(tmp_pat
     assert row["verdict"].startswith("interrupted"), row
     # the progress printed "vLLM 0.20.2"; runs said "-" for both
     assert (row["vllm_version"], row["model"]) == ("0.20.2", "Qwen/Qwen3.6-27B-AWQ")
+
+
+def test_predict_calibrates_a_replay_command_on_runs_played_at_another_speed(tmp_path, monkeypatch):
+    _llama_files_here(tmp_path, monkeypatch)
+    tuned = invoke_autotune("--target", "65536", "--strategy", "refusal", "--probe", "none", "--quiet", "--",
+                            *fake("v1-0.21.0", "--model", LLAMA))  # played at tests' speed (--time-scale 0.002)
+    assert tuned.exit_code == 0, tuned.output
+    result = invoke_autotune("predict", "--json", "--target", "32K", "--", sys.executable, "-m",
+                             "autotune.testing.fake_vllm", "--profile", "v1-0.21.0", "--model", LLAMA)
+    found = json.loads(result.stdout)
+    # it left the run out: "other settings: --time-scale", the replay's speed, and fell back on a prior
+    assert not any("--time-scale" in note for note in found["notes"]), found["notes"]
+    assert found["calibration"]["source"].startswith("calibrated on 1 verified run")
