@@ -32,6 +32,7 @@ from autotune.server import client as client_mod
 from autotune.server import metrics, probe, health
 from autotune.events import Emit
 from autotune.model import max_len
+from autotune.run import checks
 from autotune.vllm.servecmd import model_slug
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
@@ -126,6 +127,16 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
                      + (" and more" if served > ceiling else ""), ceiling, warnings)
 
 
+def run_model_maximum(run: RunRecord | None, seen: Seen) -> int | None:
+    """The model's own maximum as the run found it (its files then, or vLLM's own words at a boot),
+    where the server serves the run's model and its files are not here now."""
+    if run is None or run.model not in (seen.model, seen.root):
+        return None
+    found = (run.preflight or {}).get("model_maximum")
+    return found if isinstance(found, int) else next(
+        (m for m in (checks.model_maximum(a) for a in run.attempts or []) if m), None)
+
+
 def local_pid(door: client_mod.FrontDoor) -> int | None:
     """The process listening on the URL's port, when the URL is this machine (its memory can be read)."""
     if door.host not in ("127.0.0.1", "localhost", "::1", *client_mod.local_addresses()):
@@ -146,6 +157,7 @@ def check(door: client_mod.FrontDoor, run: RunRecord | None, probe_mode: str, ru
     seen, judgement, probe_record = Seen(), None, None
     try:
         seen = look(door)
+        seen.model_maximum = seen.model_maximum or run_model_maximum(run, seen)
         judgement = judge(seen, run)
         emit("deployed_seen", message=f"{door.where}: {judgement.reason}")
         if judgement.verdict is None:

@@ -153,3 +153,19 @@ def test_predict_calibrates_a_replay_command_on_runs_played_at_another_speed(tmp
     # it left the run out: "other settings: --time-scale", the replay's speed, and fell back on a prior
     assert not any("--time-scale" in note for note in found["notes"]), found["notes"]
     assert found["calibration"]["source"].startswith("calibrated on 1 verified run")
+
+
+def test_verify_takes_the_models_maximum_from_the_run_where_its_files_are_gone(replay_in_process, fake_server,
+                                                                               tmp_path, monkeypatch):
+    from autotune.testing import profiles
+
+    inventory = profiles.by_name(H100).nvml_inventory()
+    monkeypatch.setattr("autotune.host.machine.gpu_facts", lambda: (inventory, None))
+    _llama_files_here(tmp_path, monkeypatch)  # the tune read them: run.json keeps the maximum
+    tuned = invoke_autotune("tune", "--target", "16384", "--strategy", "refusal", "--probe", "none", "--json",
+                            "--quiet", "--", *fake(H100, "--model", LLAMA, scale="0"))
+    run_id = json.loads(tuned.stdout)["run_id"]
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "elsewhere"))  # verified from another machine
+    short = fake_server("--profile", H100, "--max-model-len", "8192")
+    card = invoke_autotune("verify", short.url, "--run", run_id).stdout
+    assert "more than the model's own maximum of 131,072: restart with --max-model-len 131072" in card, card
