@@ -136,8 +136,8 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
       without         probes the served length and says what the pool could serve:
                       "serves 8,192; its KV pool holds 16,384 tokens: restart with
                       --max-model-len 16256".
-    A length advised never passes the model's own maximum (read from its config.json
-    where it is on this machine). A server of another model than RUN's is not verified,
+    A length advised never passes the model's own maximum (its config.json where it is
+    on this machine, else as RUN found it). A server of another model than RUN's is not verified,
     whatever it serves. Each endpoint is recorded as a verification run (kind verify, its
     folder TIME-check-MODEL) linked to RUN, so `autotune show RUN` says "deployed at URL,
     verified DATE, vLLM X" and `autotune runs` lists the check under RUN.
