@@ -135,7 +135,7 @@ def run_row(record: RunRecord) -> dict:
         "reproduces": reproduces,
         "verifies": record.link("verifies") if record.kind == deployed.KIND else None,
         "boots": len(record.attempts or []),
-        "vllm_version": record.vllm_version,
+        "vllm_version": record.vllm_version or record.vllm_version_detected,  # the latter: printed as it started
         "available_kv_gib": result.available_kv_gib,
         "kv_cache_tokens": result.kv_cache_tokens,
     }

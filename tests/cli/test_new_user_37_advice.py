@@ -169,3 +169,13 @@ def test_verify_takes_the_models_maximum_from_the_run_where_its_files_are_gone(r
     short = fake_server("--profile", H100, "--max-model-len", "8192")
     card = invoke_autotune("verify", short.url, "--run", run_id).stdout
     assert "more than the model's own maximum of 131,072: restart with --max-model-len 131072" in card, card
+
+
+def test_runs_names_the_vllm_a_run_printed_as_it_started(tmp_path, _runs_dir):
+    from tests.helpers.cli import interrupt_when_printed
+
+    # stopped as boot 1 starts, before vLLM printed anything: the run's first line said "vLLM 0.20.2"
+    interrupt_when_printed(tmp_path, ["--target", "65536", "--probe", "none", "--",
+                                      *fake(SEED, scale="1")], text=b"boot 1:", within_s=30)
+    (row,) = json.loads(invoke_autotune("runs", "--json").stdout)
+    assert row["verdict"].startswith("interrupted") and row["vllm_version"] == "0.20.2", row
