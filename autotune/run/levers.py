@@ -92,7 +92,8 @@ def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
             out.explanation.append(f"raising gpu-memory-utilization from {base.gmu} to {out.gmu_needed} should give "
                                    f"~{(out.gmu_needed - base.gmu) * base.device_total_gib:.2f} GiB")
         elif base.gmu >= limits.max_gmu:  # "raising" it to --max-gmu would lower it
-            out.explanation.append(f"gpu-memory-utilization is {base.gmu} already, at or above --max-gmu "
+            where = "at" if base.gmu == limits.max_gmu else "above"
+            out.explanation.append(f"gpu-memory-utilization is {base.gmu} already, {where} --max-gmu "
                                    f"{limits.max_gmu}: no room to raise it (a higher --max-gmu lets autotune try)")
         else:
             out.explanation.append(f"raising gpu-memory-utilization from {base.gmu} to {limits.max_gmu} (--max-gmu) "

@@ -110,7 +110,7 @@ def test_reach_at_a_gmu_above_max_gmu_does_not_advise_raising_it_to_less(replay_
     assert "stopped at 61,152" in result.stdout, result.output
     # it said "raising gpu-memory-utilization to 0.95 (--max-gmu) would give ~0.00 GiB: not enough"
     assert "raising gpu-memory-utilization to 0.95" not in result.stdout
-    assert ("gpu-memory-utilization is 0.98 already, at or above --max-gmu 0.95: no room to raise it (a higher "
+    assert ("gpu-memory-utilization is 0.98 already, above --max-gmu 0.95: no room to raise it (a higher "
             "--max-gmu lets autotune try)") in result.stdout
     assert "--max-gmu above 0.98 lets the search raise --gpu-memory-utilization further" in result.stdout
 

@@ -97,7 +97,9 @@ def test_a_command_above_max_gmu_is_not_told_to_raise_it_to_less():
     plan = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.95))
     said = " ".join(plan.explanation)
     assert "raising" not in said and plan.gmu_needed is None and plan.gmu_gain_max_gib == 0
-    assert "gpu-memory-utilization is 0.98 already, at or above --max-gmu 0.95: no room to raise it" in said
+    assert "gpu-memory-utilization is 0.98 already, above --max-gmu 0.95: no room to raise it" in said
     short = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.99))  # room left, not enough
     assert "raising gpu-memory-utilization from 0.98 to 0.99 (--max-gmu) would give ~0.24 GiB: not enough" in \
         " ".join(short.explanation)
+    at = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.98))
+    assert "gpu-memory-utilization is 0.98 already, at --max-gmu 0.98: no room to raise it" in " ".join(at.explanation)
