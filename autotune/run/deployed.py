@@ -110,10 +110,13 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
         return Judgement(None, f"serves --max-model-len {served:,}", served)
     ceiling, run_id = run.result.ceiling, run.run_id
     warnings = []
-    if run.model and run.model not in (seen.model, seen.root):  # another model: its length proves nothing
-        return Judgement("not_verified", f"serves model {seen.model}" + (
-            f" ({seen.root})" if seen.root not in (None, seen.model) else "")
-                         + f", not the {run.model} run {run_id} verified (it serves --max-model-len {served:,})", None)
+    served_as = f"{seen.model}" + (f" ({seen.root})" if seen.root not in (None, seen.model) else "")
+    if not same_model(run.model, seen):  # another model: its length proves nothing
+        return Judgement("not_verified", f"serves model {served_as}, not the {run.model} run {run_id} verified (it "
+                                         f"serves --max-model-len {served:,})", None)
+    if run.model not in (seen.model, seen.root):
+        warnings.append(f"it serves {served_as}; run {run_id} verified {run.model}: taken as the same model "
+                        "in another folder")
     if run.get("vllm_version") and seen.vllm_version and seen.vllm_version != run.vllm_version:
         warnings.append(f"it runs vLLM {seen.vllm_version}; run {run_id} verified vLLM {run.vllm_version}: the numbers "
                         "age with the version, tune it again there")
@@ -127,10 +130,17 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
                      + (" and more" if served > ceiling else ""), ceiling, warnings)
 
 
+def same_model(model: str | None, seen: Seen) -> bool:
+    """Does the server serve this model? Its name or path as /v1/models gives it, or a folder of the
+    same name (a model copied elsewhere: a deployment's paths are rarely the tuning machine's)."""
+    named = [n for n in (seen.model, seen.root) if n]
+    return not model or not named or model in named or model_slug(model) in {model_slug(n) for n in named}
+
+
 def run_model_maximum(run: RunRecord | None, seen: Seen) -> int | None:
     """The model's own maximum as the run found it (its files then, or vLLM's own words at a boot),
     where the server serves the run's model and its files are not here now."""
-    if run is None or run.model not in (seen.model, seen.root):
+    if run is None or not same_model(run.model, seen):
         return None
     found = (run.preflight or {}).get("model_maximum")
     return found if isinstance(found, int) else next(
