@@ -174,6 +174,12 @@ def calibrate(runs: list[CalibrationRun], shape: KVShape, settings: kv_pool.Sett
 
 # ---- prediction -----------------------------------------------------------------------------------
 
+# What shrinks the memory a length needs when no gmu is enough (what `autotune --reach` tries too).
+TARGET_LEVERS = ("--kv-cache-dtype fp8 (half the KV per token), --tensor-parallel-size 2 or more (weights and KV "
+                 "split over GPUs), a smaller or quantized model, --max-num-batched-tokens 512 and --max-num-seqs 1 "
+                 "(less activation memory), or a shorter --max-model-len")
+
+
 def budget(device: Device, gmu: float) -> int:
     """What vLLM grants itself: memory x gmu (the CPU worker rounds it up to a byte)."""
     return math.ceil(device.memory_bytes * gmu)
@@ -231,7 +237,7 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
     if length_limit and figures[-1].value == length_limit:
         figures[-1].source += f"; capped at the model's own maximum ({length_limit:,})"
     if target is not None:
-        figures.append(_gmu_for(shape, settings, device, calibration, target, kv_cache_memory_bytes))
+        figures.append(_gmu_for(shape, settings, device, calibration, target, kv_cache_memory_bytes, length_limit))
     if concurrency_at is not None:
         conc_settings = kv_pool.Settings(settings.block_size, concurrency_at, settings.in_flight_tokens)
         figures.append(_band_figure(f"concurrency_at_{concurrency_at}", shape, conc_settings, kv, low, high, label,
@@ -248,17 +254,31 @@ def _band_figure(name, shape, settings, kv, low, high, label, of, source) -> Fig
     return Figure(name, value, "tokens" if "concurrency" not in name else "x", label, of(low), of(high), source)
 
 
-def _gmu_for(shape, settings, device, calibration, target, fixed) -> Figure:
+def _gmu_for(shape, settings, device, calibration, target, fixed, length_limit=None) -> Figure:
+    """The gmu that reaches `target`; none where vLLM would refuse it whatever the gmu: above the
+    model's own maximum, or needing more than the whole device (gmu is at most 1)."""
     target_settings = kv_pool.Settings(settings.block_size, target, settings.in_flight_tokens)
     needed = kv_pool.available_for_length(shape, target_settings, target)
     if fixed is not None:
         return Figure("gmu_for_target", None, "", "derived",
                       source=f"--kv-cache-memory-bytes fixes the pool; {target:,} tokens need {needed:,} B of it")
+    if length_limit and target > length_limit:
+        return Figure("gmu_for_target", None, "", "derived",
+                      source=f"none: {target:,} is above the model's own maximum ({length_limit:,}), which vLLM "
+                             "refuses whatever the gmu")
     gmu = (needed + calibration.overhead_bytes) / device.memory_bytes
     low = (needed + calibration.overhead_bytes - calibration.half_band_bytes) / device.memory_bytes
     high = (needed + calibration.overhead_bytes + calibration.half_band_bytes) / device.memory_bytes
-    return Figure("gmu_for_target", round(gmu, 4), "", "estimated", round(low, 4), round(high, 4),
-                  f"--max-model-len {target:,} needs {needed / GIB:.3f} GiB of KV (one null block included)")
+    need = f"--max-model-len {target:,} needs {needed / GIB:.3f} GiB of KV (one null block included)"
+    if gmu > 1:
+        short = (needed + calibration.overhead_bytes - device.memory_bytes) / GIB
+        return Figure("gmu_for_target", None, "", "estimated",
+                      source=f"none: gmu is at most 1 and {need} besides {calibration.overhead_bytes / GIB:.3f} GiB "
+                             f"of overhead, {short:.3f} GiB more than the device's {device.memory_bytes / GIB:.2f} "
+                             f"GiB; what might reach it: {TARGET_LEVERS}")
+    if high > 1:
+        need += "; the band's top passes 1: gmu 1 may fall short"
+    return Figure("gmu_for_target", round(gmu, 4), "", "estimated", round(low, 4), round(min(high, 1.0), 4), need)
 
 
 def _per_token_source(shape: KVShape) -> str:

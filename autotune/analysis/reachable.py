@@ -75,8 +75,16 @@ def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> d
                 f"most {best / GIB:.2f} GiB: a ceiling of at most {ceiling:,}"),
         "why": f"the overhead is {calibration.source}; the KV bytes per token come from the model's files",
         "fix": (f"a lower --target (at most {ceiling:,}), a smaller KV cache per token (--kv-cache-dtype fp8, "
-                f"tensor parallel), or more memory (gmu {need_gmu:.2f} would be needed)"),
+                f"tensor parallel), or more memory ({_more_memory(need_gmu, device)})"),
     }
+
+
+def _more_memory(need_gmu: float, device) -> str:
+    """How much more memory: a gmu where one up to 1 would do, else what no gmu gives (gmu is at most 1)."""
+    if need_gmu <= 1:
+        return f"gmu {need_gmu:.2f} would be needed"
+    return (f"{(need_gmu - 1) * device.memory_bytes / GIB:.2f} GiB beyond this {device.kind}'s "
+            f"{device.memory_bytes / GIB:.2f} GiB, which no gmu reaches: gmu is at most 1")
 
 
 def load_records(runs_dir) -> list[RunRecord]:

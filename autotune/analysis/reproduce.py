@@ -7,8 +7,8 @@ failed probe; TTFT and prefill tokens/s are compared where both runs probed the 
 
 Tolerances (stated in every report): available KV, KV tokens and the ceiling, the larger of
 0.02 GiB and 5% (identical vLLM boots differ by up to ~5%, vllm#54383); TTFT and prefill
-tokens/s, a factor of 1.5 either way (one request each, on a machine whose load moves timings
-by more than that). When
+tokens/s, a factor of 1.5 either way AND half a second of the request's time (one request each,
+on a machine whose load moves timings by more than that; a 40 ms TTFT that doubles is noise). When
 the memory vLLM budgets from moved (a CPU node's in a VM can), that change is expected and
 only the rest counts.
 """
@@ -24,6 +24,9 @@ from autotune.store.record import BootFacts, Command, ProbeResult, Result, RunRe
 from autotune.vllm import servecmd
 
 TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slower or faster
+# ... and when it moves the request's time by at least this much: a 40 ms TTFT becoming 80 ms is 2x,
+# and a scheduler's hiccup on a loaded machine, not vLLM (one request each side).
+TIMING_FLOOR_S = 0.5
 SAME_LENGTH = 0.05  # two probes are timed alike when their prompts are within 5% in length
 
 
@@ -179,11 +182,12 @@ def probe_changes(old: RunRecord, new: RunRecord) -> tuple[ProbeComparison, list
         return summary, []
     out = []
     if po.ttft_s and pn.ttft_s:
-        out.append(_timing_change("TTFT s", po.ttft_s, pn.ttft_s, lower_is_better=True))
+        out.append(_timing_change("TTFT s", po.ttft_s, pn.ttft_s, pn.ttft_s - po.ttft_s, lower_is_better=True))
     if po.prefill_tokens_per_s and pn.prefill_tokens_per_s:
-        out.append(_timing_change("prefill tokens/s", po.prefill_tokens_per_s, pn.prefill_tokens_per_s))
+        seconds = b / pn.prefill_tokens_per_s - a / po.prefill_tokens_per_s  # the prefill's own time, moved
+        out.append(_timing_change("prefill tokens/s", po.prefill_tokens_per_s, pn.prefill_tokens_per_s, seconds))
     summary.note = (f"both probed {_num(a)} vs {_num(b)} prompt tokens; timings within a factor of "
-                       f"{TIMING_FACTOR:g} count as same")
+                    f"{TIMING_FACTOR:g}, or within {TIMING_FLOOR_S:g} s of the request's time, count as same")
     return summary, out
 
 
@@ -204,15 +208,18 @@ def _change(what: str, before, after, expected: float, tolerance: float) -> dict
             "unexplained": unexplained, "tolerance": tolerance, "status": status}
 
 
-def _timing_change(what: str, before: float, after: float, lower_is_better: bool = False) -> dict:
-    """A timing against the old one, as a ratio: worse or better beyond TIMING_FACTOR (the tolerance,
-    in the figure's unit, is the distance to the worse bound)."""
+def _timing_change(what: str, before: float, after: float, seconds: float, lower_is_better: bool = False) -> dict:
+    """A timing against the old one, as a ratio: worse or better beyond TIMING_FACTOR, and only where
+    the request's time moved by TIMING_FLOOR_S or more (`seconds`: by how much; the tolerance, in the
+    figure's unit, is the distance to the worse bound)."""
     speedup = before / after if lower_is_better else after / before
     status = "worse" if speedup < 1 / TIMING_FACTOR else "better" if speedup > TIMING_FACTOR else "same"
+    if abs(seconds) < TIMING_FLOOR_S:
+        status = "same"
     bound = before * TIMING_FACTOR if lower_is_better else before / TIMING_FACTOR
     return {"what": what, "before": before, "after": after, "delta": after - before, "expected": 0.0,
             "unexplained": after - before, "tolerance": abs(bound - before), "status": status,
-            "tolerance_text": f"a factor of {TIMING_FACTOR:g}"}
+            "tolerance_text": f"a factor of {TIMING_FACTOR:g} and {TIMING_FLOOR_S:g} s", "seconds": round(seconds, 3)}
 
 
 def _num(value) -> str:

@@ -26,6 +26,7 @@ NEUTRAL_OPTIONS = frozenset({
     "allowed-origins", "allowed-methods", "allowed-headers", "allow-credentials", "chat-template",
     "response-role", "tool-call-parser", "enable-auto-tool-choice", "reasoning-parser", "download-dir",
     "middleware", "log-config-file", "trust-remote-code",
+    "time-scale",  # the replaying vLLM's own: how fast it plays a boot's seconds, not what memory it shares out
 })
 # Environment variables that can change the memory split. Logging switches are left out.
 MEMORY_ENV_PREFIXES = ("VLLM_", "PYTORCH_CUDA_ALLOC_CONF")

@@ -24,6 +24,7 @@ class BootPhases:
         self.step_started = now
         self.steps: list[tuple[str, float]] = [(self.step, now)]
         self.last_line_at: float | None = None  # when vLLM last printed a line
+        self.requests_out: dict[str, float] = {}  # a probe's requests in flight, by role: when sent (vLLM is quiet)
 
     def step_to(self, step: str | None) -> bool:
         if step is None or STARTING_STEPS.index(step) <= STARTING_STEPS.index(self.step):

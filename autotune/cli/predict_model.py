@@ -18,7 +18,7 @@ from autotune.analysis import device_memory, estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
-from autotune.host import launcher
+from autotune.host import launcher, machine
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -53,6 +53,17 @@ def default_gmu(argv: list[str]) -> tuple[float, str]:
                  "--gpu-memory-utilization; --gmu predicts another)")
 
 
+def replayed_gpus(argv: list[str]) -> list[dict] | None:
+    """The GPUs the replaying vLLM stands for, as tune asks it (host/machine.py): a replay command is
+    predicted on the machine it replays, not on this one. None for any other command (NVML's, here)."""
+    if not versions.replays(argv):
+        return None
+    gpus, why = machine.gpu_facts_for(argv, dict(os.environ))
+    if why:
+        raise click.ClickException(f"{why}; or give the device with --device and --device-memory")
+    return gpus
+
+
 def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
         device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.Prediction, float | None]:
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
@@ -69,7 +80,7 @@ def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: in
         raise click.ClickException(f"{serve.model}: not a model folder on this machine (nor in the Hugging Face "
                                    f"cache); the prediction reads config.json and the safetensors headers")
     try:
-        device = device_memory.detect(device_kind, device_memory_gib)
+        device = device_memory.detect(device_kind, device_memory_gib, replayed_gpus(argv))
     except device_memory.NoDevice as exc:
         raise click.ClickException(str(exc))
     try:

@@ -61,7 +61,7 @@ class Progress:
 
     live: redraw one status line in place (default: when the stream is a terminal);
     colour: ANSI colour (default: on a terminal without NO_COLOR); quiet: only warnings and
-    errors; show_log: also stream vLLM's own lines (``log_line`` events).
+    errors; show_log: also stream vLLM's own lines (``log_line`` events), with quiet too.
     Call ``close()`` (or use it as a context manager) if the run can end by an exception,
     so the live line is cleared.
     """
@@ -191,10 +191,12 @@ class Progress:
             phase = (f"{self._paint(boot.phase, _PHASE_COLOUR.get(boot.phase, 'cyan'))} "
                      f"{fmt_duration(now - boot.phase_started)}")
         total = f"{fmt_duration(now - boot.started)} in all"
-        quiet = (f"no output for {fmt_duration(now - boot.last_line_at)}"
-                 if boot.last_line_at is not None and now - boot.last_line_at >= QUIET_AFTER_S else "")
+        sent = min(boot.requests_out.values(), default=None)  # a probe's request: vLLM prints nothing while it prefills
+        quiet = (f"no output for {fmt_duration(now - boot.last_line_at)}" if sent is None and boot.last_line_at
+                 is not None and now - boot.last_line_at >= QUIET_AFTER_S else "")
+        note = boot.note and (f"{boot.note}, {fmt_duration(now - sent)} so far" if sent is not None else boot.note)
         eta = ""
-        if not boot.note and self.eta is not None and boot.phase not in (READY, *TERMINAL_PHASES):
+        if not note and self.eta is not None and boot.phase not in (READY, *TERMINAL_PHASES):
             typical, n = self.eta
             left = typical - (now - boot.started)
             eta = (f"~{fmt_duration(left)} left" if left > 0
@@ -202,9 +204,9 @@ class Progress:
         figures = [FIGURE_LABELS[k](boot.figures[k]) for k in FIGURE_LABELS if k in boot.figures]
         shown = self._paint(", ".join(figures), "yellow") if figures else ""
         head = f"{spinner} boot {boot.index}"
-        for parts in ([head, length, phase, total, quiet, boot.note or eta, shown],
-                      [head, length, phase, total, quiet, boot.note or "", shown],
-                      [head, length, phase, quiet, boot.note or "", shown]):
+        for parts in ([head, length, phase, total, quiet, note or eta, shown],
+                      [head, length, phase, total, quiet, note or "", shown],
+                      [head, length, phase, quiet, note or "", shown]):
             text = " · ".join(p for p in parts if p)
             if limit is None or len(ANSI_RE.sub("", text)) <= limit:
                 return text
@@ -292,10 +294,14 @@ class Progress:
     def _on_probe_request(self, d: dict) -> None:
         role = str(d.get("role", "request")).replace("_", " ")
         tokens = f" ({d['prompt_tokens']:,} prompt tokens)" if isinstance(d.get("prompt_tokens"), int) else ""
+        if self.boot is not None:
+            self.boot.requests_out[role] = self.clock()
         self._probe_note(f"probe: sending the {role} request{tokens}")
 
     def _on_probe_request_done(self, d: dict) -> None:
         role = str(d.get("role", "request")).replace("_", " ")
+        if self.boot is not None:
+            self.boot.requests_out.pop(role, None)
         if d.get("ok"):
             ttft = f", first token after {fmt_duration(d['ttft_s'])}" if isinstance(d.get("ttft_s"), (int, float)) else ""
             self._probe_note(f"probe: {role} request served{ttft}")
@@ -355,7 +361,7 @@ class Progress:
     def _on_log_line(self, d: dict) -> None:
         boot = self.boot
         text = d.get("text", "")
-        if self.show_log and not self.quiet:
+        if self.show_log:  # asked for by name: --quiet silences autotune's progress, not the log asked for
             shown = clean_line(text)  # vLLM's own colour codes and \r never reach our output
             index = d.get("index", boot.index if boot else 0)
             if self.live:

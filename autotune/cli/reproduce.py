@@ -48,7 +48,8 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
     backend, the flags vLLM no longer lists in its `non-default args`, and the new run's
     paste-ready files. Tolerances: the larger of 0.02 GiB and 5% for the KV figure, 5% for
     tokens and the ceiling (identical vLLM boots differ by up to ~5%); a factor of 1.5 for
-    TTFT and prefill tokens/s, compared only when both probes had prompts within 5% in
+    TTFT and prefill tokens/s, and at least 0.5 s of the request's time (a 40 ms TTFT
+    that doubles is noise), compared only when both probes had prompts within 5% in
     length. If the memory vLLM budgets from moved (a CPU node's in a VM can), the change of
     budget (memory x gmu) is expected and not held against vLLM.
 

@@ -133,8 +133,9 @@ def run_row(record: RunRecord) -> dict:
         + (f"; {where}" + (f", verifies {record.link('verifies')}" if record.link("verifies") else "")
            if where else ""),
         "reproduces": reproduces,
+        "verifies": record.link("verifies") if record.kind == deployed.KIND else None,
         "boots": len(record.attempts or []),
-        "vllm_version": record.vllm_version,
+        "vllm_version": record.vllm_version or record.vllm_version_detected,  # the latter: printed as it started
         "available_kv_gib": result.available_kv_gib,
         "kv_cache_tokens": result.kv_cache_tokens,
     }
@@ -166,7 +167,8 @@ def _cells(row: dict) -> list[str] | str:
     model = _cell(row.get("model"))
     if len(model) > 40:
         model = "…" + model[-39:]
-    return [_cell(row.get("run_id")), row.get("started") or "?", model] + [_cell(row.get(key))
+    indent = "  " if "beside" in row else ""  # a check, indented under the run it verifies
+    return [indent + _cell(row.get("run_id")), row.get("started") or "?", model] + [_cell(row.get(key))
                                                                            for _, key, _ in RUN_COLUMNS[3:]]
 
 
@@ -184,6 +186,20 @@ def render_runs(rows: list[dict]) -> str:
     return "\n".join([line(header)] + [line(r) if isinstance(r, list) else r for r in table])
 
 
+def checks_beside_their_runs(rows: list[dict]) -> list[dict]:
+    """The rows newest first, but each verification of a listed run right under that run (marked
+    beside): checks stay apart from the tunes between them (pure)."""
+    runs = {row["run_id"] for row in rows if row.setdefault("verifies", None) is None}
+    under: dict[str, list[dict]] = {run_id: [] for run_id in runs}
+    placed = []
+    for row in rows:
+        if row["verifies"] in runs:
+            under[row["verifies"]].append({**row, "beside": True})
+        else:
+            placed.append(row)
+    return [r for row in placed for r in (row, *under.setdefault(row["run_id"], []))]
+
+
 @click.command("runs")
 @runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the list as JSON (one object per run).")
@@ -194,7 +210,9 @@ def runs(runs_dir, json_, limit):
     \b
     Columns: run id, start time (UTC), model, target, verified ceiling, verdict
     (or the state of a run that has none: running, interrupted; "; serving" while
-    the server --keep-serving kept runs), boots, vLLM version. Show one with
+    the server --keep-serving kept runs), boots, vLLM version. A check of a deployment
+    (`autotune verify`, its folder named TIME-check-MODEL) is listed indented under the
+    run it verifies, whatever its date. Show one with
     `autotune show RUN`; compare several with `autotune compare`.
 
     \b
@@ -216,6 +234,7 @@ def runs(runs_dir, json_, limit):
         if serving:
             row.update(verdict=f"{row['verdict']}; serving", serving=serving)
         rows.append(row)
+    rows = checks_beside_their_runs(rows)
     if json_:
         click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
         return

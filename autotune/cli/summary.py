@@ -116,7 +116,7 @@ def _beyond_search(record: RunRecord, reach: Reach) -> str:
     left = []
     gmu, max_gmu = reach.gmu_in_force, options.max_gmu
     if isinstance(gmu, (int, float)) and isinstance(max_gmu, (int, float)) and max(gmu, max_gmu) < RISKY_GMU:
-        left.append(f"--max-gmu above {max_gmu} lets the search raise --gpu-memory-utilization further")
+        left.append(f"--max-gmu above {max(gmu, max_gmu)} lets the search raise --gpu-memory-utilization further")
     if any("needs --allow-kv-quant" in str(line) for line in reach.explanation):
         left.append("--allow-kv-quant lets it try an fp8 KV cache")
     left.append("beyond the levers: more GPUs (--tensor-parallel-size), a more quantized model, or a lower target")

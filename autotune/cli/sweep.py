@@ -152,8 +152,10 @@ def render_sweep(sweep: SweepRecord, sweep_dir: Path) -> str:
         run = f" ({p.run_id})" if p.run_id else ""
         lines.append(f"  gmu {p.gmu:g}: {result} in {p.boots} boot{'s' if p.boots != 1 else ''}{run}: {p.note}")
     cut_short = f" ({sweep.boots_interrupted} cut short by an interruption)" if sweep.boots_interrupted else ""
+    values = len(sweep.gmu_values)  # the most a sweep takes: 2 boots a value (2K), not what it would have taken
     lines.append(f"  boots: {sweep.boots_used} used{cut_short}; {sweep.boots_without_predictions} without "
-                 f"predictions (2K = {sweep.boots_2k}); saved {sweep.boots_saved}")
+                 f"predictions (at most {sweep.boots_2k}: 2 for each of {values} value{'s' * (values != 1)}); "
+                 f"saved {sweep.boots_saved}")
     if sweep.plot:
         lines.append(f"  plot: {sweep.plot}")
     lines.append(f"  record: {sweep_dir / sweeps.SWEEP_FILE}")

@@ -34,7 +34,8 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress; only the summary and errors.")
 @click.option("--verbose", "--show-log", "show_log", is_flag=True,
-              help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log).")
+              help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log); with "
+                   "--quiet, only them and the summary.")
 @runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **asked):

@@ -32,21 +32,30 @@ def endpoints_of(urls: tuple[str, ...], endpoints_file: Path | None) -> list[str
 
 
 def could_line(deployment: dict) -> str | None:
-    """What the server's KV pool could serve, when it serves less; None when there is nothing to say."""
+    """What the server's KV pool could serve, when it serves less; None when there is nothing to say.
+    The length advised never passes the model's own maximum where its files tell it: vLLM refuses more."""
     room = deployment.get("room") or {}
-    served, longest, pool = deployment.get("served_max_model_len"), room.get("max_model_len"), room.get("pool_tokens")
+    served, maximum = (deployment.get(key) for key in ("served_max_model_len", "model_maximum"))
+    longest, pool = room.get("max_model_len"), room.get("pool_tokens")
     if not pool or served is None:
         return None
     head = f"serves {served:,}; its KV pool holds {pool:,} tokens"
     if longest is None:
         return f"{head}: which length fits, /metrics cannot say ({room.get('why')}); measure it with autotune --target"
+    if maximum and longest > maximum:
+        if served >= maximum:
+            return f"serves {served:,}, the model's own maximum; its KV pool holds {pool:,} tokens: the rest is " \
+                   "room for concurrent requests"
+        return (f"{head}, more than the model's own maximum of {maximum:,}: restart with --max-model-len {maximum} "
+                f"(or verify it first with `autotune --target {maximum} -- YOUR SERVE COMMAND`)")
     if served > longest:  # only where a request longer than the pool is never admitted (could_serve.py)
         return (f"{head}: a request longer than {longest:,} tokens waits in vLLM's queue forever: restart with "
                 f"--max-model-len {longest} (or add {NO_FULL_ISL_FLAG} and verify {served:,} with "
                 f"`autotune --target {served} -- YOUR SERVE COMMAND`)")
     if served == longest:
         return f"{head}: {served:,} is all vLLM accepts from it"
-    return (f"{head}: restart with --max-model-len {longest} (or verify it first with "
+    unknown = "" if maximum else " if the model allows it (its config.json is not on this machine to say)"
+    return (f"{head}: restart with --max-model-len {longest}{unknown} (or verify it first with "
             f"`autotune --target {longest} -- YOUR SERVE COMMAND`)")
 
 
@@ -127,13 +136,16 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
       without         probes the served length and says what the pool could serve:
                       "serves 8,192; its KV pool holds 16,384 tokens: restart with
                       --max-model-len 16256".
-    Each endpoint is recorded as a verification run (kind verify) linked to RUN, so
-    `autotune show RUN` and `autotune runs` say "deployed at URL, verified DATE, vLLM X".
+    A length advised never passes the model's own maximum (its config.json where it is
+    on this machine, else as RUN found it). A server of another model than RUN's is not verified,
+    whatever it serves. Each endpoint is recorded as a verification run (kind verify, its
+    folder TIME-check-MODEL) linked to RUN, so `autotune show RUN` says "deployed at URL,
+    verified DATE, vLLM X" and `autotune runs` lists the check under RUN.
 
     \b
     Exit codes (tune's): 0 verified; 1 bad input (an unknown run, a run with no verified
     ceiling, a URL that is not a server's); 2 no URL given; 3 an endpoint did not answer as
-    vLLM does; 4 it serves less than the run verified, or the probe failed; 9 it turned
+    vLLM does; 4 it serves less than the run verified, or another model, or the probe failed; 9 it turned
     autotune away (API key, TLS). With several endpoints: the code of the first that did not
     verify.
     """

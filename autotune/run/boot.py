@@ -124,7 +124,7 @@ class Boot:
                 a.facts, a.provenance = {}, {}
                 a.duration_s = round(time.monotonic() - self.t_start, 2)
                 return False
-            self.current["server"] = self.server
+            self.current["server"], self.current["parser"] = self.server, self.parser  # read if interrupted
             marker.write(self.run_dir, self.server, self.index)
         return True
 

@@ -31,11 +31,15 @@ from autotune.analysis.could_serve import Room, could_serve
 from autotune.server import client as client_mod
 from autotune.server import metrics, probe, health
 from autotune.events import Emit
+from autotune.model import max_len
+from autotune.run import checks
+from autotune.vllm.servecmd import model_slug
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
 
 KIND = "verify"
 LINK = "verifies"
+CHECK_PREFIX = "check-"
 SMALL_TIMEOUT_S = 10.0
 
 
@@ -50,10 +54,11 @@ class Seen:
     metrics: metrics.ServerMetrics | None = None
     metrics_unavailable: str | None = None
     room: Room | None = None
+    model_maximum: int | None = None  # the model's own maximum, where its files are on this machine
 
     def as_dict(self) -> dict:
         return {"model": self.model, "root": self.root, "served_max_model_len": self.served_len,
-                "vllm_version": self.vllm_version,
+                "vllm_version": self.vllm_version, "model_maximum": self.model_maximum,
                 "metrics": self.metrics.as_dict() if self.metrics else None,
                 "metrics_unavailable": self.metrics_unavailable, "room": self.room.as_dict() if self.room else None}
 
@@ -91,6 +96,8 @@ def look(door: client_mod.FrontDoor) -> Seen:
     except metrics.MetricsUnavailable as exc:
         seen.metrics_unavailable = str(exc)
     seen.room = could_serve(seen.metrics.cache_config if seen.metrics else None, seen.served_len, seen.vllm_version)
+    # a length the pool holds is advice only up to the model's own maximum (vLLM refuses more)
+    seen.model_maximum = max_len.maximum_here(seen.root) or max_len.maximum_here(seen.model)
     return seen
 
 
@@ -103,9 +110,13 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
         return Judgement(None, f"serves --max-model-len {served:,}", served)
     ceiling, run_id = run.result.ceiling, run.run_id
     warnings = []
-    if run.get("model") and run.model not in (seen.model, seen.root):
-        warnings.append(f"it serves model {seen.model}" + (f" ({seen.root})" if seen.root not in (None, seen.model)
-                                                            else "") + f"; run {run_id} verified {run.model}")
+    served_as = f"{seen.model}" + (f" ({seen.root})" if seen.root not in (None, seen.model) else "")
+    if not same_model(run.model, seen):  # another model: its length proves nothing
+        return Judgement("not_verified", f"serves model {served_as}, not the {run.model} run {run_id} verified (it "
+                                         f"serves --max-model-len {served:,})", None)
+    if run.model not in (seen.model, seen.root):
+        warnings.append(f"it serves {served_as}; run {run_id} verified {run.model}: taken as the same model "
+                        "in another folder")
     if run.get("vllm_version") and seen.vllm_version and seen.vllm_version != run.vllm_version:
         warnings.append(f"it runs vLLM {seen.vllm_version}; run {run_id} verified vLLM {run.vllm_version}: the numbers "
                         "age with the version, tune it again there")
@@ -117,6 +128,23 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
                         "requests above that are unproven")
     return Judgement(None, f"serves --max-model-len {served:,}, the {ceiling:,} run {run_id} verified"
                      + (" and more" if served > ceiling else ""), ceiling, warnings)
+
+
+def same_model(model: str | None, seen: Seen) -> bool:
+    """Does the server serve this model? Its name or path as /v1/models gives it, or a folder of the
+    same name (a model copied elsewhere: a deployment's paths are rarely the tuning machine's)."""
+    named = [n for n in (seen.model, seen.root) if n]
+    return not model or not named or model in named or model_slug(model) in {model_slug(n) for n in named}
+
+
+def run_model_maximum(run: RunRecord | None, seen: Seen) -> int | None:
+    """The model's own maximum as the run found it (its files then, or vLLM's own words at a boot),
+    where the server serves the run's model and its files are not here now."""
+    if run is None or not same_model(run.model, seen):
+        return None
+    found = (run.preflight or {}).get("model_maximum")
+    return found if isinstance(found, int) else next(
+        (m for m in (checks.model_maximum(a) for a in run.attempts or []) if m), None)
 
 
 def local_pid(door: client_mod.FrontDoor) -> int | None:
@@ -139,6 +167,7 @@ def check(door: client_mod.FrontDoor, run: RunRecord | None, probe_mode: str, ru
     seen, judgement, probe_record = Seen(), None, None
     try:
         seen = look(door)
+        seen.model_maximum = seen.model_maximum or run_model_maximum(run, seen)
         judgement = judge(seen, run)
         emit("deployed_seen", message=f"{door.where}: {judgement.reason}")
         if judgement.verdict is None:
@@ -165,7 +194,8 @@ def _probe(door: client_mod.FrontDoor, run: RunRecord | None, judgement: Judgeme
 
 def _record(door, run, seen: Seen, judgement: Judgement, probe_record, started, duration: float,
             runs_dir: Path) -> RunRecord:
-    run_dir = artifact.create_run_dir(Path(runs_dir), seen.model or "unknown-model")
+    # "check" in the folder's name: a verification is told from a tune at a glance in runs/
+    run_dir = artifact.create_run_dir(Path(runs_dir), CHECK_PREFIX + model_slug(seen.model))
     verified = judgement.verdict == "verified"
     result = Result(verdict=judgement.verdict, ceiling=seen.served_len if verified else None, verified=verified,
                     reason=judgement.reason)

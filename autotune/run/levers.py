@@ -91,9 +91,13 @@ def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
             out.gmu_needed = round(math.ceil((wanted + GMU_MARGIN) * 1000) / 1000, 3)
             out.explanation.append(f"raising gpu-memory-utilization from {base.gmu} to {out.gmu_needed} should give "
                                    f"~{(out.gmu_needed - base.gmu) * base.device_total_gib:.2f} GiB")
+        elif base.gmu >= limits.max_gmu:  # "raising" it to --max-gmu would lower it
+            where = "at" if base.gmu == limits.max_gmu else "above"
+            out.explanation.append(f"gpu-memory-utilization is {base.gmu} already, {where} --max-gmu "
+                                   f"{limits.max_gmu}: no room to raise it (a higher --max-gmu lets autotune try)")
         else:
-            out.explanation.append(f"raising gpu-memory-utilization to {limits.max_gmu} (--max-gmu) would give "
-                                   f"~{out.gmu_gain_max_gib:.2f} GiB: not enough")
+            out.explanation.append(f"raising gpu-memory-utilization from {base.gmu} to {limits.max_gmu} (--max-gmu) "
+                                   f"would give ~{out.gmu_gain_max_gib:.2f} GiB: not enough")
     elif base.gmu is None:
         out.explanation.append("gpu-memory-utilization does not size the KV cache here "
                                "(--kv-cache-memory-bytes or VLLM_CPU_KVCACHE_SPACE fixes it)")

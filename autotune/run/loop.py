@@ -123,6 +123,7 @@ class Loop:
         """Stop the server that runs (recorded as an interrupted attempt); the run ends interrupted."""
         record = self.record
         server = self.current.get("server")
+        self._read_before_interruption()
         if server is not None:
             self.emit("stopping", reason=f"autotune got {exc}")
             stop = stop_server(server, processes.STAGES_GRACEFUL, self.emit)
@@ -132,6 +133,16 @@ class Loop:
         reason, lever_search = results.interrupted_reason(exc, record.run_id)
         record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, lever_search)
         self._finish()
+
+    def _read_before_interruption(self) -> None:
+        """What the boot cut short had printed (its vLLM version, the model it loads): a run interrupted
+        in its first boot still says which vLLM and model it ran (`runs`, `show`)."""
+        parser = self.current.get("parser")
+        if self.current.get("server") is None or parser is None:
+            return
+        seen = parser.result()
+        self.record.vllm_version = self.record.vllm_version or seen.get("vllm_version")
+        self.record.model = self.record.model or seen.get("model")
 
     def _finish(self) -> None:
         self.record.ended_at = artifact.iso(artifact.utc_now())

@@ -23,6 +23,7 @@ from autotune.events import Emit
 from autotune.run.options import TuneOptions, default
 from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK
+from autotune.vllm import versions
 
 
 class NotReproducible(AutotuneError):
@@ -80,7 +81,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
         argv = list((record.command or {}).get("argv") or [])
         if not argv:
             return None
-        key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM
+        key = versions.version_key(argv)  # the program (a replay's --profile too): one question each
         if key not in cache:
             cache[key] = launcher.detect_version(argv, env_now)
         return cache[key]

@@ -57,6 +57,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from autotune.vllm import servecmd
+
 Version = tuple[int, int, int]
 
 # Read the installed version from package metadata: importing vllm takes seconds, this takes ms.
@@ -339,6 +341,16 @@ def _module_of(args: Sequence[str]) -> str | None:
 def replays(argv: Sequence[str]) -> bool:
     """Does the serve command run the replaying vLLM (which answers for the machine it replays)?"""
     return list(argv[1:3]) == ["-m", FAKE_VLLM_MODULE]
+
+
+def version_key(argv: Sequence[str]) -> tuple:
+    """What decides which vLLM a serve command starts, so one answer stands for every command with the
+    same key: its program (python -m vllm..., a `vllm` script: that environment's vLLM), and for the
+    replaying vLLM its --profile too (each profile replays its own version)."""
+    key = tuple(argv[:3])
+    if replays(argv):
+        key += (servecmd.flag_value(list(argv), "--profile"),)
+    return key
 
 
 def question(argv: Sequence[str], env: Mapping[str, str], flag: str) -> list[str] | None:

@@ -85,3 +85,10 @@ def test_a_target_above_a_local_models_maximum_boots_as_for_a_remote_one(tmp_pat
                                       "--max-boots", "1", "--", *argv], env={"AUTOTUNE_RUNS_DIR": str(runs)})
     assert "target_above_model_max (a note, booting anyway)" in result.output, result.output
     assert "so vLLM derives 4,096" in result.output and result.exit_code != 8, result.output
+
+
+def test_the_fix_never_asks_for_a_gmu_above_1(gqa):
+    found = reachable.problem(argv_for(gqa, 0.5), {}, 5_000_000, [typed(record(gqa))], DEVICE)
+    # it said "or more memory (gmu 1.24 would be needed)", a gmu vLLM refuses
+    assert "GiB beyond this cpu's 8.34 GiB, which no gmu reaches: gmu is at most 1)" in found["fix"], found["fix"]
+    assert "would be needed" not in found["fix"]

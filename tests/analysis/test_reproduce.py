@@ -105,7 +105,7 @@ def test_ttft_and_prefill_rate_are_compared_with_a_stated_tolerance(ttft, tps, s
     got = rep.reproduce_verdict(typed(old), typed(new))
     status = {c["what"]: c["status"] for c in got.changes}
     assert (status["TTFT s"], status["prefill tokens/s"], got.verdict) == (status_ttft, status_tps, verdict)
-    assert "timings within a factor of 1.5 count as same" in got.probe.note
+    assert "timings within a factor of 1.5, or within 0.5 s of the request's time, count as same" in got.probe.note
 
 
 def test_probes_of_different_lengths_are_not_timed_against_each_other():
@@ -200,3 +200,22 @@ def test_the_probe_comparison_reads_back_from_the_json_form_and_renders_alike():
     text = render_reproduction(rep.Reproduction(**shown))
     assert text == render_reproduction(got)
     assert "probe: a probe failed: no timings compared" in text and "failed" in text.split("probe (")[1]
+
+
+@pytest.mark.parametrize("ttft, status", [
+    (0.08, "same"),  # 40 ms -> 80 ms: 2x, but 40 ms is noise (it was a regression, exit 7)
+    (0.60, "worse"),  # 40 ms -> 600 ms: 15x and over half a second
+])
+def test_a_timing_verdict_needs_half_a_second_as_well_as_the_factor(ttft, status):
+    old = with_probe(record("run-01", gmu=0.15, kv=0.47, tokens=61_824, ceiling=61_696, gpus=(), version="0.32.0"),
+                     ttft=0.04, tps=1_000_000.0, tokens=16_000)
+    new = with_probe(reproduced(0.47, 61_824, 61_696), ttft=ttft, tps=1_000_000.0, tokens=16_000)
+    got = rep.reproduce_verdict(typed(old), typed(new))
+    timing = next(c for c in got.changes if c["what"] == "TTFT s")
+    assert timing["status"] == status and timing["tolerance_text"] == "a factor of 1.5 and 0.5 s"
+    assert (got.verdict, got.exit_code) == (("same", 0) if status == "same" else ("regression", 7))
+    # a prefill rate that halves on a prompt it takes 16 ms to read is noise too
+    slow = with_probe(reproduced(0.47, 61_824, 61_696), ttft=0.04, tps=500_000.0, tokens=16_000)
+    rate = next(c for c in rep.reproduce_verdict(typed(old), typed(slow)).changes if c["what"] == "prefill tokens/s")
+    assert rate["status"] == "same"
+

@@ -567,3 +567,32 @@ def test_a_target_reached_in_a_lever_run_shows_that_runs_check_and_an_interrupte
     record["state"], record["phase"] = "interrupted", "reach"
     record["reach"]["interrupted"] = {"by": "autotune got SIGTERM; `autotune resume P` continues the lever search"}
     assert "levers:   interrupted: autotune got SIGTERM" in render_summary(typed(record), run_dir="runs/P")
+
+
+def test_the_live_line_does_not_call_a_probe_silence(tmp_path):
+    clock = Ticking()
+    render = Progress(io.StringIO(), live=True, clock=clock, width=200)
+    render("run_started", run_dir=str(tmp_path / "r1"), target=16384, argv=[], port=1)
+    render("attempt_started", index=1, max_model_len=16384, reason="the target")
+    render("log_line", index=1, text="INFO: Application startup complete.", line_no=1)
+    render("probe_request", role="long", prompt_tokens=16200)
+    clock.now += 17
+    line = render.status_text()
+    # it said "no output for 17 s" while vLLM prefilled the probe's request, as a hang would
+    assert "no output for" not in line
+    assert re.search(r"probe: sending the long request \(16,200 prompt tokens\), 1\d s so far", line), line
+    render("probe_request_done", role="long", ok=True, ttft_s=17.0, reason="")
+    clock.now += 30
+    assert "no output for" in render.status_text()  # after the request, silence is news again
+    render.close()
+
+
+def test_quiet_with_show_log_streams_the_log_asked_for_and_no_progress():
+    out = io.StringIO()
+    render = Progress(out, quiet=True, show_log=True)
+    render("attempt_started", index=1, max_model_len=16384, reason="the target")
+    render("log_line", index=1, text="INFO: GPU KV cache size: 61,152 tokens", line_no=16)
+    render.close()
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    # --show-log was dropped without a word under --quiet
+    assert lines == ["boot 1 log    16 | INFO: GPU KV cache size: 61,152 tokens"]

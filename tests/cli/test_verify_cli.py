@@ -43,7 +43,8 @@ def test_a_server_started_shorter_than_the_run_is_not_verified_with_both_numbers
     assert result.exit_code == 4
     assert result.stdout.startswith(f"Not verified: {short.url} serves --max-model-len 8,192, below the 16,384 run "
                                     f"{tuned['run_id']} verified.\n")
-    assert ("  could:    serves 8,192; its KV pool holds 44,480 tokens: restart with --max-model-len 44464 (or "
+    assert ("  could:    serves 8,192; its KV pool holds 44,480 tokens: restart with --max-model-len 44464 if the model allows it (its "
+            "config.json is not on this machine to say) (or "
             "verify it first with `autotune --target 44464 -- YOUR SERVE COMMAND`)") in result.stdout
     assert "  how sure: exact: 2,780 blocks of 16 tokens, one held back" in result.stdout
     assert "probe:" not in result.stdout  # nothing to prove: the run's length is not served
@@ -59,7 +60,8 @@ def test_without_a_run_the_seeds_story_without_a_single_boot(fake_server):
     room = record["deployment"]["room"]
     assert (room["pool_tokens"], room["max_model_len"], room["certainty"]) == (61152, 61152, "likely")
     text = invoke_autotune("verify", seed.url, "--probe", "none").stdout
-    assert ("  could:    serves 16,384; its KV pool holds 61,152 tokens: restart with --max-model-len 61152 "
+    assert ("  could:    serves 16,384; its KV pool holds 61,152 tokens: restart with --max-model-len 61152 if the model "
+            "allows it (its config.json is not on this machine to say) "
             "(or verify it first with `autotune --target 61152 -- YOUR SERVE COMMAND`)") in text
 
 

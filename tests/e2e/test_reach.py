@@ -61,7 +61,7 @@ def test_reach_explains_a_shortfall_in_gib(tiny_model, tmp_path):
     assert record["result"]["ceiling"] == step["ceiling"] and record["result"]["reached_with_levers"] == step["run_id"]
     text = "; ".join(reach["explanation"])
     assert "200,000 tokens need ~" in text and "GiB short" in text
-    assert f"raising gpu-memory-utilization to {max_gmu} (--max-gmu) would give ~" in text and "not enough" in text
+    assert f"raising gpu-memory-utilization from {start} to {max_gmu} (--max-gmu) would give ~" in text and "not enough" in text
     assert f"stopped at {step['ceiling']:,}, the best within your limits" in text
     assert f"--gpu-memory-utilization {max_gmu}" in (tmp_path / record["run_id"] / "command.sh").read_text()
     assert "not enough" in proc.stdout

@@ -17,7 +17,7 @@ def test_reference_user_shortfall_is_explained_in_gib():
     assert plan.gmu_gain_max_gib == pytest.approx(0.236, abs=0.001)
     text = "; ".join(plan.explanation)
     assert "65,536 tokens need ~4.18 GiB of KV cache, 3.90 GiB available: 0.28 GiB short" in text
-    assert "raising gpu-memory-utilization to 0.99 (--max-gmu) would give ~0.24 GiB: not enough" in text
+    assert "raising gpu-memory-utilization from 0.98 to 0.99 (--max-gmu) would give ~0.24 GiB: not enough" in text
     # the unpredictable levers are measured, in the safe order
     assert plan.measure == ["max_num_seqs", "max_num_batched_tokens"]
 
@@ -90,3 +90,16 @@ def test_fp8_kv_is_the_last_lever_and_needs_permission_and_a_capable_gpu():
     assert not ok and "compute capability 8.9" in why  # --allow-kv-quant would not help on that GPU
     ok, why = levers.fp8_kv_decision(ARGV + ["--kv-cache-dtype", "fp8_e5m2"], Limits(allow_kv_quant=True, fp8_supported=True))
     assert not ok and "already fp8_e5m2" in why
+
+
+def test_a_command_above_max_gmu_is_not_told_to_raise_it_to_less():
+    # the seed at gmu 0.98 with the default --max-gmu 0.95: it said "raising gpu-memory-utilization to 0.95"
+    plan = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.95))
+    said = " ".join(plan.explanation)
+    assert "raising" not in said and plan.gmu_needed is None and plan.gmu_gain_max_gib == 0
+    assert "gpu-memory-utilization is 0.98 already, above --max-gmu 0.95: no room to raise it" in said
+    short = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.99))  # room left, not enough
+    assert "raising gpu-memory-utilization from 0.98 to 0.99 (--max-gmu) would give ~0.24 GiB: not enough" in \
+        " ".join(short.explanation)
+    at = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.98))
+    assert "gpu-memory-utilization is 0.98 already, at --max-gmu 0.98: no room to raise it" in " ".join(at.explanation)
