@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.vllm.log import parse_lines
+from autotune.vllm.log.clean import message_start
 from tests.helpers.real_logs import FIXTURES, TEXT_LOGS, boot_facts_of, log_lines
 
 # ---------------------------------------------------------------------------
@@ -84,3 +85,47 @@ def test_shutdown_lines_alone_or_after_a_ready_boot_are_no_error():
     ready = log_lines(FIXTURES / "cpu-0.32.0-ready-tiny-compiled-131072.log")
     assert parse_lines([*ready, *SHUTDOWNS[0]]).outcome == "ready"
     assert parse_lines(list(SHUTDOWNS[0])).outcome == "incomplete"
+
+
+# ---------------------------------------------------------------------------
+# An error stated in prose before the log it belongs to
+# ---------------------------------------------------------------------------
+
+def _stated_then_logged(log: Path) -> tuple[list[str], dict] | None:
+    """A failed boot's log told as a user tells it: its error stated first (in words, then the message
+    as vLLM printed it), then "detail log:" and the log up to the error (where the paste was cut)."""
+    parser = parse_lines(log_lines(log))
+    result, provenance = parser.result(), parser.provenance()
+    if result["outcome"] not in ("refused", "error") or "error_kind" not in result or parser.boots_in_log > 1:
+        return None
+    error_at, lines = provenance["error_kind"]["line"], log_lines(log)
+    if not any(message_start(line) > 0 for line in lines[: error_at - 1]):
+        return None  # no line of a log before the error
+    message = lines[error_at - 1][message_start(lines[error_at - 1]):].strip()
+    return ["When I start the server I get this error:", "", message, "", "detail log:", "```",
+            *lines[: error_at - 1], "```"], result
+
+
+STATED = [log for log in TEXT_LOGS if _stated_then_logged(log) is not None]
+
+
+def test_there_are_failed_boots_to_state():
+    assert len(STATED) >= 8
+
+
+@pytest.mark.parametrize("log", STATED, ids=lambda p: p.stem)
+def test_an_error_stated_before_its_log_is_one_failed_start(log: Path):
+    pasted, result = _stated_then_logged(log)
+    parser = parse_lines(pasted)
+    assert parser.boots_in_log == 1
+    read = parser.result()
+    assert (read["outcome"], read["error_kind"], read.get("vllm_version")) == (
+        result["outcome"], result["error_kind"], result.get("vllm_version"))
+
+
+def test_an_error_logged_before_a_restart_is_still_an_earlier_boot():
+    # The same error with its log prefix (a restart loop's first boot, cut to its error): two boots.
+    log = log_lines(FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log")
+    error = next(line for line in log if "ValueError: To serve" in line)
+    parser = parse_lines([error, *log])
+    assert parser.boots_in_log == 2 and parser.boots()[0]["result"]["outcome"] == "refused"
