@@ -25,6 +25,8 @@ class ExitCode(IntEnum):
     FRONT_DOOR = 9  # tune: the server booted but turned autotune away: an API key it wants, TLS that does not match
     UNDETERMINED = 10  # reproduce --outdated: which vLLM a recorded command starts now could not be told
     #                    (a wrapper script, a container): nothing was checked for it
+    NO_BOOT = 11  # parse: a log holds no vLLM boot (empty, or no line autotune reads: a version, arguments,
+    #               a KV figure, a failure)
     INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
 
 

@@ -56,10 +56,12 @@ def parse(logfiles, json_, all_boots, provenance):
     \b
     Exit codes: 0 every log was parsed (whatever its boot's outcome);
     1 a log could not be read, or is a directory, FIFO, device or socket
-    (the other logs are still parsed and printed); 2 usage error.
+    (the other logs are still parsed and printed); 2 usage error;
+    11 a log holds no vLLM boot (empty, or no line of vLLM's that autotune
+    reads: the wrong file, or a capture without stderr: add 2>&1).
     """
     results: list[tuple[str, dict | list | None]] = []
-    failed = False
+    failed = empty = False
     for name in logfiles:
         try:
             parser = _read(name)
@@ -69,16 +71,46 @@ def parse(logfiles, json_, all_boots, provenance):
             click.echo(f"Error: {message}", err=True)
             results.append((name, {"log": name, "error": message}))
             continue
+        if no_boot(parser):
+            empty = True
+            message = no_boot_found(parser.line_count)
+            click.echo(f"Error: {_shown(name)}: {message}", err=True)
+            results.append((name, {"log": name, "boots_in_log": 0, "lines": parser.line_count, "no_boot": message}))
+            continue
         results.append((name, _boots(name, parser, provenance) if all_boots else _last(name, parser, provenance)))
     if json_:
         payload = [out for _, out in results]
         click.echo(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2, ensure_ascii=False))
     else:
-        blocks = [_text(name, out) for name, out in results if not (isinstance(out, dict) and "error" in out)]
+        blocks = [_text(name, out) for name, out in results
+                  if not (isinstance(out, dict) and ("error" in out or "no_boot" in out))]
         if blocks:
             click.echo("\n\n".join(blocks))
     if failed:
         sys.exit(ExitCode.INPUT)
+    if empty:
+        sys.exit(ExitCode.NO_BOOT)
+
+
+_CAPTURE_HINT = "is it the server's log? (capture stderr too: `... 2>&1 | autotune parse -`)"
+
+
+def no_boot_found(line_count: int) -> str:
+    """Why a log holds no vLLM boot, said with its size."""
+    if line_count == 0:
+        return f"no vLLM boot found: the log is empty; {_CAPTURE_HINT}"
+    lines = "its line is not" if line_count == 1 else f"none of its {line_count:,} lines is"
+    return (f"no vLLM boot found: {lines} one of vLLM's that autotune reads (a version, the arguments, a KV "
+            f"figure, a failure); {_CAPTURE_HINT}")
+
+
+def no_boot(parser: BootLogParser) -> bool:
+    """The log holds nothing of a vLLM boot: empty, or not one fact read and no failure."""
+    return parser.boots_in_log == 1 and parser.outcome == "incomplete" and not parser.facts
+
+
+def _shown(name: str) -> str:
+    return "stdin" if name == STDIN else name
 
 
 def _read(name: str) -> BootLogParser:

@@ -177,6 +177,17 @@ def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str
     return lines
 
 
+def _hung_lines(attempts: list[Attempt], run_dir: str | Path | None) -> list[str]:
+    """A last boot the stall watchdog stopped: the last line it printed (or that it printed none), and its log."""
+    last = attempts[-1] if attempts else None
+    if last is None or last.outcome != "hung":
+        return []
+    log = last.log or f"attempt-{last.index}.log"
+    said = next((text for text in reversed(last.log_tail or []) if text.strip()), None)
+    return [f"  last:     {said}" if said else "  last:     nothing: the command printed no line at all",
+            f"  log:      {Path(run_dir) / log if run_dir else log}"]
+
+
 def _details_of(stated: str | None, tail: list[str], most: int = 1, width: int = 160) -> list[str]:
     """The indented lines that continue an exception line in its traceback (pydantic's "Value error, ...")."""
     texts = [str(text) for text in tail]
@@ -367,6 +378,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
         kind = f" ({r.error_kind})" if r.error_kind else ""
         lines.append(f"No verified ceiling: {verdict}{kind}. {r.reason or ''}".rstrip())
         lines.extend(_unknown_failure_lines(r, attempts, run_dir))
+        lines.extend(_hung_lines(attempts, run_dir))
     ranks = r.ranks
     if r.has("available_kv_gib"):
         where = _where(r.available_kv_gib_source)

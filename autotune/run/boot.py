@@ -31,7 +31,7 @@ from autotune.store import artifact
 from autotune.store import redact
 from autotune.store.record import Attempt, given
 from autotune.vllm import servecmd
-from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, traceback_tail
+from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, stall_diagnosis, traceback_tail
 
 # How long a fatally failed boot gets to print the rest of its traceback and exit.
 ERROR_GRACE_S = 10.0
@@ -90,6 +90,7 @@ class Boot:
         self.first_signal_at: float | None = None
         self.gpu_baseline: dict | None = None
         self.caught_up = False  # the log was read on once /health answered before it said the server listens
+        self.silent_after = 0  # a hung boot: the lines it had printed when the watchdog stopped it
 
     # ---- the boot, start to end -----------------------------------------------------------------
 
@@ -296,6 +297,7 @@ class Boot:
     def _hang(self) -> None:
         if self.server.idle_s() > self.opts.stall_timeout_s:
             self.time_to_outcome = self._elapsed()
+            self.silent_after = self.line_no  # (what it prints once stopped, a KeyboardInterrupt, is not why)
             self.emit("hung", index=self.index, idle_s=round(self.server.idle_s(), 1))
             self._stop(processes.STAGES_GRACEFUL)
             self.outcome = strategy.HUNG
@@ -380,6 +382,10 @@ class Boot:
         if a.outcome == strategy.FRONT_DOOR:
             found = self.verification["front_door"]
             a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
+        if a.outcome == strategy.HUNG:  # the phase it went silent in: the cause and fix, even with no line at all
+            said = head(self.run_dir / self.log_name, self.silent_after)
+            a.log_tail = [line[:300] for line in said[-15:]]
+            a.diagnosis = stall_diagnosis(said[-400:], self.opts.stall_timeout_s)
         if a.outcome in (strategy.ERROR, strategy.EXITED):
             a.log_tail = tail(self.run_dir / self.log_name)
             traceback = traceback_tail(tail(self.run_dir / self.log_name, 400))
@@ -412,6 +418,15 @@ def stop_server(server: launcher.ServerHandle, stages, emit: Emit) -> dict:
     if report.removed_shm:
         out["removed_shm"] = report.removed_shm
     return out
+
+
+def head(path: Path, n: int) -> list[str]:
+    """The first ``n`` lines of a log."""
+    try:
+        with open(path, "rb") as fh:
+            return [line.decode("utf-8", "replace").rstrip("\r\n") for line, _ in zip(fh, range(n))]
+    except OSError:
+        return []
 
 
 def tail(path: Path, n: int = 15) -> list[str]:

@@ -69,7 +69,7 @@ def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:
         if facts.has(key):
             setattr(result, key, getattr(facts, key))
             setattr(result, f"{key}_source", {"attempt": last.index, **provenance.get(key, {})})
-    if last.error_kind or last.outcome == strategy.FRONT_DOOR:
+    if last.error_kind or last.outcome in (strategy.FRONT_DOOR, strategy.HUNG):
         result.error_kind = last.error_kind
         result.diagnosis = last.get("diagnosis")
     if last.probe:

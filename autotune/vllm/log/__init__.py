@@ -10,8 +10,8 @@ The pipeline, in order (each stage a module of this package):
 2. What vLLM says:
    ``wording`` (Fig / Either / Wording / CutMatch: a message read up to a cut), ``messages`` (one
    ``Wording`` or regex per message, with the versions that print it), ``phases`` (the boot phases the
-   live line shows), ``args`` (non-default args / Namespace), ``traceback`` (where the log stands in a
-   traceback), ``failures`` (the failure catalog: kind, cause, fix).
+   live line shows, and why a boot went silent in each), ``args`` (non-default args / Namespace),
+   ``traceback`` (where the log stands in a traceback), ``failures`` (the failure catalog: kind, cause, fix).
 3. From messages to one boot's facts:
    ``handlers`` (one reader per message kind), ``refusals`` (refusals read whole across broken lines),
    ``boot`` (``Boot``, ``Fact``, the verdict, the ``parse --json`` contract ``SCHEMA_KEYS``),
@@ -24,7 +24,7 @@ from autotune.vllm.log.clean import clean_line
 from autotune.vllm.log.failures import CATALOG, FailureKind, diagnosis, traceback_tail
 from autotune.vllm.log.phases import (
     FAILED, GRAPHS, KV_SIZED, LOADING, PHASE_ORDER, PROFILING, READY, REFUSED, STARTING, STARTING_STEPS,
-    TERMINAL_PHASES, advance, phase_of, starting_step,
+    TERMINAL_PHASES, advance, phase_of, stall_diagnosis, starting_step,
 )
 from autotune.vllm.log.parser import BootLogParser, parse_file, parse_lines, parse_stream
 from autotune.vllm.log.plausible import LIMIT_SOURCES, ceiling_from, limit_from
@@ -33,6 +33,6 @@ __all__ = [
     "BootLogParser", "parse_lines", "parse_file", "parse_stream", "Fact", "SCHEMA_KEYS",
     "ceiling_from", "limit_from", "LIMIT_SOURCES", "clean_line",
     "CATALOG", "FailureKind", "diagnosis", "traceback_tail",
-    "phase_of", "advance", "starting_step", "PHASE_ORDER", "TERMINAL_PHASES", "STARTING_STEPS",
+    "phase_of", "advance", "starting_step", "stall_diagnosis", "PHASE_ORDER", "TERMINAL_PHASES", "STARTING_STEPS",
     "STARTING", "LOADING", "PROFILING", "KV_SIZED", "GRAPHS", "READY", "REFUSED", "FAILED",
 ]

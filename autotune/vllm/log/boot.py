@@ -64,7 +64,7 @@ class Boot:
     """One boot's facts and what its outcome depends on."""
 
     __slots__ = ("facts", "backend_strong", "available_from_cpu", "kv_line", "ready", "refusal",
-                 "cause", "death", "models", "trace", "first_line", "last_line", "last_stamp")
+                 "cause", "death", "models", "trace", "first_line", "last_line", "last_stamp", "logged_at")
 
     def __init__(self, first_line: int = 1) -> None:
         self.facts: dict[str, Fact] = {}
@@ -80,6 +80,7 @@ class Boot:
         self.first_line = first_line
         self.last_line = first_line
         self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
+        self.logged_at = 0  # its first line with a prefix (a logger's, a process's, a time stamp); 0: prose alone
 
     def copy(self) -> Boot:
         # Taken before most lines that change a boot (the undo of a rejoined line): spelled out, not a loop.
@@ -97,6 +98,7 @@ class Boot:
         other.first_line = self.first_line
         other.last_line = self.last_line
         other.last_stamp = self.last_stamp
+        other.logged_at = self.logged_at
         return other
 
     @property

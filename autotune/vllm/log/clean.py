@@ -6,7 +6,8 @@ issue threads. Each adds something around vLLM's own text:
 * terminal escape sequences (colour since vLLM 0.12 on a TTY, tqdm's erase-line, cursor
   moves, OSC titles) and their caret notation when pasted (``^[[0;36m``);
 * wrappers around the whole line: Markdown quotes (``> ``), k9s box frames
-  (``│ ... │`` padded to the screen width), inline-code backticks, Ray's
+  (``│ ... │`` padded to the screen width), a styled quote's bar (``▎ `` and its kin, alone or
+  inside a ``> `` quote), inline-code backticks, Ray's
   `` [repeated 30x across cluster]`` suffix;
 * prefixes before vLLM's message, often stacked: RFC 3339 timestamps (kubectl
   --timestamps), journald (``авг 18 14:15:02 host python3[1]: ``), docker compose
@@ -81,14 +82,18 @@ def unescape_html(line: str) -> str:
 
 
 # --- wrappers around the whole line ------------------------------------------------------
-_BOX = "│┃║"
+_FRAME = "│┃║"  # a viewer's frame: a bar on both sides of the line (k9s)
+# A styled quote's bar, on the left only: a chat or terminal Markdown renderer's "▎ " (U+258E) and its kin,
+# the left blocks of one to four eighths and the box-drawing verticals, light, heavy and dashed.
+_BARS = "▏▎▍▌" + "╎╏┆┇┊┋"
+_BOX = _FRAME + _BARS
 _WRAPPER_FIRST = _BOX + ">`<"
 # The HTML around a paste (GitHub's <details>, <pre><code>): tags at the start or the end of a line.
 _TAG = r"</?(?:details|summary|pre|code|p|div|span|br|blockquote|tt|samp|kbd)\b[^<>]{0,200}>"
 _TAGS_LEFT_RE = re.compile(rf"^\s{{0,8}}(?:{_TAG}\s*)+", re.IGNORECASE)
 _TAGS_RIGHT_RE = re.compile(rf"(?:\s*{_TAG})+\s*$", re.IGNORECASE)
-_BOX_LEFT_RE = re.compile(r"^\s{0,8}[│┃║] ?")
-_BOX_RIGHT_RE = re.compile(r"\s*[│┃║]\s*$")
+_BOX_LEFT_RE = re.compile(rf"^\s{{0,8}}[{_BOX}] ?")
+_BOX_RIGHT_RE = re.compile(rf"\s*[{_FRAME}]\s*$")
 _QUOTE_RE = re.compile(r"^(?:\s{0,3}>(?: |$))+")
 _RAY_REPEATED_RE = re.compile(r"\s*\[repeated \d{1,9}x across cluster\]\s*$")
 

@@ -159,6 +159,19 @@ CATALOG: tuple[FailureKind, ...] = (
             r"CUDA out of memory",  # torch text; also "... occurred when warming up sampler" (0.8+)
             r"OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
             r"CUDA error: out of memory",  # raw CUDA error, e.g. 'Worker failed with error ...'
+            # The driver API's own spellings: torch's C10_CUDA_DRIVER_CHECK "CUDA driver error: out of
+            # memory" (expandable segments, Marlin repacking: noonghunna/club-3090#60), its error name
+            # CUDA_ERROR_OUT_OF_MEMORY (Triton, cupy), the runtime's cudaErrorMemoryAllocation, old torch's
+            # "cuda runtime error (2) : out of memory", cuBLAS' workspace, and ROCm's HIP wordings.
+            r"CUDA driver error: out of memory",
+            r"CUDA_ERROR_OUT_OF_MEMORY",
+            r"cudaErrorMemoryAllocation",
+            r"cuda runtime error \(2\) ?: out of memory",
+            r"CUBLAS_STATUS_ALLOC_FAILED",
+            r"Triton Error \[CUDA\]: out of memory",
+            r"HIP out of memory",
+            r"HIP error: out of memory",
+            r"hipErrorOutOfMemory",
             r"Failed to load model - not enough GPU memory",  # 0.13+
         ),
         fatal=True,

@@ -18,7 +18,8 @@ new boot starts at the version banner (at its first line: the logo's, or the pla
 printed just before a one-line banner) or at a second arguments line (a boot prints its
 arguments once: the same command run again is a new boot whatever its time stamps) once the
 current boot's engine has started or failed, or at a new engine start once the current boot
-has finished or loaded its weights. ``result()`` describes the last boot; ``boots()`` every boot.
+has finished or loaded its weights; not after an error stated with no log line around it (an error pasted
+before the log it belongs to: one excerpt of one failed start). ``result()`` describes the last boot; ``boots()`` every boot.
 
 Lines as pasted (``rows``): hard wraps are rejoined (a terminal capture's trimmed spaces
 put back), JSON log records (vLLM's JSON logging, ``journalctl -o json``) read as the text
@@ -63,6 +64,9 @@ from autotune.vllm.log.rows import RowJoiner
 
 __all__ = ["BootLogParser", "parse_lines", "parse_file", "parse_stream", "MAX_BOOTS_KEPT"]
 
+# An error stated before its log is a paste's words: a few lines (an unprefixed start of its own that failed
+# is longer: argparse's usage alone is 300 lines).
+STATED_LINES_MAX = 100
 MAX_BOOTS_KEPT = 32  # earlier boots whose results are kept (all are counted): bounded memory
 # vLLM's logger timestamp (all versions): "09-15 10:05:40", not after a digit or a dash (checked after
 # its first digit, so that the search skips to digits at once).
@@ -226,6 +230,9 @@ class BootLogParser:
                 self._boot_starts(line, start, kind)
             boot = record.boot
             boot.last_line = record.line_no  # not undone: a rejoined line ends where its tail ends
+            if start > 0 and not boot.logged_at:
+                record.touch()
+                boot.logged_at = record.line_no
             if not boot.ready:
                 # An echo (arguments, config) is never part of a traceback, whatever it quotes.
                 message = line[start:] if kind == "other" else "(echo)"
@@ -275,6 +282,11 @@ class BootLogParser:
         why = self._starts_boot(boot, line, start, kind)
         if not why or not (boot.engine_started or why == "args" and boot.trace.ends_in_failure):
             return
+        first = self._rows.banner_start() if why == "banner" else record.line_no
+        if self._stated(boot) and not 0 < boot.logged_at < first and first - boot.first_line <= STATED_LINES_MAX:
+            # An error stated before the log it belongs to, in words or bare ("I get: ValueError: ...",
+            # then "detail log:" and the log): one pasted excerpt of one failed start, not an earlier boot.
+            return
         if why == "engine":
             # A paste may put the sizing lines before the engine's config: an engine line stamped
             # earlier than this boot's last figure is part of it (fixtures 009, 010).
@@ -282,8 +294,15 @@ class BootLogParser:
             stamp_text = stamp.group(1) if stamp is not None else ""
             if stamp_text < boot.last_stamp[: len(stamp_text)]:
                 return
-        record.new_boot(self._rows.banner_start() if why == "banner" else record.line_no)
+        record.new_boot(first)
         self._refusals.close()  # a message broken over lines ends with its boot
+
+    @staticmethod
+    def _stated(boot: Boot) -> bool:
+        """The boot's failure was stated before any line of a log (a line with a prefix) came."""
+        failure = boot.refusal or boot.cause or boot.death
+        line = failure.line_no if failure is not None else boot.trace.tail_line if boot.trace.ends_in_failure else 0
+        return line > 0 and not 0 < boot.logged_at < line
 
     @staticmethod
     def _starts_boot(boot: Boot, line: str, start: int, kind: str) -> str:
@@ -297,7 +316,8 @@ class BootLogParser:
                 # sizing or the error first (fixtures 009, 010, 311).
                 return "args" if "non_default_args" in boot.facts or "args_namespace" in boot.facts else ""
             if P.ENGINE_VERSION_RE.match(msg) is not None:
-                started = boot.ready or boot.fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
+                fatal = boot.fatal and not BootLogParser._stated(boot)  # (an error stated before the log: not its)
+                started = boot.ready or fatal or boot.kv_line > 0 or "weights_gib" in boot.facts
                 return "engine" if started else ""
             return ""
         if "version" not in line:

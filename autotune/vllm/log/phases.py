@@ -144,3 +144,59 @@ def starting_step(line: str) -> str | None:
         if pattern.search(text):
             return step
     return None
+
+
+# Why a boot goes silent in each phase, and what to do: the "hung" verdict's cause and fix (the stall
+# watchdog stopped a boot that printed nothing for --stall-timeout seconds).
+_STALLS = {
+    None: ("the command printed nothing at all in {idle}: it never reached vLLM's first line (a container "
+           "pulling its image, a wrapper script waiting for input, Python importing from a slow or network "
+           "filesystem)",
+           "run the serve command by hand to see where it waits; if it is only slow to start, raise "
+           "--stall-timeout"),
+    "importing vLLM": ("the command printed {last} and then nothing in {idle}, no line of vLLM's engine yet: "
+                       "still importing (torch, CUDA libraries) from a slow or network filesystem, or waiting "
+                       "for a lock or for input",
+                       "run the serve command by hand to see where it waits; on a slow disk raise --stall-timeout"),
+    "workers": ("vLLM was starting its workers and printed nothing in {idle}: with several GPUs the workers wait "
+                "for each other to set up NCCL (a GPU held by another process, peer-to-peer or shared memory "
+                "that does not work, a firewall between nodes)",
+                "rerun with NCCL_DEBUG=INFO to see where NCCL waits; check the GPUs are free (`autotune gpus`); "
+                "in a container give it --ipc=host (or a larger --shm-size); try NCCL_P2P_DISABLE=1"),
+    STARTING: ("vLLM was starting (its {step} step) and printed nothing in {idle}",
+               "run the serve command by hand to see where it waits; if this machine is only slow, raise "
+               "--stall-timeout"),
+    LOADING: ("vLLM was loading the weights and printed nothing in {idle}: a slow download from the Hugging Face "
+              "Hub, a network disk, or a large checkpoint read without a progress bar",
+              "download the model first (`hf download REPO`) or point --model at a local copy on a fast disk; "
+              "or raise --stall-timeout"),
+    PROFILING: ("vLLM was profiling / compiling (torch.compile) and printed nothing in {idle}: a first compile of "
+                "a large model can run silent for many minutes",
+                "raise --stall-timeout (the next boot reuses the compile cache, ~/.cache/vllm), or pass "
+                "--enforce-eager to compile nothing (slower serving)"),
+    KV_SIZED: ("vLLM had sized its KV cache and printed nothing in {idle}: it was warming up or capturing CUDA "
+               "graphs", "raise --stall-timeout, or pass --enforce-eager to skip graph capture (slower serving)"),
+    GRAPHS: ("vLLM was capturing CUDA graphs and printed nothing in {idle}",
+             "raise --stall-timeout, or pass --enforce-eager to skip graph capture (slower serving)"),
+    READY: ("vLLM said its server was starting and then printed nothing in {idle}",
+            "run the serve command by hand and ask its /health; raise --stall-timeout if it is only slow"),
+    FAILED: ("vLLM failed and its processes did not exit: nothing printed in {idle} after {last}",
+             "the failure is the cause: `autotune parse` on the log names it, with its fix"),
+}
+_STALLS[REFUSED] = _STALLS[FAILED]
+
+
+def stall_diagnosis(lines: list[str], idle_s: float | None = None) -> dict:
+    """The cause and fix of a boot the stall watchdog stopped, from the lines it printed (its log, or the
+    end of it): the phase it stood in (and the step of a long start), or that it printed nothing."""
+    phase, step, last = None, None, ""
+    for line in lines:
+        if line.strip():
+            last = clean_line(line).strip()
+            phase = advance(phase or STARTING, phase_of(line))
+            step = starting_step(line) or step
+    key = None if not last else (step or "importing vLLM") if phase == STARTING and step in (None, "workers") else phase
+    cause, fix = _STALLS.get(key, _STALLS[STARTING])
+    idle = f"{idle_s:,.0f} s" if isinstance(idle_s, (int, float)) else "--stall-timeout seconds"
+    shown = last if len(last) <= 120 else last[:117] + "..."
+    return {"cause": cause.format(idle=idle, step=step or "first", last=f"'{shown}'"), "fix": fix}

@@ -5,7 +5,8 @@ vLLM dies by raising: the engine prints ``Traceback (most recent call last):``, 
 process/logger prefix. What matters for the outcome of a boot:
 
 * whether the log ends inside a traceback (the excerpt or the process stopped there);
-* whether the last thing the log says is an exception or an ERROR line;
+* whether the last thing the log says is an exception or an ERROR line (the lines of an orderly
+  shutdown after it do not count: a fatal error followed by a shutdown is still the boot's error);
 * the final exception line: the stated cause when no known failure signature is seen.
   Generic wrappers (``RuntimeError: Engine core initialization failed. See root cause
   above.``) only point back at the real one, so the last exception that is not a wrapper
@@ -39,6 +40,21 @@ EXCEPTION_LINE_RE = re.compile(
 )
 
 
+# What processes print as they shut down after a failure: uvicorn's orderly shutdown, asyncio's unretrieved
+# future or task, multiprocessing's resource tracker, torch's process group left undestroyed, vLLM's worker
+# cleanup. After a traceback, an exception or an ERROR line they end nothing: the failure stays the log's
+# last word (vllm#15127: an NCCL DistBackendError, then "Waiting for application shutdown." ...).
+_SHUTDOWN_RE = re.compile(
+    r"Waiting for (?:application shutdown|connections to close|background tasks to complete)"
+    r"|Application shutdown complete|Finished server process \[\d+\]|^Shutting down$"
+    r"|(?:Future|Task) exception was never retrieved|^(?:future: <Future|task: <Task) "
+    r"|resource_tracker: There appear to be |destroy_process_group\(\) was not called"
+    r"|process group has NOT been destroyed|Killing local vLLM worker processes|Shutting down FastAPI HTTP server"
+)
+_SHUTDOWN_MAX = 600  # a shutdown line is short (torch's warning, the longest, is about 300 characters)
+_FAILED_TAILS = frozenset({"traceback", "exception", "error"})
+
+
 @dataclass(frozen=True)
 class TraceState:
     """Immutable: ``feed`` returns the next state (the parser undoes a line by keeping the old one)."""
@@ -55,6 +71,8 @@ class TraceState:
         if self.tail == "other" and not self.open and level in ("INFO", "DEBUG"):
             return self  # the common case, decided before any work: every path below returns self for it
         stripped = message.strip()
+        if self.tail in _FAILED_TAILS and len(stripped) <= _SHUTDOWN_MAX and _SHUTDOWN_RE.search(stripped) is not None:
+            return self  # the processes shutting down after the failure: it stays the last word
         if not stripped or (stripped[-1] in _PREFIX_ONLY_ENDS or stripped[-1].isdecimal()) and (
                 _PREFIX_ONLY_RE.fullmatch(stripped) is not None):
             return self

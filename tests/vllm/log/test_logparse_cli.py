@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
+from autotune.errors import ExitCode
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
 REFUSED = FIXTURES / "cpu-0.32.0-refused-gmu-0.10.log"
@@ -134,3 +135,33 @@ def test_implausible_figures_are_shown_and_never_a_fix(tmp_path: Path):
 def test_a_gzip_stream_on_stdin_is_read_too():
     out = json.loads(invoke("-", "--json", stdin=gzip.compress(REFUSED.read_bytes())).output)
     assert out["outcome"] == "refused" and out["estimated_max_model_len"] == 18176
+
+
+@pytest.mark.parametrize("text", [b"", b"\n\n", b"$ docker logs vllm\nError: No such container: vllm\n",
+                                  b"Triton is installed, but doesn't include CPU backend. Disabling Triton.\n"])
+def test_a_log_with_no_vllm_boot_says_so_with_its_own_exit_code(tmp_path: Path, text: bytes):
+    # Issue 37: an empty file, or text with no vLLM line, printed "-: incomplete" and exited 0.
+    log = tmp_path / "captured.log"
+    log.write_bytes(text)
+    proc = subprocess.run([sys.executable, "-m", "autotune", "parse", str(log), str(READY)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 11 == ExitCode.NO_BOOT and "Traceback" not in proc.stderr
+    assert f"Error: {log}: no vLLM boot found: " in proc.stderr and "2>&1" in proc.stderr
+    assert f"{READY}: ready" in proc.stdout and "incomplete" not in proc.stdout  # the other log still printed
+    piped = invoke("-", "--json", stdin=text)
+    assert piped.exit_code == ExitCode.NO_BOOT
+    out = json.loads(piped.stdout)
+    assert out["boots_in_log"] == 0 and out["no_boot"].startswith("no vLLM boot found") and "outcome" not in out
+
+
+def test_an_unreadable_log_comes_before_a_log_with_no_boot(tmp_path: Path):
+    empty = tmp_path / "empty.log"
+    empty.write_bytes(b"")
+    result = invoke(empty, tmp_path / "missing.log")
+    assert result.exit_code == ExitCode.INPUT and "no vLLM boot found: the log is empty" in result.output
+
+
+def test_a_bare_failure_is_a_boot_not_an_empty_log():
+    result = invoke("-", stdin=b"ValueError: No available memory for the cache blocks. Try increasing "
+                                b"`gpu_memory_utilization` when initializing the engine.\n")
+    assert result.exit_code == 0 and "-: error (negative_available_kv)" in result.output
