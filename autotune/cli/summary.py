@@ -18,7 +18,7 @@ from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machi
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
-from autotune.store.outcomes import Outcome, Verdict
+from autotune.store.outcomes import Basis, Outcome, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -380,6 +380,8 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     lines.extend(_context_lines(record))
     if verdict == Verdict.VERIFIED and attempts and attempts[-1].basis in strategy.PREDICTED and r.reason:
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
+    if verdict == Verdict.VERIFIED and any(a.basis == Basis.FIXED_POINT for a in attempts) and r.reason:
+        lines.append(f"  longest:  {r.reason}")  # the pool shrinks as the length grows: what proved the top
     if r.diagnosis:
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")
