@@ -57,14 +57,7 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
             tokens = kv * tpg if tpg else None
         low, high = fit.gmu_min, fit.gmu_max
     elif group.expectation.mode == "budget":
-        budget = memory_now * gmu
-        kv = statistics.mean(r.available_kv_gib + budget - r.budget_gib for r in points)
-        with_tokens = [r for r in points if r.kv_cache_tokens is not None]
-        tokens = (statistics.mean(r.kv_cache_tokens + (budget - r.budget_gib) * tpg for r in with_tokens)
-                  if with_tokens and tpg else None)
-        basis = f"one gmu value measured ({points[0].gmu:g}), moved by the budget: device memory x gmu"
-        if tpg:
-            basis += f"; {tpg:,.0f} tokens per GiB ({group.tokens_per_gib_source})"
+        kv, tokens, basis = _moved_by_budget(group, points, memory_now * gmu, tpg)
         low = high = points[0].gmu
     else:
         return None
@@ -100,6 +93,24 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
                       slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack)
+
+
+def _moved_by_budget(group: Group, points: list[Row], budget: float, tpg: float | None):
+    """One gmu value measured: (available KV, KV tokens, basis) moved by the budget's change. Where the
+    pool shrinks as the length grows, a longer ceiling gives back part of the budget it gained: the
+    fixed point moves by budget x tokens per GiB / (1 + slope)."""
+    kv = statistics.mean(r.available_kv_gib + budget - r.budget_gib for r in points)
+    with_tokens = [r for r in points if r.kv_cache_tokens is not None]
+    moved = tpg / (1 + (group.length_slope or 0.0)) if tpg else None
+    tokens = (statistics.mean(r.kv_cache_tokens + (budget - r.budget_gib) * moved for r in with_tokens)
+              if with_tokens and moved else None)
+    basis = f"one gmu value measured ({points[0].gmu:g}), moved by the budget: device memory x gmu"
+    if tpg:
+        basis += f"; {tpg:,.0f} tokens per GiB ({group.tokens_per_gib_source})"
+    if tpg and group.length_slope:
+        basis += (f", {moved:,.0f} at the fixed point: the pool loses {group.length_slope:.3f} tokens per token "
+                  "of --max-model-len")
+    return kv, tokens, basis
 
 
 def why_no_slack(rows: list[Row]) -> str:

@@ -10,7 +10,8 @@ from autotune.run.errors import PreflightFailed
 from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.store.record import Attempt, RunRecord
-from autotune.vllm import kv_pool, servecmd, versions
+from autotune.analysis import pool_slope
+from autotune.vllm import servecmd, versions
 
 
 # --target max when the model's files are not here to say its maximum: far more than any model has,
@@ -138,25 +139,14 @@ def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
 def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
     """What the strategy needs from a recorded attempt (also for a resumed run)."""
     length = attempt.max_model_len
-    on_cpu = attempt.fact("cpu_kv_gib") is not None or str(attempt.fact("kv_cache_device") or "").upper() == "CPU"
-    block = servecmd.flag_value(list(attempt.get("argv") or []), "--block-size")
-    grid = int(block) if str(block or "").isdigit() else (kv_pool.CPU_BLOCK_SIZE if on_cpu else kv_pool.GPU_BLOCK_SIZE)
+    grid = pool_slope.grid_of(attempt.facts, servecmd.flag_value(list(attempt.get("argv") or []), "--block-size"))
     return strategy.AttemptSummary(length, attempt.outcome, attempt.get("ceiling"),
                                    attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
                                    attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
                                    attempt.get("index"), limit_of(attempt),
                                    pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
                                    grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
-                                   pool_moves=pool_moves(attempt))
-
-
-def pool_moves(attempt: Attempt) -> str | None:
-    """Why this boot's KV pool shrinks as --max-model-len grows, where its log shows it: vLLM's CPU
-    backend sized by gmu ("Auto set ... GiB for KV cache") takes the pool as what gmu reserves less
-    the process's memory, and that holds the runner's max_num_seqs x max_model_len token buffers."""
-    if attempt.fact("cpu_worker_requested_gib") is not None:
-        return "cpu_length_buffers"
-    return None
+                                   pool_moves=pool_slope.cause_of(attempt.facts))
 
 
 def limit_of(attempt: Attempt) -> str:

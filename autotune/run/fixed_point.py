@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.analysis.pool_slope import pool_fits
 from autotune.store.outcomes import REFUSED, VERIFIED, Basis
 
 AUTO = "auto"
@@ -37,14 +38,6 @@ class Bracket:
     points: tuple[tuple[int, int], ...]
     estimate: int | None  # vLLM's own figure: the first refusal's estimate, or auto's fit
     grid: int
-
-
-def pool_fits(kv_cache_tokens: int, length: int, grid: int, holds_null: bool) -> int:
-    """The longest length a verified boot's pool holds. vLLM prints "KV cache size" as its blocks over
-    one request's blocks times the length (466,255 tokens at 466,000: 3,643 blocks of 128), so the
-    blocks come back rounded; less the null block vLLM keeps (0.29+)."""
-    blocks = round(kv_cache_tokens * -(-length // grid) / length)
-    return max(0, blocks - (1 if holds_null else 0)) * grid
 
 
 def bracket(attempts, grid: int) -> Bracket:
@@ -80,8 +73,10 @@ def moving(attempts) -> bool:
     return any(a.pool_moves for a in attempts)
 
 
-def _secant(points: tuple[tuple[int, int], ...]) -> float | None:
-    """Where the line through the two latest points of distinct lengths meets fits = length."""
+def _secant(points: tuple[tuple[int, int], ...], grid: int) -> float | None:
+    """Where the line through the two latest points of distinct lengths meets fits = length. A point's
+    length is the longest on the grid its pool holds: its pool ends somewhere in the step above, half
+    a step up on average (the line through the floors would aim a step short half the time)."""
     latest: list[tuple[int, int]] = []
     for length, fits in reversed(points):
         if all(length != seen for seen, _ in latest):
@@ -90,7 +85,7 @@ def _secant(points: tuple[tuple[int, int], ...]) -> float | None:
             break
     if len(latest) < 2:
         return None
-    (l1, f1), (l2, f2) = latest
+    (l1, f1), (l2, f2) = ((length, fits + grid / 2) for length, fits in latest)
     slope = (f2 - f1) / (l2 - l1)  # tokens of pool per token of length: negative where the pool shrinks
     if slope >= 1:
         return None
@@ -114,8 +109,11 @@ def next_step(target: int, attempts, n: int, max_boots: int) -> Step | None:
     last = attempts[-1]
     if last.limit != KV_CACHE or last.outcome not in (VERIFIED, REFUSED):
         return None
-    grid = last.grid
+    grid = max(a.grid for a in attempts)  # a refused boot's log may not name the device
     b = bracket(attempts, grid)
+    # A limit vLLM named that is not memory (the model's maximum, batched tokens, a draft model) caps
+    # what any pool can serve.
+    target = min([target, *(a.ceiling for a in attempts if a.limit != KV_CACHE and isinstance(a.ceiling, int))])
     if b.verified is None or b.verified >= target:
         return None
     top, said = b.verified, _said(b)
@@ -127,7 +125,7 @@ def next_step(target: int, attempts, n: int, max_boots: int) -> Step | None:
                                            f"as the length grows): the longest length this command boots{said}")
     if n >= max_boots:
         return Step(True, top, f"{top:,} boots; a longer length may too, but --max-boots is reached{said}")
-    aim = _secant(b.points)
+    aim = _secant(b.points, grid)
     if aim is None:  # one point: vLLM's estimate, or auto's fit (then a step above it shows the slope)
         aim = max(f for _, f in b.points) if b.points else top + grid
     if b.refused is not None and (aim >= b.refused or aim <= top):

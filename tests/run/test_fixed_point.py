@@ -71,7 +71,7 @@ def tune(strategy, *flags, runs):
 
 @pytest.mark.usefixtures("replay_in_process")
 @pytest.mark.parametrize("strategy", ["refusal", "auto"])
-@pytest.mark.parametrize("flags,boots", [((), 3), (("--no-enable-chunked-prefill",), 4),
+@pytest.mark.parametrize("flags,boots", [((), 3), (("--no-enable-chunked-prefill",), 3),
                                          (("--max-num-seqs", "512", "--no-enable-chunked-prefill"), 4),
                                          (("--kv-cache-memory-bytes", "3G"), None)])
 def test_both_strategies_verify_the_longest_length_that_boots_on_the_cpu_replay(tmp_path, strategy, flags, boots):
@@ -82,3 +82,15 @@ def test_both_strategies_verify_the_longest_length_that_boots_on_the_cpu_replay(
     if boots is None:  # --kv-cache-memory-bytes: vLLM's estimate is exact, no boot more than before
         boots = 2 if strategy == "refusal" else 1
     assert len(record["attempts"]) == boots, [(a["max_model_len"], a["outcome"]) for a in record["attempts"]]
+
+
+@pytest.mark.usefixtures("replay_in_process")
+def test_a_groups_slope_makes_a_second_run_at_another_gmu_one_boot(tmp_path):
+    """History: the first run's boots teach the slope (0.078 pool tokens per token of length at 128
+    sequences), so a run at another gmu boots the fixed point directly, not the budget's move alone."""
+    first = tune("refusal", runs=tmp_path)
+    second = tune("refusal", "--gpu-memory-utilization", "0.25", runs=tmp_path)
+    own = truth([*fake(CPU, *GMU, "--gpu-memory-utilization", "0.25")])
+    assert first["result"]["ceiling"] == 466432 and len(first["attempts"]) == 3
+    assert second["result"]["ceiling"] == own.ceiling == 609536
+    assert [(a["max_model_len"], a["outcome"]) for a in second["attempts"]] == [(609536, "verified")]
