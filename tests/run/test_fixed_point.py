@@ -94,3 +94,16 @@ def test_a_groups_slope_makes_a_second_run_at_another_gmu_one_boot(tmp_path):
     assert first["result"]["ceiling"] == 466432 and len(first["attempts"]) == 3
     assert second["result"]["ceiling"] == own.ceiling == 609536
     assert [(a["max_model_len"], a["outcome"]) for a in second["attempts"]] == [(609536, "verified")]
+
+
+@pytest.mark.usefixtures("replay_in_process")
+def test_the_card_says_vllms_figure_the_gap_the_proof_and_the_slope_with_its_cause(tmp_path):
+    result = CliRunner().invoke(cli, ["tune", "--quiet", "--probe", "none", "--strategy", "auto", "--runs-dir",
+                                      str(tmp_path), "--target", str(M), "--",
+                                      *fake(CPU, *GMU, "--no-enable-chunked-prefill")], catch_exceptions=False)
+    card = result.output
+    assert "Verified ceiling: --max-model-len 423,552" in card, card
+    assert "longest:  423,552 boots and its own KV pool holds no step more" in card, card
+    assert "vLLM's own figure was 306,048 (+38.4%)" in card, card
+    assert "slope:    the pool loses 0.1" in card and "max_num_seqs x max_model_len token buffers" in card, card
+    assert "chunked prefill off vLLM profiles a batch of max_model_len tokens" in card, card
