@@ -440,4 +440,4 @@ def _slope_line(attempts: list[Attempt]) -> list[str]:
             if servecmd.has_flag(argv, "--no-enable-chunked-prefill")
             and not servecmd.has_flag(argv, "--max-num-batched-tokens") else "")
     return [f"  slope:    the pool loses {slope:.3f} tokens per token of --max-model-len: "
-            f"{pool_slope.CAUSES.get(cause, cause)}{also}"]
+            f"{pool_slope.CAUSES[cause]}{also}"]
