@@ -23,6 +23,7 @@ class Prediction:
     device: str = ""  # the group's device label ("cpu ..." or a GPU)
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
     unknown_slack: str = ""  # why the ceiling is only an upper bound (ceiling_is_upper_bound)
+    length_slope: float | None = None  # the group's pool tokens per token of length (its ceiling is a fixed point)
 
 
 def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
@@ -92,7 +93,8 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
-                      slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack)
+                      slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack,
+                      length_slope=group.length_slope)
 
 
 def _moved_by_budget(group: Group, points: list[Row], budget: float, tpg: float | None):

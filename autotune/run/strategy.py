@@ -80,11 +80,7 @@ _HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the G
 def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, plan: str = "refusal",
               start_at: int | None = None, back_off: bool = False, slack: int | None = None) -> Launch | Stop:
     if not attempts:
-        if plan in ("auto", "auto_probe"):
-            return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
-        if start_at is not None and start_at < target:
-            return Launch(start_at, "the predicted ceiling", "start_at")
-        return Launch(target, "the target", "target")
+        return _first_launch(target, plan, start_at)
 
     last = attempts[-1]
     n = len(attempts)
@@ -155,6 +151,18 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
                       "computed" if last.ceiling_source == "computed_from_gib" else "ceiling")
     return Stop(Verdict.ERROR, None, f"unexpected attempt outcome {last.outcome!r}")
+
+
+def _first_launch(target: int, plan: str, start_at: int | None) -> Launch:
+    if plan == "auto" and start_at is not None and start_at < target:
+        # Only where the group's pool shrinks as the length grows (run/aim.py): auto would stop short.
+        return Launch(start_at, "the group's fixed point (auto profiles at the full length and stops short)",
+                      "start_at")
+    if plan in ("auto", "auto_probe"):
+        return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
+    if start_at is not None and start_at < target:
+        return Launch(start_at, "the predicted ceiling", "start_at")
+    return Launch(target, "the target", "target")
 
 
 def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_boots: int,

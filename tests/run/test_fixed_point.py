@@ -107,3 +107,13 @@ def test_the_card_says_vllms_figure_the_gap_the_proof_and_the_slope_with_its_cau
     assert "vLLM's own figure was 306,048 (+38.4%)" in card, card
     assert "slope:    the pool loses 0.1" in card and "max_num_seqs x max_model_len token buffers" in card, card
     assert "chunked prefill off vLLM profiles a batch of max_model_len tokens" in card, card
+
+
+@pytest.mark.usefixtures("replay_in_process")
+def test_with_a_learnt_slope_the_auto_strategy_boots_the_groups_fixed_point_not_auto(tmp_path):
+    """auto profiles at the model's full length and stops ~10 % short: where the group's runs showed
+    the pool shrinking, a second auto run starts at the group's fixed point instead (3 boots before)."""
+    tune("auto", runs=tmp_path)
+    second = tune("auto", "--gpu-memory-utilization", "0.25", runs=tmp_path)
+    assert second["result"]["ceiling"] == truth([*fake(CPU, *GMU, "--gpu-memory-utilization", "0.25")]).ceiling
+    assert second["attempts"][0]["basis"] == "start_at" and len(second["attempts"]) <= 2, second["attempts"]
