@@ -8,8 +8,11 @@ profiles at the model's full 1M length) both land about 10 % below the longest l
 Both strategies must verify that longest length, and a bare boot of the same command 1 % above it
 must be refused by vLLM's own memory check.
 
-Five to nine boots at ~466K tokens (each allocates ~3.6 GiB of KV): measured 0:00 on 2 cores
-(see the module's timing in the docstring's last line once measured).
+Nine boots at ~477K tokens (each allocates ~3.6 GiB of KV; 70-110 s a boot on the 2 shared cores):
+the module took 14 min 37 s (2026-12-06, other engineers' tests beside it; 24 min 6 s under a heavier
+load). That run: refusal 1,048,576 refused (estimate 431,872), 431,872 (pool 480,512 tokens), 476,800,
+477,184 refused (477,056), 477,056 verified: 5 boots, 544 s; auto: fits 431,744, 431,872, 476,800
+verified: 3 boots, 216 s; a bare boot at 481,568 refused.
 """
 import json
 import subprocess
