@@ -23,6 +23,7 @@ class Prediction:
     device: str = ""  # the group's device label ("cpu ..." or a GPU)
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
     unknown_slack: str = ""  # why the ceiling is only an upper bound (ceiling_is_upper_bound)
+    length_slope: float | None = None  # the group's pool tokens per token of length (its ceiling is a fixed point)
 
 
 def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
@@ -57,14 +58,7 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
             tokens = kv * tpg if tpg else None
         low, high = fit.gmu_min, fit.gmu_max
     elif group.expectation.mode == "budget":
-        budget = memory_now * gmu
-        kv = statistics.mean(r.available_kv_gib + budget - r.budget_gib for r in points)
-        with_tokens = [r for r in points if r.kv_cache_tokens is not None]
-        tokens = (statistics.mean(r.kv_cache_tokens + (budget - r.budget_gib) * tpg for r in with_tokens)
-                  if with_tokens and tpg else None)
-        basis = f"one gmu value measured ({points[0].gmu:g}), moved by the budget: device memory x gmu"
-        if tpg:
-            basis += f"; {tpg:,.0f} tokens per GiB ({group.tokens_per_gib_source})"
+        kv, tokens, basis = _moved_by_budget(group, points, memory_now * gmu, tpg)
         low = high = points[0].gmu
     else:
         return None
@@ -99,7 +93,26 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
     return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
-                      slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack)
+                      slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack,
+                      length_slope=group.length_slope)
+
+
+def _moved_by_budget(group: Group, points: list[Row], budget: float, tpg: float | None):
+    """One gmu value measured: (available KV, KV tokens, basis) moved by the budget's change. Where the
+    pool shrinks as the length grows, a longer ceiling gives back part of the budget it gained: the
+    fixed point moves by budget x tokens per GiB / (1 + slope)."""
+    kv = statistics.mean(r.available_kv_gib + budget - r.budget_gib for r in points)
+    with_tokens = [r for r in points if r.kv_cache_tokens is not None]
+    moved = tpg / (1 + (group.length_slope or 0.0)) if tpg else None
+    tokens = (statistics.mean(r.kv_cache_tokens + (budget - r.budget_gib) * moved for r in with_tokens)
+              if with_tokens and moved else None)
+    basis = f"one gmu value measured ({points[0].gmu:g}), moved by the budget: device memory x gmu"
+    if tpg:
+        basis += f"; {tpg:,.0f} tokens per GiB ({group.tokens_per_gib_source})"
+    if tpg and group.length_slope:
+        basis += (f", {moved:,.0f} at the fixed point: the pool loses {group.length_slope:.3f} tokens per token "
+                  "of --max-model-len")
+    return kv, tokens, basis
 
 
 def why_no_slack(rows: list[Row]) -> str:

@@ -75,6 +75,7 @@ class Group:
     tokens_per_gib_source: str | None
     ceiling_slack_tokens: int | None  # KV tokens minus the verified ceiling, where KV was the limit
     model_maximum: int | None = None  # the model's own maximum, where a run's vLLM named it
+    length_slope: float | None = None  # pool tokens per token of --max-model-len, as the group's runs showed
 
 
 def expectation_for(rows: list[Row], fit: Fit | None) -> Expectation:
@@ -199,6 +200,12 @@ def _ceiling_slack(rows: list[Row]) -> int | None:
     return int(statistics.median(slacks)) if slacks else None
 
 
+def _length_slope(rows: list[Row]) -> float | None:
+    """The group's slope: the median of its runs' (each read from boots that saw one memory)."""
+    slopes = [r.length_slope for r in rows if r.length_slope is not None]
+    return statistics.median(slopes) if slopes else None
+
+
 def pairs_to_judge(rows: list[Row]) -> list[tuple[Row, Row]]:
     """Each run with the previous run of its group, and a reproduce with its original (rows in time order).
 
@@ -226,7 +233,8 @@ def build_group(group_id: str, rows: list[Row]) -> Group:
                  gmu_sets_kv=all(r.gmu_sets_kv for r in rows), fit=fit, expectation=expectation, spread=spread,
                  pairs=pairs, tokens_per_gib=tpg, tokens_per_gib_source=tpg_source,
                  ceiling_slack_tokens=_ceiling_slack(rows),
-                 model_maximum=min((r.model_maximum for r in rows if r.model_maximum), default=None))
+                 model_maximum=min((r.model_maximum for r in rows if r.model_maximum), default=None),
+                 length_slope=_length_slope(rows))
 
 
 def _hashable(key: dict) -> tuple:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from autotune.analysis import pool_slope
 from autotune.host import gpus as gpus_mod
 from autotune.store import outcomes
 from autotune.store.record import BootFacts, Command, GpuPlan, Machine, Result, RunRecord
@@ -83,6 +84,10 @@ class Row:
     # ({"max_num_seqs": 1024, "max_num_batched_tokens": 8192} on an H100, 256 / 2048 on a 3090):
     # one command is not the same settings on both (versions.batch_defaults). {} where unknown.
     batch_defaults: dict = field(default_factory=dict)
+    # How many tokens of pool a token of --max-model-len costs, with its cause (analysis/pool_slope.py):
+    # where the pool shrinks as the length grows (vLLM's CPU backend sized by gmu). None: none shown.
+    length_slope: float | None = None
+    length_slope_cause: str | None = None
 
     @property
     def budget_gib(self) -> float | None:
@@ -307,7 +312,13 @@ def run_row(record: RunRecord) -> Row:
         model_maximum=_model_maximum(attempts, result if verified else Result()) or (record.preflight or {}).get(
             "model_maximum"),
         batch_defaults=batch_defaults_of(argv, version, used_gpus(record), on_cpu),
+        **_slope(attempts),
     )
+
+
+def _slope(attempts: list) -> dict:
+    found = pool_slope.slope_of_run(attempts)
+    return {"length_slope": found[0], "length_slope_cause": found[1]} if found else {}
 
 
 GIB_PRINTED = 0.02  # two-decimal GiB figures, and the few MiB re-profiling moves between boots

@@ -18,7 +18,7 @@ from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machi
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
-from autotune.store.outcomes import Outcome, Verdict
+from autotune.store.outcomes import Basis, Outcome, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -392,6 +392,9 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     lines.extend(_context_lines(record))
     if verdict == Verdict.VERIFIED and attempts and attempts[-1].basis in strategy.PREDICTED and r.reason:
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
+    if verdict == Verdict.VERIFIED and any(a.basis == Basis.FIXED_POINT for a in attempts) and r.reason:
+        lines.append(f"  longest:  {r.reason}")  # the pool shrinks as the length grows: what proved the top
+        lines.extend(_slope_line(attempts))
     if r.diagnosis:
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")
@@ -434,3 +437,19 @@ def files_lines(files: list[str], folder) -> list[str]:
     if beside:
         lines.append(f"  deploy:   {' '.join(beside)} (beside them)")
     return lines
+
+
+def _slope_line(attempts: list[Attempt]) -> list[str]:
+    """How fast the pool shrank as the length grew in this run's boots, and why (analysis/pool_slope.py)."""
+    from autotune.analysis import pool_slope
+
+    found = pool_slope.slope_of_run(attempts)
+    if found is None:
+        return []
+    slope, cause = found
+    argv = list(attempts[-1].argv or [])
+    also = ("; and with chunked prefill off vLLM profiles a batch of max_model_len tokens"
+            if servecmd.has_flag(argv, "--no-enable-chunked-prefill")
+            and not servecmd.has_flag(argv, "--max-num-batched-tokens") else "")
+    return [f"  slope:    the pool loses {slope:.3f} tokens per token of --max-model-len: "
+            f"{pool_slope.CAUSES[cause]}{also}"]

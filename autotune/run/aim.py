@@ -30,7 +30,7 @@ class FirstBoot:
 def first_boot(record: RunRecord, opts: TuneOptions, serve_argv: list[str]) -> FirstBoot | None:
     """Where the first boot starts when a confident prediction says so, or None when the tune boots
     the target. serve_argv: the command as it boots (--margin's gmu in it)."""
-    if record.plan != "refusal" or opts.start_at is not None or opts.kind != "tune" or opts.target_max:
+    if record.plan not in ("refusal", "auto") or opts.start_at is not None or opts.kind != "tune" or opts.target_max:
         return None
     from autotune.analysis import device_memory, next_boot, reachable
     from autotune.analysis.run_row import run_row
@@ -50,6 +50,8 @@ def first_boot(record: RunRecord, opts: TuneOptions, serve_argv: list[str]) -> F
     prediction, group_runs = next_boot.predict_next(records, row.key(), row.gmu, node / GIB if node else None)
     if prediction is None or prediction.available_kv_gib <= 0:
         return None
+    if record.plan == "auto" and not prediction.length_slope:
+        return None  # auto's one boot is vLLM's ceiling unless the pool shrinks as the length grows
     aim = sweep_aim(prediction, opts.target)
     if aim.start_at is None:
         return None

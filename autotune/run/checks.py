@@ -10,7 +10,8 @@ from autotune.run.errors import PreflightFailed
 from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.store.record import Attempt, RunRecord
-from autotune.vllm import servecmd
+from autotune.analysis import pool_slope
+from autotune.vllm import servecmd, versions
 
 
 # --target max when the model's files are not here to say its maximum: far more than any model has,
@@ -137,10 +138,15 @@ def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
 
 def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
     """What the strategy needs from a recorded attempt (also for a resumed run)."""
-    return strategy.AttemptSummary(attempt.max_model_len, attempt.outcome, attempt.get("ceiling"),
+    length = attempt.max_model_len
+    grid = pool_slope.grid_of(attempt.facts, servecmd.flag_value(list(attempt.get("argv") or []), "--block-size"))
+    return strategy.AttemptSummary(length, attempt.outcome, attempt.get("ceiling"),
                                    attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
                                    attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
-                                   attempt.get("index"), limit_of(attempt))
+                                   attempt.get("index"), limit_of(attempt),
+                                   pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
+                                   grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
+                                   pool_moves=pool_slope.cause_of(attempt.facts))
 
 
 def limit_of(attempt: Attempt) -> str:

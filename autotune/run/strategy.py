@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.run import fixed_point
+
 # The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
 from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
                                      KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
@@ -49,6 +51,10 @@ class AttemptSummary:
     kv_cache_tokens: int | None = None  # the KV capacity the boot reported
     index: int | None = None  # the boot's number in its run (interrupted or recovered boots count too)
     limit: str = KV_CACHE  # what its ceiling is (LIMITS): an auto-fit at the model's (or a draft's) full length is not memory
+    pool_at: int | None = None  # the length its pool was measured at (auto: the full length it profiled)
+    grid: int = 16  # vLLM's step of lengths here: the KV block size
+    holds_null: bool = True  # vLLM keeps one block of the pool back (0.29+)
+    pool_moves: str | None = None  # why this boot's pool shrinks as the length grows, where its log says
 
 
 @dataclass(frozen=True)
@@ -74,15 +80,16 @@ _HOW = {"estimate": "vLLM's estimate", "computed_from_gib": "computed from the G
 def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, plan: str = "refusal",
               start_at: int | None = None, back_off: bool = False, slack: int | None = None) -> Launch | Stop:
     if not attempts:
-        if plan in ("auto", "auto_probe"):
-            return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
-        if start_at is not None and start_at < target:
-            return Launch(start_at, "the predicted ceiling", "start_at")
-        return Launch(target, "the target", "target")
+        return _first_launch(target, plan, start_at)
 
     last = attempts[-1]
     n = len(attempts)
     boot = last.index or n
+    converging = fixed_point.next_step(target, attempts, n, max_boots)
+    if converging is not None:  # the pool shrinks as the length grows: the longest length that boots
+        if converging.stop:
+            return Stop(Verdict.VERIFIED, converging.length, converging.reason, KV_CACHE)
+        return Launch(converging.length, converging.reason, fixed_point.FIXED_POINT)
     if last.outcome == VERIFIED:
         if last.max_model_len == AUTO:
             fit = last.ceiling
@@ -144,6 +151,18 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
                       "computed" if last.ceiling_source == "computed_from_gib" else "ceiling")
     return Stop(Verdict.ERROR, None, f"unexpected attempt outcome {last.outcome!r}")
+
+
+def _first_launch(target: int, plan: str, start_at: int | None) -> Launch:
+    if plan == "auto" and start_at is not None and start_at < target:
+        # Only where the group's pool shrinks as the length grows (run/aim.py): auto would stop short.
+        return Launch(start_at, "the group's fixed point (auto profiles at the full length and stops short)",
+                      "start_at")
+    if plan in ("auto", "auto_probe"):
+        return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
+    if start_at is not None and start_at < target:
+        return Launch(start_at, "the predicted ceiling", "start_at")
+    return Launch(target, "the target", "target")
 
 
 def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_boots: int,

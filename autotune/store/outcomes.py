@@ -62,6 +62,7 @@ class Basis(StrEnum):
     START_AT = "start_at"  # a prediction from earlier runs
     ROOM = "room"  # aimed from a boot's KV pool
     COMPUTED = "computed"  # from a refusal's two-decimal GiB figures (vLLM 0.8.4-0.9.0.1 print no estimate)
+    FIXED_POINT = "fixed_point"  # where the pool shrinks with the length: the line through two pools meets need
 
 
 # The bases of a length that is not vLLM's own number. Once such a boot verifies, its own pool

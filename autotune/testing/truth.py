@@ -58,7 +58,12 @@ def truth(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Truth:
     p, s = req.profile, req.settings
     available = _available(req)
     # What boots, and of it what runs: a request over a sliding-window model's pool is never admitted.
-    fits = profiles.served_max(p, s, available)
+    # Where the pool shrinks as --max-model-len grows, the longest length whose own pool holds it.
+    if profiles.pool_moves(p, s):
+        fits = profiles.longest_that_boots(p, s, lambda length: _available(req, length))
+        available = _available(req, fits or p.block_size)
+    else:
+        fits = profiles.served_max(p, s, available)
     if fits <= 0:
         return Truth(None, "nothing_fits", "not one block of KV cache fits one request")
     blocks = profiles.mamba_blocks(p, s, available)
@@ -100,9 +105,10 @@ def _cannot_boot(req: fake_args.Request) -> Truth | None:
     return Truth(None, found[0][0], found[0][1], also=tuple(kind for kind, _ in found[1:]))
 
 
-def _available(req: fake_args.Request) -> int:
-    """The KV memory the replay's boot finds: its memory model's, less what another process holds."""
-    available = profiles.available_kv_bytes(req.profile, req.settings)
+def _available(req: fake_args.Request, length: int | None = None) -> int:
+    """The KV memory the replay's boot at `length` finds: its memory model's, less what another
+    process holds (None: the part that does not move with the length)."""
+    available = profiles.available_kv_bytes(req.profile, req.settings, length)
     if req.settings.kv_cache_memory_bytes is None:
         available -= int(req.busy_gib * profiles.GIB)
     return available

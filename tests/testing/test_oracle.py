@@ -218,13 +218,16 @@ def boot_bound(record: dict) -> int:
     starts a new one): the target, vLLM's number, one aimed from a verified boot's pool that shows
     room, and where vLLM prints no estimate (0.8.4-0.9.0.1) one more (the length computed from its
     two-decimal GiB figures can be a block too long; then their lower bound). One boot per limit vLLM
-    names (the model's maximum, batched tokens, a draft model); one per recovery."""
+    names (the model's maximum, batched tokens, a draft model); one per recovery. Where the pool shrinks
+    as the length grows (issue 35: boots aimed at the fixed point), one more: the line through two
+    pools lands within a step of the top, and a boot a step away settles it."""
     attempts = record["attempts"]
     recoveries = sum(1 for a in attempts if isinstance(a.get("recovery"), dict))
     pools = 1 + sum(1 for a in attempts if (a.get("recovery") or {}).get("figures_stale"))
     limits = sum(1 for a in attempts if a.get("ceiling_source") in strategy.LIMITS)
     computed = any(a.get("ceiling_source") == "computed_from_gib" for a in attempts)
-    return (3 + computed) * pools + limits + recoveries
+    moving = any(a.get("basis") == "fixed_point" for a in attempts)
+    return (3 + computed + moving) * pools + limits + recoveries
 
 
 def check(case: Case, exit_code: int, output: str, record: dict | None, target: int, found: Truth,
