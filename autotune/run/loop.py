@@ -18,6 +18,7 @@ from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run.boot import Boot, BootContext, stop_server
 from autotune.events import Emit
+from autotune.export import verified
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
@@ -103,7 +104,7 @@ class Loop:
         serve; the run's result stands, the warning says why)."""
         from autotune.server import handover
 
-        argv = servecmd.with_max_model_len(self.argv, ceiling)
+        argv = served_as_the_files_say(servecmd.with_max_model_len(self.argv, ceiling))
         try:
             return handover.relaunch(self.run_dir, argv, self.plan.env, self.port, ceiling,
                                      self.opts.stall_timeout_s, self.emit)
@@ -149,3 +150,14 @@ class Loop:
         self.record.duration_s = round(self.previous_duration + time.monotonic() - self.t0, 2)
         artifact.save_run(self.run_dir, self.record)
         self.emit("run_ended", record=self.record.to_dict(), run_dir=str(self.run_dir))
+
+
+def served_as_the_files_say(argv: list[str]) -> list[str]:
+    """The kept server answers to the name command.sh and every other paste-ready file serve
+    (export/verified.py served_name: a local model folder's base name, as its path differs where the
+    files run), so a client of the kept server works against any deployment of the run."""
+    cmd = servecmd.parse_vllm_command(argv, strict=False)
+    if cmd.model is None:
+        return argv
+    name, add = verified.served_name(cmd)
+    return [*argv, "--served-model-name", name] if add else argv

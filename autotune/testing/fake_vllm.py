@@ -239,7 +239,9 @@ def wait_in_the_queue(handler: BaseHTTPRequestHandler, stream: bool) -> None:
 
 
 def make_handler(boot: Boot, served_len: int, kv_tokens: int):
-    model = boot.req.model
+    # Clients ask for the first --served-model-name where one is given, as vLLM's OpenAIServingModels.
+    named = boot.req.options.get("served-model-name")
+    model = (named[0] if isinstance(named, list) else named) or boot.req.model
     queue = fake_metrics.Queue(profiles.max_num_seqs(boot.p, boot.req.settings))
     prefix = boot.family["prefixes"][0].format(**boot.figures)
 
