@@ -295,11 +295,13 @@ def probe_lines(probe: ProbeResult) -> list[str]:
 
 
 def _serving_line(serving: Mapping, run_id: str | None) -> str:
-    """Where the server --keep-serving handed over serves, and how to stop it; or that it no longer runs."""
+    """Where the server --keep-serving handed over serves (and listens), and how to stop it; or that
+    it no longer runs."""
+    url, pid, host = (serving.get(key) for key in ("url", "pid", "host"))
     if serving.get("stopped"):
-        return (f"  serving:  no longer (was {serving.get('url')}, pid {serving.get('pid')}; "
-                f"{serving['stopped'].get('by')})")
-    return (f"  serving:  {serving.get('url')} (pid {serving.get('pid')}); yours now: "
+        return f"  serving:  no longer (was {url}, pid {pid}; {serving['stopped'].get('by')})"
+    where = f", listening on {_listened(['--host', host])}" if isinstance(host, str) else ""
+    return (f"  serving:  {url} (pid {pid}{where}); yours now: "
             f"`autotune clean` leaves it running, `autotune stop {run_id}` stops it")
 
 
@@ -328,7 +330,7 @@ def _listened(argv: list[str]) -> str:
 
 def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     """Where the boots listened (autotune binds them to 127.0.0.1 unless the command says where), and
-    that the paste-ready command keeps the command's own host."""
+    that the paste-ready command keeps the command's own host, named (the kept server: _serving_line)."""
     where = [(a.index, _listened(list(a.argv or []))) for a in attempts if a.argv]
     if not where:
         return []
@@ -337,7 +339,8 @@ def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     user = list(record.command.argv or []) if record.command else []
     added = any(servecmd.flag_value(a.argv or [], "--host") != servecmd.flag_value(user, "--host")
                 for a in attempts if a.argv)
-    return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
+    own = _listened(user) if user else "the command's own"
+    return [f"  listened: {text}" + (f"; command.sh keeps the command's own host: {own}" if added else "")]
 
 
 def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:

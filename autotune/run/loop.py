@@ -103,7 +103,9 @@ class Loop:
         serve; the run's result stands, the warning says why)."""
         from autotune.server import handover
 
-        argv = servecmd.with_max_model_len(self.argv, ceiling)
+        # On this machine only, as the tuning boots were, unless the command says where it listens:
+        # a kept server has no key and may run for days (command.sh keeps the command's own host).
+        argv = servecmd.listening_locally(servecmd.with_max_model_len(self.argv, ceiling))
         try:
             return handover.relaunch(self.run_dir, argv, self.plan.env, self.port, ceiling,
                                      self.opts.stall_timeout_s, self.emit)
