@@ -25,7 +25,7 @@ class ExitCode(IntEnum):
     FRONT_DOOR = 9  # tune: the server booted but turned autotune away: an API key it wants, TLS that does not match
     UNDETERMINED = 10  # reproduce --outdated: which vLLM a recorded command starts now could not be told
     #                    (a wrapper script, a container): nothing was checked for it
-    INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
+    INTERRUPTED = 130  # SIGINT; SIGHUP 129, SIGQUIT 131, SIGTERM 143: always 128 + the signal number
 
 
 class AutotuneError(Exception):

@@ -54,7 +54,8 @@ def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **
     3 vLLM failed for another reason (see error_kind); 4 booted but not verified;
     5 hung; 6 refused and no ceiling could be read, nothing fits, or --max-boots spent;
     8 refused by a preflight check (nothing booted); 9 the server turned autotune away
-    (an API key it wants, TLS that does not match); 130/143 interrupted by SIGINT/SIGTERM.
+    (an API key it wants, TLS that does not match); 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP
+    (a closed terminal too: the server is stopped, the run marked interrupted; `autotune resume`).
     """
     from autotune.run import tune as tune_mod
 

@@ -132,6 +132,7 @@ class Loop:
             record.attempts.append(Attempt.interrupted(len(record.attempts) + 1, server.log_path.name, server.argv,
                                                        server.pid, stop=stop))
         reason, lever_search = results.interrupted_reason(exc, record.run_id)
+        exc.advice = f"`autotune resume {record.run_id}` continues it"
         record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, lever_search)
         self._finish()
 

@@ -6,12 +6,15 @@ resume. Each as the user runs it: `python -m autotune ...` in a child process, o
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.helpers.cli import run_autotune
+from autotune.host import processes
+from tests.helpers.cli import run_autotune, start_autotune
 from tests.helpers.leftovers import run_dirs
 from tests.helpers.replay import SEED, fake
 
@@ -68,3 +71,41 @@ def test_a_command_that_names_its_host_is_kept_on_that_host(tmp_path):
         assert "listening on 0.0.0.0)" in tuned.stdout
     finally:
         stop_kept(runs)
+
+
+def wait_for_server(runs: Path, timeout_s: float = 30) -> dict:
+    """The server marker of the one run under `runs`, once a server runs."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        dirs = run_dirs(runs)
+        if dirs and (dirs[0] / "server.json").exists():
+            try:
+                return json.loads((dirs[0] / "server.json").read_text())
+            except ValueError:  # being written
+                pass
+        time.sleep(0.05)
+    pytest.fail("no server started")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])
+def test_a_closed_terminal_stops_the_server_and_marks_the_run_interrupted(tmp_path, sig):
+    """SIGHUP: exit 129, nothing printed, the vLLM tree left under PID 1, the run still `running`."""
+    runs = tmp_path / "runs"
+    proc = start_autotune("--target", "64K", "--probe", "none", "--", *fake(SEED, "--max-num-seqs", "1", scale="0.1"),
+                          runs_dir=runs)
+    server = wait_for_server(runs)
+    proc.send_signal(sig)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        left = processes.stop_tree(server["pid"], server["create_time"], processes.STAGES_GRACEFUL)
+    assert proc.returncode == 128 + sig, err
+    assert not left.steps, f"the server tree outlived autotune: {left}"
+    (run,) = run_dirs(runs)
+    record = json.loads((run / "run.json").read_text())
+    assert record["state"] == "interrupted"
+    assert record["attempts"][-1]["outcome"] == "interrupted"
+    assert "Traceback" not in err
+    assert err.rstrip().endswith(f"interrupted ({sig.name}); the server was stopped and the run marked interrupted; "
+                                 f"`autotune resume {run.name}` continues it")
+    assert f"`autotune resume {run.name}` continues" in record["result"]["reason"]  # for a terminal that is gone
