@@ -18,7 +18,7 @@ import click
 
 from autotune.cli.eta import command_key
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import echo_err, runs_dir_option
+from autotune.cli.options import echo_err, runs_dir_option, written_runs_dir_option
 from autotune.cli.tables import echo_table
 from autotune.cli.terminal import is_tty
 from autotune.fleet import collect
@@ -82,7 +82,7 @@ def backend_options(f):
                                            "whatever its verdict (fsspec: file://, s3://, gs://)."),
         click.option("--json", "json_", is_flag=True, help="Print the fleet as JSON instead of the table."),
         click.option("--quiet", "-q", is_flag=True, help="No progress; only the table and errors."),
-        runs_dir_option,
+        written_runs_dir_option,
     ]
     for option in reversed(options):
         f = option(f)

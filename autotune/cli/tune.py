@@ -9,7 +9,7 @@ import click
 
 from autotune.cli.exitcodes import exit_code_of, exits
 from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, request_option,
-                                  runs_dir_option, serve_argv)
+                                  serve_argv, written_runs_dir_option)
 from autotune.cli.card import echo_card
 from autotune.store import artifact
 from autotune.store import latest
@@ -35,7 +35,7 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @click.option("--quiet", "-q", is_flag=True, help="No progress; only the summary and errors.")
 @click.option("--verbose", "--show-log", "show_log", is_flag=True,
               help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log).")
-@runs_dir_option
+@written_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **asked):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.

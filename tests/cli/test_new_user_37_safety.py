@@ -6,6 +6,7 @@ resume. Each as the user runs it: `python -m autotune ...` in a child process, o
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from pathlib import Path
@@ -109,3 +110,47 @@ def test_a_closed_terminal_stops_the_server_and_marks_the_run_interrupted(tmp_pa
     assert err.rstrip().endswith(f"interrupted ({sig.name}); the server was stopped and the run marked interrupted; "
                                  f"`autotune resume {run.name}` continues it")
     assert f"`autotune resume {run.name}` continues" in record["result"]["reason"]  # for a terminal that is gone
+
+
+WRITING_COMMANDS = [
+    ["--target", "32K", "--probe", "none", "--", *fake(SEED)],
+    ["tune", "--target", "32K", "--probe", "none", "--", *fake(SEED)],
+    ["sweep", "--gmu", "0.8,0.9", "--target", "32K", "--", *fake(SEED)],
+    ["resume"],
+    ["reproduce", "latest"],
+    ["verify", "http://127.0.0.1:9"],
+    ["fleet", "run", "PLAN"],
+    ["fleet", "resume"],
+]
+
+
+@pytest.mark.parametrize("args", WRITING_COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_runs_dir_that_cannot_be_written_is_one_line_before_anything_boots(tmp_path, args):
+    """A read-only or unwritable --runs-dir: a Python traceback (after the preflight and vLLM's version)."""
+    from tests.helpers.cli import invoke_autotune
+    from tests.helpers.fleet_plans import grid_plan
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the runs would go\n")
+    runs = blocker / "runs"
+    args = [str(grid_plan(tmp_path, "p")) if a == "PLAN" else a for a in args]
+    started = time.monotonic()
+    result = invoke_autotune(*args, env={"AUTOTUNE_RUNS_DIR": str(runs)})
+    assert result.exit_code == 1, result.output
+    assert result.stderr == (f"Error: cannot write runs to {runs}: {blocker} is a file, not a folder; "
+                             "give --runs-dir (or AUTOTUNE_RUNS_DIR) a folder you can write\n")
+    assert result.stdout == ""
+    assert time.monotonic() - started < 5  # nothing booted, no vLLM asked
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a folder whatever its mode")
+def test_a_read_only_runs_dir_names_the_reason(tmp_path):
+    from tests.helpers.cli import invoke_autotune
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    runs.chmod(0o555)
+    result = invoke_autotune("--runs-dir", str(runs), "--target", "32K", "--", *fake(SEED))
+    assert result.exit_code == 1, result.output
+    assert f"Error: cannot write runs to {runs}: permission denied" in result.stderr
+    assert list(runs.iterdir()) == []
