@@ -154,3 +154,19 @@ def test_a_read_only_runs_dir_names_the_reason(tmp_path):
     assert result.exit_code == 1, result.output
     assert f"Error: cannot write runs to {runs}: permission denied" in result.stderr
     assert list(runs.iterdir()) == []
+
+
+@pytest.mark.parametrize("model", ["/models/not-here/tiny-llama", "./not-here", "models/not/here"])
+def test_a_missing_model_folder_is_bad_input_before_any_boot(tmp_path, monkeypatch, model):
+    """It cost a vLLM import and a boot, and exited 3."""
+    from tests.helpers.cli import invoke_autotune
+
+    monkeypatch.chdir(tmp_path)
+    result = invoke_autotune("--target", "32K", "--probe", "none", "--", *fake(SEED, "--model", model))
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.splitlines()
+    missing = Path(model) if model.startswith("/") else tmp_path / model
+    assert line.startswith(f"Error: the model folder {missing} does not exist (the command's model {model}")
+    assert line.endswith("give the folder that holds config.json, or a Hugging Face id (ORG/NAME)")
+    assert "boot 1" not in result.output
+    assert list((tmp_path / "runs").iterdir()) == []  # no run: nothing was booted
