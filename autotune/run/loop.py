@@ -93,6 +93,9 @@ class Loop:
         """The run folder and id of a command that names no model take the model vLLM said it serves."""
         named = artifact.named_for_model(self.run_dir, self.record.model)
         if named != self.run_dir:
+            # The old id was printed (and, for an interrupted run, `autotune resume ID`): it stays
+            # good (artifact.resolve_run finds the run by it).
+            self.record.renamed_from = [*(self.record.renamed_from or []), self.run_dir.name]
             self.run_dir = self.boots.run_dir = named
             self.record.run_id = named.name
             self.emit("run_renamed", run_dir=str(named),

@@ -170,3 +170,25 @@ def test_a_missing_model_folder_is_bad_input_before_any_boot(tmp_path, monkeypat
     assert line.endswith("give the folder that holds config.json, or a Hugging Face id (ORG/NAME)")
     assert "boot 1" not in result.output
     assert list((tmp_path / "runs").iterdir()) == []  # no run: nothing was booted
+
+
+def test_the_id_printed_before_a_resume_still_finds_the_run(tmp_path):
+    """A command naming no model runs in <time>-unknown-model until vLLM names it; resume renamed the
+    folder and `autotune show ID` of the id printed (and advised: `autotune resume ID`) said no run."""
+    from tests.helpers.cli import interrupt_when_printed
+    from tests.helpers.replay import SEED_LEVERS
+
+    runs = tmp_path / "runs"
+    interrupt_when_printed(tmp_path, ["--target", "65536", "--strategy", "refusal", "--probe", "none", "--",
+                                      *fake(SEED, *SEED_LEVERS, scale="0.02")])
+    (before,) = run_dirs(runs)
+    assert before.name.endswith("unknown-model")
+    resumed = run_autotune("resume", before.name, runs_dir=runs, timeout=120)
+    assert resumed.exit_code == 0, resumed
+    (after,) = run_dirs(runs)
+    assert after != before
+    for command in (["show", "--json", before.name], ["show", "--json", after.name]):
+        shown = run_autotune(*command, runs_dir=runs, timeout=60)
+        assert shown.exit_code == 0, shown
+        assert json.loads(shown.stdout)["run_id"] == after.name
+    assert json.loads((after / "run.json").read_text())["renamed_from"] == [before.name]

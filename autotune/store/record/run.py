@@ -138,6 +138,7 @@ class RunRecord(Part):
     resumed_at: list | None = None
     deployment: dict | None = None  # kind verify: the endpoint, what it serves, its pool, warnings (run/deployed.py)
     fleet: dict | None = None  # a fleet's leaf: fleet id, leaf, backend, node, GPUs, tries (fleet/collect.py)
+    renamed_from: list | None = None  # the ids this run had before vLLM named its model (they still resolve)
 
     NESTED: ClassVar[dict] = {"command": (Command, False), "attempts": (Attempt, True),
                               "result": (Result, False), "reach": (Reach, False), "margin": (Margin, False),
