@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -192,3 +193,25 @@ def test_the_id_printed_before_a_resume_still_finds_the_run(tmp_path):
         assert shown.exit_code == 0, shown
         assert json.loads(shown.stdout)["run_id"] == after.name
     assert json.loads((after / "run.json").read_text())["renamed_from"] == [before.name]
+
+
+def test_fleet_resume_runs_as_the_fleet_ran(tmp_path):
+    """`fleet resume` forgot --slots and --on: without GPUs it refused for want of --slots."""
+    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
+    from autotune.fleet import collect
+
+    runs = tmp_path / "runs"
+    plan = grid_plan(tmp_path, "fleet-37", scale=0.05, profiles=(SEED,))
+    driver = run_fleet(plan, runs, "--slots", "2", wait=False)
+    wait_for_leaves("fleet-37")
+    driver.send_signal(signal.SIGINT)
+    driver.communicate(timeout=60)
+    again = fleet_command([sys.executable, "-m", "autotune", "fleet", "resume", "--runs-dir", str(runs)],
+                          time_scale=0.005)
+    assert again.returncode == 0, again.stderr
+    assert "leaves left; --on local --slots 2)" in again.stderr
+    (folder,) = collect.list_fleets(runs)
+    state = collect.load(folder)
+    assert state.data["options"] == {"on": "local", "slots": 2, "address": None, "results_uri": None}
+    assert [run["backend"] for run in state.data["runs"]] == ["local", "local"]
+    assert fakes("fleet-37") == []
