@@ -343,6 +343,17 @@ def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     return [f"  listened: {text}" + (f"; command.sh keeps the command's own host: {own}" if added else "")]
 
 
+def _port_lines(record: RunRecord) -> list[str]:
+    """The command's --port was in use as the run began: which port the boots used, which one
+    command.sh keeps, and who held it."""
+    in_use = record.command.port_in_use if record.command else None
+    if not isinstance(in_use, dict):
+        return []
+    port, held_by, used = (in_use[key] for key in ("port", "held_by", "used"))
+    return [f"  port:     your --port {port} was in use ({held_by}): the boots used {used}; command.sh keeps "
+            f"--port {port} (free it before you run command.sh)"]
+
+
 def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     """The card printed at the end of a run (stdout) and by `autotune show`.
 
@@ -392,6 +403,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     more = f" (+ {reach.boots} in lever runs)" if reach.boots else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
     lines.extend(_listen_lines(record, attempts))
+    lines.extend(_port_lines(record))
     lines.extend(_probe_lines(r, attempts))
     lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))

@@ -34,7 +34,7 @@ class Loop:
         self.argv, self.port = list(plan.argv), plan.port
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target  # --target max: the model's maximum once vLLM names it (_boot)
-        self.user_port = None if plan.port_chosen else plan.port
+        self.user_port = plan.user_port
         self.kept = None  # the server --keep-serving handed over (server/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0

@@ -215,3 +215,31 @@ def test_fleet_resume_runs_as_the_fleet_ran(tmp_path):
     assert state.data["options"] == {"on": "local", "slots": 2, "address": None, "results_uri": None}
     assert [run["backend"] for run in state.data["runs"]] == ["local", "local"]
     assert fakes("fleet-37") == []
+
+
+def test_a_busy_port_is_said_and_command_sh_keeps_yours(tmp_path):
+    """A named --port that was busy cost a boot (address in use) and was swapped in silence."""
+    import os
+    import socket
+
+    runs = tmp_path / "runs"
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        tuned = run_autotune("--target", "32K", "--probe", "none", "--",
+                             *fake(SEED, "--max-num-seqs", "1", "--port", str(port), scale="0"), runs_dir=runs,
+                             timeout=120)
+    assert tuned.exit_code == 0, tuned
+    (run,) = run_dirs(runs)
+    record = json.loads((run / "run.json").read_text())
+    in_use = record["command"]["port_in_use"]
+    assert in_use["port"] == port and in_use["used"] != port
+    assert in_use["held_by"] == f"pid {os.getpid()} ({psutil.Process().name()})"
+    assert [a["outcome"] for a in record["attempts"]] == ["verified"]  # no boot lost to "address in use"
+    assert record["attempts"][0]["argv"][record["attempts"][0]["argv"].index("--port") + 1] == str(in_use["used"])
+    assert (f"  port:     your --port {port} was in use ({in_use['held_by']}): the boots used {in_use['used']}; "
+            f"command.sh keeps --port {port} (free it before you run command.sh)") in tuned.stdout
+    assert (run / "command.sh").read_text().rstrip().endswith(f"--port {port}")
+    assert record["command"]["port"] == port

@@ -18,6 +18,7 @@ class Command(Part):
     argv: list | None = None  # without autotune's --max-model-len
     port: int | None = None
     port_chosen_by_autotune: bool | None = None
+    port_in_use: dict | None = None  # the command's --port was taken as the run began: {port, held_by, used}
     reused_from: str | None = None  # the run whose command was reused
     cwd: str | None = None  # relative paths in the command start here
 
