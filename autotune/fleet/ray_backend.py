@@ -159,7 +159,10 @@ class RayBackend:
             if address:
                 ray.init(address=address, logging_level="WARNING", log_to_driver=False)
             else:
-                ray.init(num_gpus=slots, logging_level="WARNING", log_to_driver=False, **LOCAL_INSTANCE)
+                # "local": an instance of the fleet's own, on loopback, even where a `ray start` cluster
+                # runs on this machine (ray.init() with no address would join that one).
+                ray.init(address="local", num_gpus=slots, logging_level="WARNING", log_to_driver=False,
+                         **LOCAL_INSTANCE)
         except Exception as exc:  # noqa: BLE001 - Ray's many connection errors, said plainly
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise FleetError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None
