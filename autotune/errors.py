@@ -27,7 +27,7 @@ class ExitCode(IntEnum):
     #                    (a wrapper script, a container): nothing was checked for it
     NO_BOOT = 11  # parse: a log holds no vLLM boot (empty, or no line autotune reads: a version, arguments,
     #               a KV figure, a failure)
-    INTERRUPTED = 130  # SIGINT; SIGTERM gives 143: always 128 + the signal number
+    INTERRUPTED = 130  # SIGINT; SIGHUP 129, SIGQUIT 131, SIGTERM 143: always 128 + the signal number
 
 
 class AutotuneError(Exception):

@@ -51,7 +51,7 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
           preflight_code: int = ExitCode.PREFLIGHT):
     """The one handler of a command's exceptions. Inside it:
 
-    Interrupted     -> "interrupted (SIGINT); <interrupted>" on stderr, exit 128 + signal
+    Interrupted     -> "interrupted (SIGINT); <interrupted>[; <its advice>]" on stderr, exit 128 + signal
     PreflightFailed -> preflight_head and each problem on stderr, exit preflight_code
     AutotuneError   -> click's "Error: <message>", exit its exit_code (1: bad input)
 
@@ -61,7 +61,10 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
         yield
     except Interrupted as exc:
         note = interrupted() if callable(interrupted) else interrupted
-        click.echo(f"interrupted ({exc}); {note}", err=True)
+        try:  # after SIGHUP the terminal may be gone (EIO); the run record says the same
+            click.echo(f"interrupted ({exc}); {note}" + (f"; {exc.advice}" if exc.advice else ""), err=True)
+        except OSError:
+            pass
         sys.exit(interrupted_code(exc.signum))
     except PreflightFailed as exc:
         click.echo(preflight_head, err=True)

@@ -18,7 +18,7 @@ import click
 
 from autotune.cli.eta import command_key
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import echo_err, runs_dir_option
+from autotune.cli.options import echo_err, runs_dir_option, written_runs_dir_option
 from autotune.cli.tables import echo_table
 from autotune.cli.terminal import is_tty
 from autotune.fleet import collect
@@ -82,7 +82,7 @@ def backend_options(f):
                                            "whatever its verdict (fsspec: file://, s3://, gs://)."),
         click.option("--json", "json_", is_flag=True, help="Print the fleet as JSON instead of the table."),
         click.option("--quiet", "-q", is_flag=True, help="No progress; only the table and errors."),
-        runs_dir_option,
+        written_runs_dir_option,
     ]
     for option in reversed(options):
         f = option(f)
@@ -116,6 +116,7 @@ def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, 
         if continued:
             echo_err(f"continuing fleet {state.fleet_id}, the unfinished fleet of this plan "
                      f"({collect.left_text(state)}; --fresh starts a new one)", quiet=quiet)
+        collect.remember_options(state, on=on, slots=slots, address=address, results_uri=results_uri)
         _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
 
 
@@ -124,9 +125,11 @@ def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, 
 @backend_options
 def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_dir):
     """Run the leaves FLEET did not finish, from the plan it recorded (FLEET: a fleet folder,
-    its id, or `latest`, the default: the newest fleet with leaves left)."""
+    its id, or `latest`, the default: the newest fleet with leaves left), on the backend, slots,
+    address and results URI it last ran with unless given here."""
     folder = _fleet_folder(fleet_ref, runs_dir, unfinished=True)
     state = collect.load(folder)
+    on, slots, address, results_uri = _recalled(state, on=on, slots=slots, address=address, results_uri=results_uri)
     text = state.data["plan"]["text"]
     try:
         plan = plan_mod.parse(text, state.data["plan"].get("path") or folder.name)
@@ -139,8 +142,20 @@ def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_di
             state = collect.carry_on(state, on)
         except artifact.ArtifactError as exc:
             raise click.ClickException(str(exc))
-        echo_err(f"continuing fleet {state.fleet_id} ({collect.left_text(state)})", quiet=quiet)
+        collect.remember_options(state, on=on, slots=slots, address=address, results_uri=results_uri)
+        echo_err(f"continuing fleet {state.fleet_id} ({collect.left_text(state)}; {collect.options_text(state)})",
+                 quiet=quiet)
         _drive(plan, state, on, slots, address, results_uri, json_, quiet, runs_dir)
+
+
+def _recalled(state, **given) -> tuple:
+    """The options of `fleet resume`: each one given on the command line (or in the environment)
+    as given, the others as the fleet last ran with them (collect.recalled_options)."""
+    from click.core import ParameterSource
+
+    ctx = click.get_current_context()
+    named = {name for name in given if ctx.get_parameter_source(name) not in (None, ParameterSource.DEFAULT)}
+    return collect.recalled_options(state, given, named)
 
 
 @fleet.command("show")

@@ -24,11 +24,26 @@ ProgressPrinter = Progress
 fmt = fmt_number
 
 
-def runs_dir_option(f):
+def runs_dir_option(f, callback=None):
     """--runs-dir: where run folders are written and read (AUTOTUNE_RUNS_DIR)."""
     return click.option("--runs-dir", type=click.Path(file_okay=False, path_type=Path),
                         default=DEFAULT_RUNS_DIR, envvar="AUTOTUNE_RUNS_DIR", show_default=True,
-                        show_envvar=True, help="Where run folders are written and read.")(f)
+                        show_envvar=True, help="Where run folders are written and read.", callback=callback)(f)
+
+
+def written_runs_dir_option(f):
+    """--runs-dir of a command that writes runs: checked writable (made if missing) before anything
+    else happens, so that an unwritable folder is one line and exit 1, not a traceback after boots."""
+    return runs_dir_option(f, callback=_writable_runs_dir)
+
+
+def _writable_runs_dir(ctx, param, value: Path) -> Path:
+    from autotune.store import writable
+
+    try:
+        return writable.check_runs_dir(value)
+    except writable.RunsDirNotWritable as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def request_option(name: str, param: str | None = None, **overrides):

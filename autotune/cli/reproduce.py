@@ -12,7 +12,7 @@ import click
 
 from autotune.analysis import reproduce as rep_mod
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import ProgressPrinter, request_option, runs_dir_option
+from autotune.cli.options import ProgressPrinter, request_option, written_runs_dir_option
 from autotune.cli.records import load_one
 from autotune.cli.tables import or_dash, table
 from autotune.cli.tune import INTERRUPTED_RUN
@@ -21,7 +21,7 @@ from autotune.store.record import RunRecord
 
 @click.command("reproduce")
 @click.argument("run", required=False)
-@runs_dir_option
+@written_runs_dir_option
 @click.option("--outdated", is_flag=True,
               help="Reproduce every verified configuration recorded on another vLLM version than the one its "
                    "command starts now (the newest run of each; sweep points are left out).")

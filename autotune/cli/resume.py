@@ -10,7 +10,7 @@ import click
 
 from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
 from autotune.errors import AutotuneError
-from autotune.cli.options import ProgressPrinter, echo_err, runs_dir_option, sayer, warn
+from autotune.cli.options import ProgressPrinter, echo_err, sayer, warn, written_runs_dir_option
 from autotune.cli.card import echo_card
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
@@ -22,7 +22,7 @@ from autotune.store import sweeps
 
 @click.command()
 @click.argument("run", default="latest")
-@runs_dir_option
+@written_runs_dir_option
 @click.option("--json", "json_", is_flag=True, help="Print the run (or sweep) record instead of the summary.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the summary and errors.")
 def resume(run, runs_dir, json_, quiet):

@@ -306,11 +306,13 @@ def probe_lines(probe: ProbeResult) -> list[str]:
 
 
 def _serving_line(serving: Mapping, run_id: str | None) -> str:
-    """Where the server --keep-serving handed over serves, and how to stop it; or that it no longer runs."""
+    """Where the server --keep-serving handed over serves (and listens), and how to stop it; or that
+    it no longer runs."""
+    url, pid, host = (serving.get(key) for key in ("url", "pid", "host"))
     if serving.get("stopped"):
-        return (f"  serving:  no longer (was {serving.get('url')}, pid {serving.get('pid')}; "
-                f"{serving['stopped'].get('by')})")
-    return (f"  serving:  {serving.get('url')} (pid {serving.get('pid')}); yours now: "
+        return f"  serving:  no longer (was {url}, pid {pid}; {serving['stopped'].get('by')})"
+    where = f", listening on {_listened(['--host', host])}" if isinstance(host, str) else ""
+    return (f"  serving:  {url} (pid {pid}{where}); yours now: "
             f"`autotune clean` leaves it running, `autotune stop {run_id}` stops it")
 
 
@@ -339,7 +341,7 @@ def _listened(argv: list[str]) -> str:
 
 def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     """Where the boots listened (autotune binds them to 127.0.0.1 unless the command says where), and
-    that the paste-ready command keeps the command's own host."""
+    that the paste-ready command keeps the command's own host, named (the kept server: _serving_line)."""
     where = [(a.index, _listened(list(a.argv or []))) for a in attempts if a.argv]
     if not where:
         return []
@@ -348,7 +350,19 @@ def _listen_lines(record: RunRecord, attempts: list[Attempt]) -> list[str]:
     user = list(record.command.argv or []) if record.command else []
     added = any(servecmd.flag_value(a.argv or [], "--host") != servecmd.flag_value(user, "--host")
                 for a in attempts if a.argv)
-    return [f"  listened: {text}" + ("; command.sh keeps the command's own host" if added else "")]
+    own = _listened(user) if user else "the command's own"
+    return [f"  listened: {text}" + (f"; command.sh keeps the command's own host: {own}" if added else "")]
+
+
+def _port_lines(record: RunRecord) -> list[str]:
+    """The command's --port was in use as the run began: which port the boots used, which one
+    command.sh keeps, and who held it."""
+    in_use = record.command.port_in_use if record.command else None
+    if not isinstance(in_use, dict):
+        return []
+    port, held_by, used = (in_use[key] for key in ("port", "held_by", "used"))
+    return [f"  port:     your --port {port} was in use ({held_by}): the boots used {used}; command.sh keeps "
+            f"--port {port} (free it before you run command.sh)"]
 
 
 def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
@@ -404,6 +418,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
     more = f" (+ {reach.boots} in lever runs)" if reach.boots else ""
     lines.append(f"  boots:    {len(attempts)}{took}: {_boot_list(attempts)}{more}" if attempts else "  boots:    none")
     lines.extend(_listen_lines(record, attempts))
+    lines.extend(_port_lines(record))
     lines.extend(_probe_lines(r, attempts))
     lines.extend(_reach_lines(record, reach, run_dir))
     lines.extend(_mamba_line(attempts))

@@ -14,8 +14,8 @@ import click
 
 from autotune.cli.compare import echo_report
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, request_option, runs_dir_option, sayer,
-                                  serve_argv, warn)
+from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, request_option, sayer,
+                                  serve_argv, warn, written_runs_dir_option)
 from autotune.run import sweep as sweep_mod
 from autotune.store import artifact
 from autotune.store import sweeps
@@ -62,7 +62,7 @@ class GmuListType(click.ParamType):
               help="Write the PNG here (default: sweep.png in the sweep folder, when matplotlib is installed).")
 @click.option("--json", "json_", is_flag=True, help="Print the sweep record and the comparison as JSON.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines; only the result and errors.")
-@runs_dir_option
+@written_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, stall_timeout_s, max_boots, plot,
               json_, quiet, runs_dir, serve_command):

@@ -9,7 +9,7 @@ import click
 
 from autotune.cli.exitcodes import exit_code_of, exits
 from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, request_option,
-                                  runs_dir_option, serve_argv)
+                                  serve_argv, written_runs_dir_option)
 from autotune.cli.card import echo_card
 from autotune.store import artifact
 from autotune.store import latest
@@ -36,7 +36,7 @@ INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 @click.option("--verbose", "--show-log", "show_log", is_flag=True,
               help="Also stream vLLM's own log lines (always kept in the run folder as attempt-N.log); with "
                    "--quiet, only them and the summary.")
-@runs_dir_option
+@written_runs_dir_option
 @click.argument("serve_command", nargs=-1, type=click.UNPROCESSED)
 def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **asked):
     """Boot SERVE_COMMAND at --target, fall back to vLLM's ceiling, verify, record.
@@ -55,7 +55,8 @@ def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **
     3 vLLM failed for another reason (see error_kind); 4 booted but not verified;
     5 hung; 6 refused and no ceiling could be read, nothing fits, or --max-boots spent;
     8 refused by a preflight check (nothing booted); 9 the server turned autotune away
-    (an API key it wants, TLS that does not match); 130/143 interrupted by SIGINT/SIGTERM.
+    (an API key it wants, TLS that does not match); 130/143/129 interrupted by SIGINT/SIGTERM/SIGHUP
+    (a closed terminal too: the server is stopped, the run marked interrupted; `autotune resume`).
     """
     from autotune.run import tune as tune_mod
 

@@ -11,7 +11,7 @@ import click
 
 from autotune.cli.exitcodes import ExitCode, exit_code_of, exits
 from autotune.cli.formats import fmt_duration
-from autotune.cli.options import request_option, runs_dir_option, sayer
+from autotune.cli.options import request_option, sayer, written_runs_dir_option
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
 from autotune.store.record import ProbeResult, Result, RunRecord
@@ -123,7 +123,7 @@ def fleet_code(records: list[RunRecord]) -> int:
               help="For https: the CA that signed the servers' certificates, when the system does not trust it.")
 @click.option("--json", "json_", is_flag=True, help="Print the verification runs (a JSON list, one per endpoint).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress; only the cards and errors.")
-@runs_dir_option
+@written_runs_dir_option
 def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, runs_dir):
     """Check what was deployed: ask each URL what it serves and prove it with real requests.
 

@@ -101,6 +101,31 @@ def left_text(state: FleetState) -> str:
     return f"{len(state.todo())} of {len(state.data['leaves'])} leaves left"
 
 
+# The options of `fleet run` that fleet.json keeps ("options") and `fleet resume` runs with unless given again.
+RECALLED_OPTIONS = ("on", "slots", "address", "results_uri")
+
+
+def remember_options(state: FleetState, **options) -> None:
+    """fleet.json keeps how the fleet runs (RECALLED_OPTIONS), for `fleet resume`."""
+    state.data["options"] = {name: options[name] for name in RECALLED_OPTIONS}
+    state.save()
+
+
+def recalled_options(state: FleetState, given: dict, named: set[str]) -> tuple:
+    """RECALLED_OPTIONS for a resume: those `named` on its command line as `given`, the others as the
+    fleet last ran with them (a fleet.json of before "options" kept only its backend)."""
+    kept = state.data.get("options") or {"on": state.data.get("backend")}
+    return tuple(given[name] if name in named or kept.get(name) is None else kept[name]
+                 for name in RECALLED_OPTIONS)
+
+
+def options_text(state: FleetState) -> str:
+    """How the fleet runs, as the options that say it: `--on local --slots 2`."""
+    kept = state.data.get("options") or {}
+    return " ".join(f"--{name.replace('_', '-')} {kept[name]}" for name in RECALLED_OPTIONS
+                    if kept.get(name) is not None)
+
+
 def _begin(state: FleetState, backend: str) -> FleetState:
     state.data.update(state=RUNNING, backend=backend, owner=leftovers.owner_stamp(), ended_at=None)
     state.data["runs"] = [*state.data.get("runs", []), {"started_at": artifact.iso(artifact.utc_now()),

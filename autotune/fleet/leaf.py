@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.fleet.plan import Leaf
+from autotune.host.signals import STOPPING_SIGNALS
 from autotune.store import artifact
 from autotune.server import leftovers
 
 LOG_NAME = "autotune.log"  # the leaf's own autotune output (plain progress lines), kept in its run folder
 STOP_GRACE_S = 90.0  # after SIGINT, how long autotune may take to stop its server tree and write run.json
-# Exit codes of tune that mean "interrupted": 128 + SIGINT or SIGTERM.
-INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+# Exit codes of tune that mean "interrupted": 128 + one of the signals autotune stops on.
+INTERRUPTED_CODES = tuple(128 + sig for sig in STOPPING_SIGNALS)
 
 
 def tune_argv(leaf: Leaf, runs_dir: Path, gpu: str | None = None, python: str = sys.executable) -> list[str]:
@@ -136,7 +137,7 @@ def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gp
         elif code < 0:
             infra = f"autotune was killed by {signal.Signals(-code).name} (not by the fleet)"
         elif code in INTERRUPTED_CODES:
-            infra = f"autotune was stopped by {'SIGINT' if code == 128 + signal.SIGINT else 'SIGTERM'} (not by the fleet)"
+            infra = f"autotune was stopped by {signal.Signals(code - 128).name} (not by the fleet)"
         elif run_dir is None:
             error = f"autotune exited {code} without a run folder: {_last_line(process.work_dir / LOG_NAME)}"
     if infra is not None:

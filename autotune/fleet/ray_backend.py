@@ -35,12 +35,34 @@ ACCELERATOR_LABEL = "ray.io/accelerator-type"
 LOCAL_INSTANCE = {"num_cpus": 1, "object_store_memory": 100 * 2**20, "include_dashboard": False}
 
 
+# Ray's own switch for a node that is not part of a cluster: at "0" its node IP is 127.0.0.1 and the
+# GCS, the raylet, the dashboard and runtime-env agents and the workers listen on loopback only.
+# Left alone, a local instance listens on every interface, with no authentication by default in
+# older Ray. The user who sets it (to 1) keeps their choice; a cluster (--address) is theirs as set up.
+RAY_LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 def import_ray():
     try:
         import ray
     except ImportError:
         raise FleetError(f"--on ray needs Ray, which is not installed here: {INSTALL}") from None
     return ray
+
+
+def loopback_only() -> bool:
+    """Before a local Ray instance starts: make it listen on 127.0.0.1 unless told otherwise
+    (RAY_LOCAL_ONLY_ENV set); True when it will. The instance's processes read the environment;
+    this process's Ray, if already imported, read it at import, so its constant follows too."""
+    os.environ.setdefault(RAY_LOCAL_ONLY_ENV, "0")
+    local_only = os.environ[RAY_LOCAL_ONLY_ENV].strip().lower() in ("0", "false", "no", "off")
+    try:
+        from ray._private import ray_constants  # Ray reads it at import
+    except ImportError:
+        return local_only
+    if local_only:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    return local_only
 
 
 def node_root(fleet_id: str) -> Path:
@@ -130,13 +152,17 @@ class RayBackend:
 
     def __init__(self, fleet_id: str, leaves: list[Leaf], address: str | None, slots: int | None,
                  results_uri: str | None):
+        self.local_only = not address and loopback_only()  # before Ray is imported, where it is not yet
         self.ray = ray = import_ray()
         self.fleet_id = fleet_id
         try:
             if address:
                 ray.init(address=address, logging_level="WARNING", log_to_driver=False)
             else:
-                ray.init(num_gpus=slots, logging_level="WARNING", log_to_driver=False, **LOCAL_INSTANCE)
+                # "local": an instance of the fleet's own, on loopback, even where a `ray start` cluster
+                # runs on this machine (ray.init() with no address would join that one).
+                ray.init(address="local", num_gpus=slots, logging_level="WARNING", log_to_driver=False,
+                         **LOCAL_INSTANCE)
         except Exception as exc:  # noqa: BLE001 - Ray's many connection errors, said plainly
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             raise FleetError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from None
@@ -163,7 +189,9 @@ class RayBackend:
 
     def describe(self) -> str:
         labels = sorted({(n.get("Labels") or {}).get(ACCELERATOR_LABEL) or "-" for n in self.nodes.values()})
-        where = "a local Ray instance" if self.started_here else "the Ray cluster"
+        where = "the Ray cluster"
+        if self.started_here:
+            where = "a local Ray instance" + (" (on 127.0.0.1 only)" if self.local_only else "")
         return (f"{where}: {len(self.nodes)} node(s), {self.slots} GPU slot(s); accelerator types "
                 f"{', '.join(labels)}")
 

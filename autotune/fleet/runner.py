@@ -9,7 +9,7 @@ A try's outcome is one of:
   infrastructure the worker or node died, or the leaf's autotune was killed from outside: tried
                 again (up to MAX_TRIES, after BACKOFF_S, on another node where the backend can),
                 each try recorded in fleet.json and in the run's `fleet.tries`;
-  interrupted   the fleet was stopped (SIGINT/SIGTERM): every leaf's tune stops its server tree
+  interrupted   the fleet was stopped (SIGINT/SIGTERM/SIGHUP): every leaf's tune stops its server tree
                 and marks its run interrupted; the run is landed, and the next run of the same plan
                 (or `autotune fleet resume`) does the leaf again.
 """

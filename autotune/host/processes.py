@@ -403,6 +403,29 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
     return alive
 
 
+def port_holder(port: int, host: str | None = None) -> str | None:
+    """Who holds `port` where a server would bind it (`host`, else every interface), as "pid N
+    (NAME)" or "another process"; None when it is free (vLLM could bind it now)."""
+    import socket
+
+    family = socket.AF_INET6 if host and ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is free
+            sock.bind((host or "0.0.0.0", port))
+        return None
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            return None  # not an address of here, a name that does not resolve: the boot says so
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return f"pid {conn.pid} ({psutil.Process(conn.pid).name()})"
+    except (psutil.Error, OSError):
+        pass
+    return "another process"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     import socket
 

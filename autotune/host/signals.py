@@ -1,4 +1,11 @@
-"""The signal gate: SIGINT and SIGTERM become Interrupted, except where a step must not be cut.
+"""The signal gate: the stopping signals become Interrupted, except where a step must not be cut.
+
+The stopping signals are those a user, a terminal or a login manager sends to end a program:
+SIGINT (Ctrl-C), SIGTERM (kill, systemd, a login manager), SIGHUP (the terminal closed, an SSH
+session dropped: overnight runs are started that way) and SIGQUIT (Ctrl-\\). Left to Python's
+defaults, SIGHUP and SIGQUIT end autotune at once and leave the server tree, in a session of its
+own, running under PID 1 and the run "running"; here each stops the tree and marks the run
+interrupted, as SIGINT does.
 
 tune holds `interruptible()` around a run (a sweep around all its tunes, so that a signal
 between two of them is caught as well); the loop wraps "start a server and record it" and
@@ -11,16 +18,21 @@ import signal
 from contextlib import contextmanager
 
 
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
 class Interrupted(Exception):
-    """autotune got SIGINT or SIGTERM; the run is marked interrupted."""
+    """autotune got one of the STOPPING_SIGNALS; the run is marked interrupted. `advice`: how to go
+    on (`autotune resume RUN`), set by whoever marked the run."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.advice: str | None = None
 
 
 class SignalGate:
-    """Turns SIGINT/SIGTERM into Interrupted, except inside a `deferred()` section.
+    """Turns the STOPPING_SIGNALS into Interrupted, except inside a `deferred()` section.
 
     Some steps must not be cut in half: between starting a server and recording it, an
     Interrupted would orphan the server; while stopping after an interrupt, a second Ctrl-C
@@ -56,7 +68,7 @@ GATE = SignalGate()
 
 @contextmanager
 def interruptible():
-    """Inside: SIGINT and SIGTERM raise Interrupted (see SignalGate)."""
+    """Inside: the STOPPING_SIGNALS raise Interrupted (see SignalGate)."""
     previous = _install_handlers()
     try:
         yield
@@ -67,7 +79,7 @@ def interruptible():
 
 def _install_handlers() -> dict:
     previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOPPING_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, GATE.handler)
         except ValueError:  # not the main thread

@@ -333,6 +333,22 @@ def local_model_dir(model: str, env: Mapping[str, str] | None, revision: str | N
     return folder if folder.is_dir() else None
 
 
+def missing_model_folder(model: str | None, cwd: str | Path) -> Path | None:
+    """The folder `model` names, when it can only be a path on this machine (absolute, ./, ../, ~,
+    or more slashes than a Hugging Face id has) and nothing is there; else None. vLLM would import
+    itself (tens of seconds) before saying so; a bare name or ORG/NAME may be a hub id, a URI
+    (s3://...) is the loader's, and neither is judged here."""
+    if not model or "://" in model:
+        return None
+    looks_local = model.startswith(("/", "./", "../", "~", ".")) or (
+        "/" in model.rstrip("/") and not _REPO_ID_RE.fullmatch(model.rstrip("/")))
+    if not looks_local:
+        return None
+    path = Path(model).expanduser()
+    path = path if path.is_absolute() else Path(cwd) / path
+    return None if path.exists() else path
+
+
 def _json_if_there(path: Path) -> dict | None:
     try:
         return read_json(path)

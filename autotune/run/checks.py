@@ -32,6 +32,7 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     from autotune.model import max_len
     from autotune.run import preflight as rules
 
+    _model_folder_is_there(argv, model)
     inventory, _ = gpu_facts_for(argv, env)  # the replaying vLLM's own, where it runs
     plan = gpus.plan_gpus(opts.gpu, env, inventory)
     for warning in plan.warnings:
@@ -68,6 +69,21 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     if derived:  # the model's own maximum, from its files here: what predictions of this run cap at
         found["model_maximum"] = derived
     return plan, found, target
+
+
+def _model_folder_is_there(argv: list[str], model: str | None) -> None:
+    """A model folder that is not there: bad input (exit 1) before vLLM is imported or booted, --force
+    or not. A container's paths are its own."""
+    import os
+
+    from autotune.model import files as model_files
+
+    missing = None if servecmd.is_container(argv) else model_files.missing_model_folder(model, os.getcwd())
+    if missing is not None:
+        relative = "" if os.path.isabs(os.path.expanduser(model)) else f", relative to {os.getcwd()}"
+        raise model_files.ModelFilesError(
+            f"the model folder {missing} does not exist (the command's model {model}{relative}): give the "
+            "folder that holds config.json, or a Hugging Face id (ORG/NAME)")
 
 
 def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:

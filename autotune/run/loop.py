@@ -35,7 +35,7 @@ class Loop:
         self.argv, self.port = list(plan.argv), plan.port
         self.summaries = checks.current_summaries(record.attempts)
         self.target = record.target  # --target max: the model's maximum once vLLM names it (_boot)
-        self.user_port = None if plan.port_chosen else plan.port
+        self.user_port = plan.user_port
         self.kept = None  # the server --keep-serving handed over (server/handover.py), once verified
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
@@ -94,6 +94,9 @@ class Loop:
         """The run folder and id of a command that names no model take the model vLLM said it serves."""
         named = artifact.named_for_model(self.run_dir, self.record.model)
         if named != self.run_dir:
+            # The old id was printed (and, for an interrupted run, `autotune resume ID`): it stays
+            # good (artifact.resolve_run finds the run by it).
+            self.record.renamed_from = [*(self.record.renamed_from or []), self.run_dir.name]
             self.run_dir = self.boots.run_dir = named
             self.record.run_id = named.name
             self.emit("run_renamed", run_dir=str(named),
@@ -104,7 +107,9 @@ class Loop:
         serve; the run's result stands, the warning says why)."""
         from autotune.server import handover
 
-        argv = served_as_the_files_say(servecmd.with_max_model_len(self.argv, ceiling))
+        # On this machine only, as the tuning boots were, unless the command says where it listens:
+        # a kept server has no key and may run for days (command.sh keeps the command's own host).
+        argv = servecmd.listening_locally(served_as_the_files_say(servecmd.with_max_model_len(self.argv, ceiling)))
         try:
             return handover.relaunch(self.run_dir, argv, self.plan.env, self.port, ceiling,
                                      self.opts.stall_timeout_s, self.emit)
@@ -132,6 +137,7 @@ class Loop:
             record.attempts.append(Attempt.interrupted(len(record.attempts) + 1, server.log_path.name, server.argv,
                                                        server.pid, stop=stop))
         reason, lever_search = results.interrupted_reason(exc, record.run_id)
+        exc.advice = f"`autotune resume {record.run_id}` continues it"
         record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, lever_search)
         self._finish()
 

@@ -27,6 +27,15 @@ class RunPlan:
     start_at: int | None  # the first boot's length, when not the target (a prediction)
     slack: int | None  # vLLM's pool minus its ceiling, where a prediction knows it (strategy.next_step)
     max_gmu: float  # --max-gmu, capped at --margin's gmu
+    port_in_use: dict | None = None  # the command's --port was taken as the run began: {port, held_by} (tune.py)
+
+    @property
+    def user_port(self) -> int | None:
+        """The port command.sh keeps: the one the command names (also when it was in use and the
+        boots used another), or None when autotune chose it."""
+        if self.port_in_use:
+            return self.port_in_use["port"]
+        return None if self.port_chosen else self.port
 
     def __post_init__(self):
         object.__setattr__(self, "serve_argv", tuple(self.serve_argv))

@@ -56,7 +56,8 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
     if kept is not None:
         handed = kept_servers.kept_marker(run_dir) or {}
         result.serving = {"pid": kept.pid, "port": port,
-                          "url": (handed.get("kept") or {}).get("url") or health.base_url(port)}
+                          "url": (handed.get("kept") or {}).get("url") or health.base_url(port),
+                          "host": servecmd.flag_value(kept.argv, "--host")}  # where it listens (the card)
     record.result = result
     return result
 

@@ -99,7 +99,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
     user_argv = redact.prepare(opts.serve_argv, env)  # a recorded ${VLLM_API_KEY} from env; secrets noted
     kept_free = _margin(opts, user_argv, env, emit)  # --margin: the command boots with the gmu that keeps it free
     serve_argv = user_argv if kept_free is None else margin.apply(user_argv, kept_free)
-    argv, port, port_chosen = _with_port(serve_argv)
+    argv, port, port_chosen, in_use = _with_port(serve_argv, emit)
     _check_front_door(argv, env, port)
     clean_leftovers(opts.runs_dir, emit)
     model = servecmd.model_of(argv)
@@ -117,7 +117,8 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         ended_at=None, duration_s=None, target=target, target_asked="max" if opts.target_max else target,
         model=model,
         command=Command(argv=list(user_argv),  # as the user gave it (--margin's gmu is in each attempt's argv)
-                        port=port, port_chosen_by_autotune=port_chosen, reused_from=opts.reused_from,
+                        port=port if in_use is None else in_use["port"], port_chosen_by_autotune=port_chosen,
+                        port_in_use=in_use, reused_from=opts.reused_from,
                         cwd=os.getcwd()),  # relative paths in the command (and the paste-ready files) start here
         environment=redact_env(relevant_env(env)), environment_added_by_autotune=env_added,
         gpus={"indices": list(gpu_plan.indices), "source": gpu_plan.source,
@@ -133,6 +134,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
     if aimed is not None:
         record.prediction = aimed.kept
     plan = RunPlan(options=opts, target=target, serve_argv=serve_argv, argv=argv, port=port, port_chosen=port_chosen,
+                   port_in_use=in_use,
                    env=env, strategy_plan=strategy_plan, start_at=aimed.start_at if aimed else opts.start_at,
                    slack=aimed.slack if aimed else opts.slack,
                    max_gmu=opts.max_gmu if kept_free is None else min(opts.max_gmu, kept_free.gmu))
@@ -186,7 +188,7 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     if record.state != "interrupted":
         raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can "
                                      "be resumed")
-    plan = _resumed_plan(record, run_dir, env)
+    plan = _resumed_plan(record, run_dir, env, emit)
     record.state = "running"
     record.owner = leftovers.owner_stamp()
     record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
@@ -199,7 +201,8 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
              port=None, phase="reach")
         reach.run_phase(record, run_dir, plan, emit, _tune, _resume)
         return record
-    record.command.port = plan.port
+    record.command.port = plan.user_port or plan.port
+    record.command.port_in_use = plan.port_in_use
     record.result = None
     artifact.save_run(run_dir, record)
     done = sum(1 for a in record.attempts if a.outcome != strategy.INTERRUPTED)
@@ -209,16 +212,16 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     return _after_loop(record, loop.run_dir, plan, emit)
 
 
-def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None) -> RunPlan:
+def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None, emit: Emit) -> RunPlan:
     """The plan of an interrupted run, as run.json keeps it: its options, its target, the margin's
     gmu it booted with, its strategy plan. The user's own --port stays; a port autotune chose is
     chosen afresh."""
     opts = from_record(record, run_dir, env)
     env, _ = _environment(opts)
     serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.margin)  # ${VLLM_API_KEY}
-    argv, port, port_chosen = _with_port(serve_argv)
+    argv, port, port_chosen, in_use = _with_port(serve_argv, emit)
     return RunPlan(options=opts, target=record.target, serve_argv=serve_argv, argv=argv, port=port,
-                   port_chosen=port_chosen, env=env, strategy_plan=record.get("plan", "refusal"),
+                   port_chosen=port_chosen, port_in_use=in_use, env=env, strategy_plan=record.get("plan", "refusal"),
                    start_at=opts.start_at, slack=opts.slack, max_gmu=opts.max_gmu)
 
 
@@ -240,13 +243,25 @@ def _check_front_door(argv: list[str], env: dict[str, str], port: int) -> None:
     redact.remember_secret(door.api_key, client.API_KEY_ENV)
 
 
-def _with_port(serve_argv: list[str]) -> tuple[list[str], int, bool]:
+def _with_port(serve_argv: list[str], emit: Emit) -> tuple[list[str], int, bool, dict | None]:
+    """(argv with the port the boots use, that port, autotune chose it, the command's port when it
+    was in use). A --port that something else holds as the run begins (a server of yours, another
+    run's kept server) would cost a boot to learn: the boots use a free port instead, command.sh
+    keeps yours (it is free again once that holder stops), and the warning and the card say which."""
     argv = list(serve_argv)
     port = servecmd.port_of(argv)
-    if port is not None:
-        return argv, port, False
-    port = processes.free_port()
-    return servecmd.with_flag(argv, servecmd.PORT, port), port, True
+    if port is None:
+        port = processes.free_port()
+        return servecmd.with_flag(argv, servecmd.PORT, port), port, True, None
+    host = servecmd.flag_value(servecmd.listening_locally(argv), "--host")
+    held_by = None if servecmd.is_container(argv) else processes.port_holder(port, host)
+    if held_by is None:
+        return argv, port, False, None
+    used = processes.free_port()
+    in_use = {"port": port, "held_by": held_by, "used": used}
+    emit("warning", text=f"--port {port} is in use ({held_by}): the boots use port {used}; command.sh keeps "
+                         f"your --port {port}, free it before you run command.sh")
+    return servecmd.with_flag(argv, servecmd.PORT, used), used, False, in_use
 
 
 def clean_leftovers(runs_dir: Path, emit: Emit) -> None:

@@ -3,7 +3,8 @@
 The tuning boots listen on this machine only and one of them may have booted `--max-model-len
 auto`; their output goes to autotune through a pipe, which breaks once autotune exits. So the
 server handed over is launched afresh from the verified command (the numeric length, the
-user's own host and port) with its output going through server/logkeeper.py into kept.log in the
+user's own port; on 127.0.0.1 like the tuning boots unless the command names a host, a socket or a
+container: it has no key and runs on for days) with its output going through server/logkeeper.py into kept.log in the
 run folder, checked to serve the verified length, and marked kept (server/kept.py).
 """
 

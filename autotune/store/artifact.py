@@ -205,4 +205,24 @@ def resolve_run(ref: str, runs_dir: Path) -> Path:
     candidate = Path(runs_dir) / ref
     if (candidate / RUN_FILE).exists():
         return candidate
+    renamed = _renamed_from(ref, runs_dir)
+    if renamed is not None:
+        return renamed
     raise ArtifactError(f"no run {ref!r} (looked for {path / RUN_FILE} and {candidate / RUN_FILE})")
+
+
+def _renamed_from(ref: str, runs_dir: Path) -> Path | None:
+    """The run that had the id `ref` before vLLM named its model (run.json "renamed_from"), if any:
+    the id printed at its start, or in `autotune resume ID` after an interrupt, still finds it."""
+    if "/" in ref:
+        return None
+    for run_dir in list_runs(runs_dir):
+        if not run_dir.name.startswith(ref.partition("-")[0]):  # renaming keeps the time
+            continue
+        try:
+            record = load(run_dir)
+        except ArtifactError:
+            continue
+        if ref in (record.renamed_from or []):
+            return run_dir
+    return None

@@ -238,10 +238,15 @@ def wait_in_the_queue(handler: BaseHTTPRequestHandler, stream: bool) -> None:
             return  # the client closed the connection: vLLM aborts the request
 
 
+def served_model_name(req: Request) -> str:
+    """What clients ask for: the first --served-model-name where one is given (vLLM's
+    OpenAIServingModels), else the model."""
+    named = req.options.get("served-model-name")
+    return (named[0] if isinstance(named, list) else named) or req.model
+
+
 def make_handler(boot: Boot, served_len: int, kv_tokens: int):
-    # Clients ask for the first --served-model-name where one is given, as vLLM's OpenAIServingModels.
-    named = boot.req.options.get("served-model-name")
-    model = (named[0] if isinstance(named, list) else named) or boot.req.model
+    model = served_model_name(boot.req)
     queue = fake_metrics.Queue(profiles.max_num_seqs(boot.p, boot.req.settings))
     prefix = boot.family["prefixes"][0].format(**boot.figures)
 

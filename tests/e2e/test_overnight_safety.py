@@ -159,3 +159,25 @@ def test_sigkilled_autotune_leaves_a_server_that_clean_stops(model, tmp_path):
     assert not (run_dirs(runs_dir)[0] / "server.json").exists()
     again = subprocess.run([sys.executable, "-m", "autotune", "clean"], env=env, capture_output=True, text=True)
     assert "nothing to clean" in again.stdout
+
+
+def test_a_closed_terminal_during_a_real_boot_stops_it_and_says_how_to_resume(model, tmp_path):
+    """SIGHUP (the terminal closed, the SSH session dropped) during vLLM's weight load: autotune exited
+    129 at once, printed nothing, and left the vLLM tree running under PID 1 and the run `running`."""
+    runs_dir = tmp_path / "runs"
+    proc = start_autotune("--target", "8192", "--strategy", "refusal", "--", *vllm_serve_argv(model, *KV),
+                          runs_dir=runs_dir)
+    wait_for_moment(runs_dir, 1, "Starting to load model")
+    proc.send_signal(signal.SIGHUP)
+    try:
+        out, err = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+    (run_dir,) = run_dirs(runs_dir)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert_nothing_left(model, 5, record)
+    assert proc.returncode == 128 + signal.SIGHUP, err[-1500:]
+    assert record["state"] == "interrupted" and record["attempts"][-1]["outcome"] == "interrupted"
+    assert err.rstrip().endswith(f"`autotune resume {run_dir.name}` continues it")
+    assert "Traceback" not in err

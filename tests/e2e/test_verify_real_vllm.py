@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
 import pytest
 
 from autotune.analysis import device_memory
@@ -57,6 +58,7 @@ def story(tiny_model, tmp_path_factory):
     s.run_id = sorted(p.name for p in runs_dir.iterdir())[-1]
     s.record = json.loads((runs_dir / s.run_id / "run.json").read_text())
     s.url = ((s.record.get("result") or {}).get("serving") or {}).get("url")
+    s.kept_listens = listening(((s.record.get("result") or {}).get("serving") or {}).get("pid"))
     server = None
     try:
         s.at_ceiling = run_autotune("verify", s.url, "--run", s.run_id, runs_dir=runs_dir)
@@ -78,6 +80,22 @@ def story(tiny_model, tmp_path_factory):
         if server is not None:
             server.stop()
         run_autotune("stop", s.run_id, runs_dir=runs_dir)
+
+
+def listening(pid: int | None) -> set[str]:
+    """The addresses the process tree of `pid` listens on (psutil's net_connections, as `ss -ltn`)."""
+    if pid is None:
+        return set()
+    root = psutil.Process(pid)
+    return {c.laddr.ip for proc in [root, *root.children(recursive=True)]
+            for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+
+
+def test_the_kept_server_listens_on_this_machine_only(story):
+    """Issue 37: the card said 127.0.0.1 (this machine only) while `ss -ltn` showed 0.0.0.0:PORT, no key."""
+    assert story.kept_listens and story.kept_listens <= {"127.0.0.1"}, story.kept_listens
+    assert "listening on 127.0.0.1 (this machine only)" in story.tune.stdout
+    assert "--host" not in (story.runs_dir / story.run_id / "command.sh").read_text()
 
 
 def test_the_margin_is_kept_as_vllm_itself_reports(story):

@@ -158,7 +158,7 @@ def test_fleet_resume_continues_the_fleet_named_not_the_newest_of_its_plan(tmp_p
     argv = [sys.executable, "-m", "autotune", "fleet", "resume", named.fleet_id, "--runs-dir", str(runs), "--slots", "1"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
-    assert f"continuing fleet {named.fleet_id} (1 of 1 leaves left)" in done.stderr
+    assert f"continuing fleet {named.fleet_id} (1 of 1 leaves left; --on local --slots 1)" in done.stderr
     assert [e["state"] for e in collect.load(named.folder).data["leaves"]] == ["finished"]
     assert [e["state"] for e in collect.load(newer.folder).data["leaves"]] == ["waiting"]  # not touched
     finished = CliRunner().invoke(cli, ["fleet", "resume", named.fleet_id, "--runs-dir", str(runs), "--slots", "1"])

@@ -124,3 +124,18 @@ def test_unknown_layer_kinds_and_kv_dtypes_are_refused():
 def test_multimodal_wrappers_use_their_text_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"architectures": ["X"], "text_config": LLAMA_31_8B}))
     assert mf.kv_shape(mf.read_config(tmp_path)).full_bytes_per_token == 131072
+
+
+def test_only_a_name_that_can_only_be_a_path_is_judged_missing(tmp_path):
+    from pathlib import Path
+
+    from autotune.model.files import missing_model_folder
+
+    (tmp_path / "here").mkdir()
+    assert missing_model_folder("./here", tmp_path) is None
+    assert missing_model_folder(str(tmp_path / "here"), "/") is None
+    assert missing_model_folder("./gone", tmp_path) == tmp_path / "gone"
+    assert missing_model_folder("a/b/c", tmp_path) == tmp_path / "a/b/c"
+    assert missing_model_folder("/no/such/model", tmp_path) == Path("/no/such/model")
+    for hub_or_uri in ("Qwen/Qwen3-8B", "gpt2", "s3://bucket/model", None, "tiny-llama"):
+        assert missing_model_folder(hub_or_uri, tmp_path) is None

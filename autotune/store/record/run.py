@@ -18,6 +18,7 @@ class Command(Part):
     argv: list | None = None  # without autotune's --max-model-len
     port: int | None = None
     port_chosen_by_autotune: bool | None = None
+    port_in_use: dict | None = None  # the command's --port was taken as the run began: {port, held_by, used}
     reused_from: str | None = None  # the run whose command was reused
     cwd: str | None = None  # relative paths in the command start here
 
@@ -138,6 +139,7 @@ class RunRecord(Part):
     resumed_at: list | None = None
     deployment: dict | None = None  # kind verify: the endpoint, what it serves, its pool, warnings (run/deployed.py)
     fleet: dict | None = None  # a fleet's leaf: fleet id, leaf, backend, node, GPUs, tries (fleet/collect.py)
+    renamed_from: list | None = None  # the ids this run had before vLLM named its model (they still resolve)
 
     NESTED: ClassVar[dict] = {"command": (Command, False), "attempts": (Attempt, True),
                               "result": (Result, False), "reach": (Reach, False), "margin": (Margin, False),
