@@ -15,6 +15,7 @@ from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.cli.verify import render as render_verification
 from autotune.run import deployed
+from autotune.run import warnings as run_warnings
 from autotune.store import artifact
 from autotune.store import latest
 from autotune import export
@@ -29,7 +30,8 @@ from autotune.store.outcomes import Verdict
 @click.command("show")
 @click.argument("run", default="latest")
 @runs_dir_option
-@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
+@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored, its warnings included (a run "
+                   "written before autotune recorded them gets those its card shows).")
 @click.option("--emit", "emit_kind", type=click.Choice(list(export.KINDS)),
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
@@ -92,6 +94,7 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
     scrubbed = redact.record_scrubber(run_record).obj(run_record.to_dict())
     shown = kept.note_serving(RunRecord.from_dict(scrubbed), folder)
     if json_:
+        shown.warnings = run_warnings.of(shown)  # a run from before they were recorded: those its card shows
         click.echo(json.dumps(shown.to_dict(), indent=2, ensure_ascii=False))
         return
     if emit_kind:

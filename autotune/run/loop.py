@@ -16,6 +16,7 @@ from autotune.host import processes
 from autotune.server import marker
 from autotune.run import result as results
 from autotune.run import strategy
+from autotune.run import warnings as run_warnings
 from autotune.run.boot import Boot, BootContext, stop_server
 from autotune.events import Emit
 from autotune.run.plan import RunPlan
@@ -136,5 +137,6 @@ class Loop:
     def _finish(self) -> None:
         self.record.ended_at = artifact.iso(artifact.utc_now())
         self.record.duration_s = round(self.previous_duration + time.monotonic() - self.t0, 2)
+        run_warnings.record_them(self.record)  # as the run ended: run.json, --json and the card carry them
         artifact.save_run(self.run_dir, self.record)
         self.emit("run_ended", record=self.record.to_dict(), run_dir=str(self.run_dir))

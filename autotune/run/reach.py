@@ -16,6 +16,7 @@ from typing import Callable
 from autotune.run import levers
 from autotune.run import margin
 from autotune.run import strategy
+from autotune.run import warnings as run_warnings
 from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.run.plan import RunPlan
@@ -44,10 +45,12 @@ def run_phase(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit, start
         with GATE.deferred(drop=True):
             reason = f"autotune got {exc}; `autotune resume {record.run_id}` continues the lever search"
             record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, reason)
+            run_warnings.record_them(record)
             artifact.save_run(run_dir, record)
         raise
     record.state = "finished"
     record.drop("phase")
+    run_warnings.record_them(record)  # the lever search changed the result: its warnings with it
     artifact.save_run(run_dir, record)
 
 

@@ -22,11 +22,19 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.vllm.servecmd import model_slug
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
 
+
+def _warnings_undecided(data: dict) -> dict:
+    """Version 1 -> 2: version 2 records the run's warnings ("warnings", decided as the run ended). A
+    version-1 run never decided them (only its card did, when shown), and this floor cannot decide them
+    (run/warnings.py does): the key stays absent, so a reader decides them from the record as the card did."""
+    return data
+
+
 # version n -> function turning a version-n dict into version n+1. Version 1 is the first.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _warnings_undecided}
 
 
 class ArtifactError(AutotuneError):
