@@ -26,6 +26,7 @@ from autotune.fleet import plan as plan_mod
 from autotune.fleet import report
 from autotune.fleet.errors import FleetError
 from autotune.store import artifact
+from autotune.store import walk
 
 INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interrupted; "
                      "`autotune fleet resume` (or the same `fleet run`) does the rest")
@@ -318,11 +319,7 @@ def _age_s(iso: str | None) -> float:
 def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[float]]:
     """Run durations by serve command, from the newest runs under runs_dir (the ETA's basis)."""
     out: dict[tuple, list[float]] = {}
-    for folder in artifact.list_runs(runs_dir)[:limit]:
-        try:
-            record = artifact.load(folder)
-        except artifact.ArtifactError:
-            continue
+    for _, record in walk.runs(runs_dir, walk.unnoticed, limit=limit):  # an estimate: an unreadable run is left out
         took = record.duration_s
         if record.state == "finished" and isinstance(took, (int, float)) and record.command:
             out.setdefault(command_key(record.command.argv), []).append(float(took))

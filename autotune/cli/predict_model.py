@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from pathlib import Path
 
 import click
 
@@ -178,12 +177,11 @@ def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | N
 def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, concurrency_at, device_kind,
                        device_memory, json_, dashed: list[str] | None = None) -> None:
     """The `-- vllm serve ...` / --command / --model path of `autotune predict`."""
-    from autotune.cli.records import load_records
-    from autotune.store import artifact
+    from autotune.cli.records import load_records, warn_unreadable
+    from autotune.store import walk
 
     argv = serve_argv(model_dir, serve_command, dashed)
-    records = load_records(runs, runs_dir) if runs else (
-        [r for r in (artifact.load(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
-        if Path(runs_dir).is_dir() else [])
+    records = load_records(runs, runs_dir) if runs else walk.records(runs_dir, warn_unreadable, oldest_first=True,
+                                                                     booted_only=True)
     p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
     emit(p, json_, used_gmu, target)

@@ -18,6 +18,7 @@ from autotune.run import deployed
 from autotune.run import warnings as run_warnings
 from autotune.store import artifact
 from autotune.store import latest
+from autotune.store import walk
 from autotune import export
 from autotune.export import skypilot, startup
 from autotune.server import kept
@@ -204,16 +205,10 @@ def runs(runs_dir, json_, limit):
     Exit codes: 0 listed (also when there are none); a run.json that cannot be read is
     listed as unreadable, with the reason, and does not stop the listing.
     """
-    folders = artifact.list_runs(runs_dir)
-    if limit:
-        folders = folders[:limit]
     rows = []
-    for folder in folders:
-        try:
-            record = artifact.load(folder)
-        except artifact.ArtifactError as exc:
-            rows.append({"run_id": folder.name, "path": str(folder), "error": str(exc)})
-            continue
+    listed = walk.runs(runs_dir, lambda bad: rows.append({"run_id": bad.folder.name, "path": str(bad.folder),
+                                                          "error": bad.reason}), limit=limit or None)
+    for folder, record in listed:  # an unreadable run is listed, in its place, as unreadable
         row = {**run_row(record), "path": str(folder)}
         serving = kept.serving(folder)  # a server --keep-serving handed over, still running
         if serving:

@@ -32,6 +32,7 @@ from autotune.server import client as client_mod
 from autotune.server import metrics, probe, health
 from autotune.events import Emit
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.store.record import Result, RunRecord
 
 KIND = "verify"
@@ -185,7 +186,7 @@ def _record(door, run, seen: Seen, judgement: Judgement, probe_record, started, 
 
 def verifications_of(runs_dir: Path, run_id: str) -> list[RunRecord]:
     """The verification runs of a run, newest first."""
-    return [record for _, record in artifact.linked_runs(runs_dir, LINK, run_id)]
+    return [record for _, record in walk.linked(runs_dir, LINK, run_id)]
 
 
 # What a verification found at its URL, by its verdict: only a vLLM that answered is "deployed" there.

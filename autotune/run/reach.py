@@ -22,6 +22,7 @@ from autotune.run.options import TuneOptions
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.export import write_all as write_paste_ready
 from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
@@ -68,7 +69,7 @@ class LeverSearch:
         self.result: Result = record.result
         # The lever runs an interrupted search already started, by command (the newest wins).
         self.runs_before = {tuple(r.command.argv): (d, r)
-                            for d, r in reversed(artifact.linked_runs(plan.options.runs_dir, "reach_of",
+                            for d, r in reversed(walk.linked(plan.options.runs_dir, "reach_of",
                                                                       record.run_id))}
         self.reach = Reach(steps=[], reached=False, before_levers=Result.from_dict(self.result.to_dict()))
         record.reach = self.reach

@@ -191,20 +191,6 @@ def booted(record: RunRecord) -> bool:
     return record.kind != "verify"
 
 
-def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:
-    """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
-    steps), newest first. Unreadable run files are skipped: they belong to nothing."""
-    found = []
-    for run_dir in list_runs(runs_dir):
-        try:
-            record = load(run_dir)
-        except ArtifactError:
-            continue
-        if record.link(key) == value:
-            found.append((run_dir, record))
-    return found
-
-
 def resolve_run(ref: str, runs_dir: Path) -> Path:
     """A run folder from a path or a run id (`latest` is store/latest.py's: what it names depends on the command)."""
     path = Path(ref)
