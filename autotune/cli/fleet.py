@@ -25,6 +25,7 @@ from autotune.fleet import collect
 from autotune.fleet import plan as plan_mod
 from autotune.fleet import report
 from autotune.fleet.errors import FleetError
+from autotune.events import Renderer
 from autotune.store import artifact
 from autotune.store import walk
 
@@ -220,7 +221,7 @@ def _echo_result(state, json_: bool) -> None:
                f"compare them: autotune compare {state.folder}", err=True)
 
 
-class FleetProgress:
+class FleetProgress(Renderer):
     """The fleet's events on stderr: a line per start, result, retry; and the status (running per
     slot, done, failed, waiting, time left), redrawn in place on a terminal, every 30 s elsewhere."""
 
@@ -234,11 +235,11 @@ class FleetProgress:
         self.drawn = False
 
     def __call__(self, event: str, **data) -> None:
-        if self.quiet:
-            return
-        handler = getattr(self, f"on_{event}", None)
-        if handler is not None:
-            handler(**data)
+        if not self.quiet:
+            Renderer.__call__(self, event, **data)
+
+    def on_message(self, event: str, message: str, level: str) -> None:
+        self.say(f"Warning: {message}" if level == "warning" else message)
 
     def say(self, text: str) -> None:
         self._clear()

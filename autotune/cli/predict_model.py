@@ -167,7 +167,7 @@ def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str
     return "\n".join(lines)
 
 
-def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
+def echo_prediction(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
     if json_:
         click.echo(json.dumps(json_rounded(p.to_json()), indent=2, ensure_ascii=False))
     else:
@@ -184,4 +184,4 @@ def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, co
     records = load_records(runs, runs_dir) if runs else walk.records(runs_dir, warn_unreadable, oldest_first=True,
                                                                      booted_only=True)
     p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
-    emit(p, json_, used_gmu, target)
+    echo_prediction(p, json_, used_gmu, target)
