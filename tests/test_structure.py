@@ -420,3 +420,23 @@ def test_every_declared_event_is_sent_and_drawn_by_a_renderer_or_carries_a_messa
     drawn = set().union(*drawing.values())
     assert sorted(set(drawn) - set(events.EVENTS)) == []  # a renderer draws only declared events
     assert sorted(e.name for e in events.EVENTS.values() if e.name not in drawn and not e.has_message) == []
+
+
+# ---- the replaying vLLM behind the launcher: shipped code asks the launcher, never "is this the replay?" ----
+
+# Where the question may be asked: the launcher (which answers the rest), the vLLM facts that define how to
+# ask the replay (vllm/versions.py), and the replay's own folder.
+ASK_THE_REPLAY = {"autotune/host/launcher.py", "autotune/vllm/versions.py"}
+
+
+def asking_the_replay(source: str) -> list[int]:
+    """The lines of source that call `replays(...)` (versions.replays, the "is this the replay?" question)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)) == "replays"]
+
+
+def test_only_the_launcher_asks_whether_a_command_runs_the_replay():
+    found = {rel(path): asking_the_replay(path.read_text()) for path in modules().values()
+             if rel(path) not in ASK_THE_REPLAY and not rel(path).startswith("autotune/testing/")}
+    assert {where: lines for where, lines in found.items() if lines} == {}
+    assert asking_the_replay("if versions.replays(argv):\n    pass\nx = replays(a)\n") == [1, 3]

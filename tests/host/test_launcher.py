@@ -17,12 +17,13 @@ from tests.helpers.replay import fake
 def test_the_in_process_launcher_answers_the_questions_as_the_replaying_process_does():
     argv = fake("v1-0.17.0-auto-probe", scale="0")
     env = dict(os.environ)
-    by_process = (launcher.detect_version(argv, env), launcher.replayed_gpus(argv, env))
+    by_process = (launcher.detect_version(argv, env), launcher.gpus_for(argv, env))
     with replaying_in_process():
-        in_process = (launcher.detect_version(argv, env), launcher.replayed_gpus(argv, env))
+        in_process = (launcher.detect_version(argv, env), launcher.gpus_for(argv, env))
     assert by_process == in_process
     assert by_process[0] == "0.17.0"
-    assert json.loads(by_process[1]) == profiles.by_name("v1-0.17.0-auto-probe").nvml_inventory()
+    assert by_process[1].gpus == profiles.by_name("v1-0.17.0-auto-probe").nvml_inventory()
+    assert by_process[1].elsewhere  # not this machine's
 
 
 def test_a_command_that_is_not_the_replay_is_asked_by_a_process_whatever_the_launcher():
@@ -30,8 +31,8 @@ def test_a_command_that_is_not_the_replay_is_asked_by_a_process_whatever_the_lau
     with replaying_in_process():
         assert launcher.detect_version(argv, dict(os.environ)) == launcher.ProcessLauncher().ask(
             argv, dict(os.environ), "--print-version", 30)
-        assert launcher.replayed_gpus(argv, dict(os.environ)) is None  # only the replay stands for other GPUs
-        assert machine.gpu_facts_for(argv) == machine.gpu_facts()
+        assert launcher.gpus_for(argv) == machine.GpuInventory(*machine.gpu_facts())  # this machine's NVML
+        assert launcher.gpus_for(argv).elsewhere is None  # only the replay stands for other GPUs
 
 
 def test_the_launcher_is_the_default_again_after_the_block_even_when_it_raised():
