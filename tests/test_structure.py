@@ -429,14 +429,21 @@ def test_every_declared_event_is_sent_and_drawn_by_a_renderer_or_carries_a_messa
 ASK_THE_REPLAY = {"autotune/host/launcher.py", "autotune/vllm/versions.py"}
 
 
+# What only the launcher uses: the question, and the replay's own words (its module, flags, options).
+REPLAY_NAMES = {"replays", "replayed_command", "FAKE_VLLM_MODULE", "FAKE_VERSION_FLAG", "FAKE_GPUS_FLAG",
+                "FAKE_VLLM_OWN_OPTIONS"}
+
+
 def asking_the_replay(source: str) -> list[int]:
-    """The lines of source that call `replays(...)` (versions.replays, the "is this the replay?" question)."""
-    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
-            and (node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)) == "replays"]
+    """The lines of source that use versions.replays (the "is this the replay?" question) or the replay's
+    own words (REPLAY_NAMES)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source))
+                   if (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+                       else None) in REPLAY_NAMES})
 
 
 def test_only_the_launcher_asks_whether_a_command_runs_the_replay():
     found = {rel(path): asking_the_replay(path.read_text()) for path in modules().values()
              if rel(path) not in ASK_THE_REPLAY and not rel(path).startswith("autotune/testing/")}
     assert {where: lines for where, lines in found.items() if lines} == {}
-    assert asking_the_replay("if versions.replays(argv):\n    pass\nx = replays(a)\n") == [1, 3]
+    assert asking_the_replay("if versions.replays(argv):\n    pass\nx = replays(a)\ny = [versions.FAKE_GPUS_FLAG]\n") == [1, 3, 4]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
 import json
 import os
 import subprocess
@@ -135,3 +136,22 @@ def _reported(answer: str | None) -> GpuInventory:
         return GpuInventory([], f"the replaying vLLM did not say which GPUs it replays (run it with "
                                 f"{versions.FAKE_GPUS_FLAG})", whose)
     return GpuInventory(gpus, None, whose)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A serve command whose program stands in for vLLM (the replaying vLLM): the `vllm serve` command
+    it stands for, and what stood in, for the note of a file made from its run."""
+
+    argv: list[str]
+    what: str
+
+
+def stand_in(argv: Sequence[str]) -> StandIn | None:
+    """What the serve command stands for, where its program is not vLLM itself but stands in for it
+    (a replayed run's paste-ready files are of the `vllm serve` it stands for); None for vLLM."""
+    replayed = versions.replayed_command(argv)
+    if replayed is None:
+        return None
+    profile, vllm_argv = replayed
+    return StandIn(vllm_argv, f"autotune's replaying vLLM (profile {profile})")

@@ -65,3 +65,10 @@ def test_every_boot_of_a_tune_is_started_by_the_current_launcher():
     assert [a["argv"] for a in record["attempts"]] == CountedServer.started
     assert len(CountedServer.started) == len(record["attempts"]) >= 2  # refused, then the ceiling
     assert {a["pid"] for a in record["attempts"]} == {os.getpid()}  # served in this process, no child
+
+
+def test_the_launcher_says_what_a_stand_in_stands_for_and_vllm_stands_for_itself():
+    stood_in = launcher.stand_in([*fake("v1-0.17.0-auto-probe"), "--max-num-seqs", "1", "--print-gpus"])
+    assert stood_in.argv == ["vllm", "serve", "--max-num-seqs", "1"]  # the replay's own options and questions out
+    assert stood_in.what == "autotune's replaying vLLM (profile v1-0.17.0-auto-probe)"
+    assert launcher.stand_in(["vllm", "serve", "m", "--max-num-seqs", "1"]) is None
