@@ -17,7 +17,7 @@ from autotune.server import marker
 from autotune.run import result as results
 from autotune.run import strategy
 from autotune.run import warnings as run_warnings
-from autotune.run.boot import Boot, BootContext, stop_server
+from autotune.run.boot import BootContext, WatchedBoot, stop_server
 from autotune.events import Emit
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
@@ -40,7 +40,7 @@ class Loop:
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, plan, emit, installed=record.get("vllm_version_detected"))
-        self.current = self.boots.current  # the server while one runs (Boot keeps it here)
+        self.current = self.boots.current  # the server while one runs (WatchedBoot keeps it here)
 
     def run(self) -> RunRecord:
         opts, plan = self.opts, self.plan
@@ -72,7 +72,7 @@ class Loop:
         if self.opts.target_max and step.max_model_len == checks.TARGET_MAX_UNKNOWN:
             reason = "--target max: more than any model has, so that vLLM names this one's maximum"
         emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=reason)
-        attempt = Boot(self.boots, index, attempt_argv, self.port, step).run()
+        attempt = WatchedBoot(self.boots, index, attempt_argv, self.port, step).run()
         attempt.reason = reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
