@@ -53,7 +53,7 @@ def default_gmu(argv: list[str]) -> tuple[float, str]:
 
 
 def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
-        device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.Prediction, float | None]:
+        device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.FilesPrediction, float | None]:
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
     predicted for (--gmu, the command's, else its vLLM's default)."""
     from autotune.analysis import run_row
@@ -141,7 +141,7 @@ def value_text(f: estimate.Figure, v) -> str:
     return f"{v:,}"
 
 
-def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str:
+def render(p: estimate.FilesPrediction, gmu: float | None, target: int | None) -> str:
     shape = p.shape
     kinds = ", ".join(f"{g['layers']} {g['kind']}" for g in shape["groups"])
     lines = [f"{p.model}: {shape['model_type']} ({kinds} layers; KV dtype {shape['kv_dtype']}"
@@ -167,7 +167,7 @@ def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str
     return "\n".join(lines)
 
 
-def echo_prediction(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
+def echo_prediction(p: estimate.FilesPrediction, json_: bool, gmu: float | None, target: int | None) -> None:
     if json_:
         click.echo(json.dumps(json_rounded(p.to_json()), indent=2, ensure_ascii=False))
     else:

@@ -215,7 +215,7 @@ def _finished_records(sweep: SweepRecord, runs_dir: Path, warn: Say) -> list[Run
     return records
 
 
-def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.Prediction | None:
+def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.GmuPrediction | None:
     """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
     from autotune.analysis import device_memory, next_boot
 
