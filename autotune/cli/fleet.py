@@ -33,7 +33,7 @@ INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interru
                      "`autotune fleet resume` (or the same `fleet run`) does the rest")
 
 
-def _plan(path: Path) -> tuple[plan_mod.Plan, str]:
+def _plan(path: Path) -> tuple[plan_mod.FleetPlan, str]:
     try:
         return plan_mod.load(path), path.read_text(encoding="utf-8")
     except plan_mod.PlanError as exc:

@@ -82,7 +82,7 @@ class LeverSearch:
             reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
             artifact.save_run(self.run_dir, record)
             return
-        plan = levers.plan(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
+        plan = levers.plan_levers(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
         reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
         reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
         self.emit("reach_plan", explanation=plan.explanation)
