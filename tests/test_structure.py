@@ -343,3 +343,107 @@ def test_ruff_finds_nothing():
                           cwd=PACKAGE.parent, capture_output=True, text=True, timeout=120)
     assert "No module named ruff" not in proc.stderr, "ruff is not installed: pip install -e '.[test]'"
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# ---- the event stream: one home for the event names (autotune/events.py), one renderer protocol ----
+
+def events_sent(source: str, where: str = "") -> list[tuple[str, set[str], str]]:
+    """(event, the fields named, where) of each emit("name", ...) in source: a call of a function or
+    method named `emit` with a literal name (either branch of `"a" if x else "b"`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        if (func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None) != "emit":
+            continue
+        first = node.args[0]
+        names = [first] if isinstance(first, ast.Constant) else [first.body, first.orelse] \
+            if isinstance(first, ast.IfExp) else []
+        fields = {k.arg for k in node.keywords if k.arg is not None}
+        found += [(n.value, fields, f"{where}:{node.lineno}") for n in names
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    return found
+
+
+def every_event_sent() -> list[tuple[str, set[str], str]]:
+    return [hit for name, path in modules().items() for hit in events_sent(path.read_text(), rel(path))]
+
+
+def undeclared_events(hits) -> list[str]:
+    from autotune import events  # the bottom floor: imports nothing of the package
+
+    out = []
+    for name, fields, where in hits:
+        event = events.EVENTS.get(name)
+        if event is None:
+            out.append(f"{where}: {name} is not declared in autotune/events.py")
+        elif fields - set(event.fields):
+            out.append(f"{where}: {name} sent with {sorted(fields - set(event.fields))}, not among its fields")
+    return out
+
+
+def renderers() -> dict[str, set[str]]:
+    """The renderers of the event stream (classes whose base is events.Renderer), each with the events
+    it draws (its on_<event> methods)."""
+    found = {}
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(ast.unparse(b).endswith("Renderer") for b in node.bases):
+                found[f"{name}.{node.name}"] = {f.name.removeprefix("on_") for f in node.body
+                                                 if isinstance(f, ast.FunctionDef) and f.name.startswith("on_")
+                                                 and f.name != "on_message"}
+    return found
+
+
+def test_every_event_sent_is_declared_with_the_fields_it_is_sent_with():
+    hits = every_event_sent()
+    assert len({name for name, _, _ in hits}) >= 30  # the finder finds the stream (not an empty scan)
+    assert undeclared_events(hits) == []
+
+
+def test_the_event_finder_finds_an_undeclared_event_and_an_undeclared_field():
+    source = 'emit("made_up", x=1)\nself.emit("warning", text="t", colour="red")\nemit("a" if x else "hung", index=1)\n'
+    assert undeclared_events(events_sent(source, "m.py")) == [
+        "m.py:1: made_up is not declared in autotune/events.py",
+        "m.py:2: warning sent with ['colour'], not among its fields",
+        "m.py:3: a is not declared in autotune/events.py"]
+
+
+def test_every_declared_event_is_sent_and_drawn_by_a_renderer_or_carries_a_message():
+    from autotune import events
+
+    assert sorted(set(events.EVENTS) - {name for name, _, _ in every_event_sent()}) == []  # none outlives its event
+    drawing = renderers()
+    assert {"autotune.cli.progress.Progress", "autotune.cli.fleet.FleetProgress",
+            "autotune.cli.verify.ProbeProgress"} <= set(drawing)  # the three follow the one protocol
+    drawn = set().union(*drawing.values())
+    assert sorted(set(drawn) - set(events.EVENTS)) == []  # a renderer draws only declared events
+    assert sorted(e.name for e in events.EVENTS.values() if e.name not in drawn and not e.has_message) == []
+
+
+# ---- the replaying vLLM behind the launcher: shipped code asks the launcher, never "is this the replay?" ----
+
+# Where the question may be asked: the launcher (which answers the rest), the vLLM facts that define how to
+# ask the replay (vllm/versions.py), and the replay's own folder.
+ASK_THE_REPLAY = {"autotune/host/launcher.py", "autotune/vllm/versions.py"}
+
+
+# What only the launcher uses: the question, and the replay's own words (its module, flags, options).
+REPLAY_NAMES = {"replays", "replayed_command", "FAKE_VLLM_MODULE", "FAKE_VERSION_FLAG", "FAKE_GPUS_FLAG",
+                "FAKE_VLLM_OWN_OPTIONS"}
+
+
+def asking_the_replay(source: str) -> list[int]:
+    """The lines of source that use versions.replays (the "is this the replay?" question) or the replay's
+    own words (REPLAY_NAMES)."""
+    return sorted({node.lineno for node in ast.walk(ast.parse(source))
+                   if (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+                       else None) in REPLAY_NAMES})
+
+
+def test_only_the_launcher_asks_whether_a_command_runs_the_replay():
+    found = {rel(path): asking_the_replay(path.read_text()) for path in modules().values()
+             if rel(path) not in ASK_THE_REPLAY and not rel(path).startswith("autotune/testing/")}
+    assert {where: lines for where, lines in found.items() if lines} == {}
+    assert asking_the_replay("if versions.replays(argv):\n    pass\nx = replays(a)\ny = [versions.FAKE_GPUS_FLAG]\n") == [1, 3, 4]

@@ -70,7 +70,9 @@ class Calibration:
 
 
 @dataclass
-class Prediction:
+class FilesPrediction:
+    """The ceiling predicted from the model's files and the device (not from runs: gmu_predict's GmuPrediction)."""
+
     model: str
     device: Device
     shape: dict
@@ -188,7 +190,7 @@ def budget(device: Device, gmu: float) -> int:
 def predict(model: str, shape: KVShape, weights: Weights, device: Device, settings: kv_pool.Settings,
             calibration: Calibration, gmu: float | None, kv_cache_memory_bytes: int | None = None,
             target: int | None = None, concurrency_at: int | None = None, length_limit: int | None = None,
-            measured: CalibrationRun | None = None) -> Prediction:
+            measured: CalibrationRun | None = None) -> FilesPrediction:
     """Every figure for one serve configuration. `measured`: a run at this very gmu (its figures
     are then measured, not estimated). `length_limit`: the model's own maximum length."""
     limit = length_limit or 10_000_000
@@ -243,7 +245,7 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
         figures.append(_band_figure(f"concurrency_at_{concurrency_at}", shape, conc_settings, kv, low, high, label,
                                     lambda b: round(kv_pool.pool(shape, conc_settings, max(0, int(b))).concurrency, 2),
                                     f"sequences of {concurrency_at:,} tokens the pool holds at once"))
-    return Prediction(model=model, device=device, shape=shape.to_json(), settings=asdict(settings),
+    return FilesPrediction(model=model, device=device, shape=shape.to_json(), settings=asdict(settings),
                       calibration=calibration, figures=figures, notes=notes)
 
 

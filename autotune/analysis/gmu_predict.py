@@ -10,7 +10,9 @@ from autotune.analysis.run_row import Row
 
 
 @dataclass
-class Prediction:
+class GmuPrediction:
+    """A group's ceiling at another gmu, from its own runs (not from the model's files: estimate's FilesPrediction)."""
+
     group_id: str
     gmu: float
     available_kv_gib: float
@@ -27,7 +29,7 @@ class Prediction:
 
 
 def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
-            model_maximum: int | None = None) -> Prediction | None:
+            model_maximum: int | None = None) -> GmuPrediction | None:
     """Available KV, KV tokens and the ceiling at `gmu`, from a group's measured runs.
 
     Two or more gmu values: the least-squares lines. One gmu value: the budget's change
@@ -90,7 +92,7 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
         if maximum is not None and ceiling is not None and ceiling > maximum:
             ceiling = maximum  # vLLM serves no more than the model's own maximum
             basis += f"; capped at the model's own maximum, {maximum:,}"
-    return Prediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
+    return GmuPrediction(group_id=group.group_id, gmu=gmu, available_kv_gib=kv, kv_cache_tokens=tokens,
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
                       slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack,

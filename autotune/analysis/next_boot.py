@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from autotune.analysis.compare import compare
 from autotune.analysis.estimate import CACHE_PREFERENCE
-from autotune.analysis.gmu_predict import Prediction, predict
+from autotune.analysis.gmu_predict import GmuPrediction, predict
 from autotune.analysis.run_groups import Group
 from autotune.analysis.run_row import COMPILE_CACHE_KEY, Row
 from autotune.store.record import Result, RunRecord
@@ -49,7 +49,7 @@ def like_group(groups: list[Group], key: dict | None) -> Group | None:
 
 def predict_next(records: list[RunRecord], key: dict | None, gmu: float,
                  cpu_node_gib: float | None = None, model_maximum: int | None = None
-                 ) -> tuple[Prediction | None, list[str]]:
+                 ) -> tuple[GmuPrediction | None, list[str]]:
     """The prediction at `gmu` from the verified runs among `records` of the group `key` names
     (see like_group), and those runs' ids. cpu_node_gib: the CPU node's memory now, which vLLM's
     CPU backend multiplies gmu by (a VM's node can change between runs); GPU runs keep the GPU's."""

@@ -10,7 +10,6 @@ booting, with the figures. Without such runs (a prior), or with the KV pool fixe
 
 from __future__ import annotations
 
-import os
 
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
@@ -89,19 +88,11 @@ def _more_memory(need_gmu: float, device) -> str:
 
 def load_records(runs_dir) -> list[RunRecord]:
     """Every run record under runs_dir (none when it does not exist)."""
-    from autotune.store import artifact
+    from autotune.store import walk
 
-    if not runs_dir or not os.path.isdir(runs_dir):
+    if not runs_dir:
         return []
-    out = []
-    for folder in artifact.list_runs(runs_dir):
-        try:
-            record = artifact.load(folder)
-        except artifact.ArtifactError:
-            continue
-        if artifact.booted(record):
-            out.append(record)
-    return out
+    return walk.records(runs_dir, walk.unnoticed, booted_only=True)  # a prediction, not a listing: none said
 
 
 def for_tune(argv: list[str], env: dict[str, str], target, runs_dir, allow_risky_gmu: bool,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.analysis.gmu_predict import Prediction
+from autotune.analysis.gmu_predict import GmuPrediction
 from autotune.store.record import Result, RunRecord
 from autotune.store.outcomes import Outcome
 
@@ -34,7 +34,7 @@ class SweepAim:
     slack_tokens: int | None = None  # for the tune: the ceiling a verified boot's pool shows is pool - slack
 
 
-def sweep_aim(prediction: Prediction | None, target: int) -> SweepAim:
+def sweep_aim(prediction: GmuPrediction | None, target: int) -> SweepAim:
     """The length a sweep point (or a tune) boots first (None: the target), why, and the slack to read
     its pool with."""
     if prediction is None or prediction.ceiling is None or prediction.kv_cache_tokens is None:
@@ -56,7 +56,7 @@ def sweep_aim(prediction: Prediction | None, target: int) -> SweepAim:
         f"{slack:,}-token slack is booted next (2 boots at most, as without a prediction)"), slack)
 
 
-def sweep_start_at(prediction: Prediction | None, target: int) -> tuple[int | None, str]:
+def sweep_start_at(prediction: GmuPrediction | None, target: int) -> tuple[int | None, str]:
     """The length a sweep point boots first (None: the target), and why (see sweep_aim)."""
     aim = sweep_aim(prediction, target)
     return aim.start_at, aim.reason

@@ -234,7 +234,11 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
       autotune compare runs/ --device-memory 24GiB   runs recorded where NVML could not say
 
     \b
-    Exit codes: 0 compared; 1 a run could not be found or read, or the plot could not be written.
+    A run.json that cannot be read in a folder of runs is skipped with a warning on
+    stderr naming it, and the others are compared.
+
+    \b
+    Exit codes: 0 compared; 1 a run named could not be found or read, or the plot could not be written.
     """
     records = load_records(runs, runs_dir)
     report = cmp.compare(records, device_memory)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from autotune.store import artifact
+from autotune.store import walk
 from autotune.vllm import servecmd
 from autotune.store.outcomes import Outcome
 
@@ -27,11 +27,8 @@ def typical_boot_s(runs_dir: Path, argv, exclude_run: str | None = None, limit: 
         return None
     ups: list[float] = []
     others: list[float] = []
-    folders = sorted((p for p in runs_dir.iterdir() if p.is_dir() and p.name != exclude_run), reverse=True)
-    for folder in folders[:limit]:
-        try:
-            record = artifact.load(folder)  # the version check: a newer run.json is skipped, not misread
-        except artifact.ArtifactError:
+    for folder, record in walk.runs(runs_dir, walk.unnoticed, limit=limit + 1):  # a newer run.json: skipped, not misread
+        if folder.name == exclude_run:
             continue
         if command_key(record.command.argv if record.command else None) != key:
             continue

@@ -25,13 +25,15 @@ from autotune.fleet import collect
 from autotune.fleet import plan as plan_mod
 from autotune.fleet import report
 from autotune.fleet.errors import FleetError
+from autotune.events import Renderer
 from autotune.store import artifact
+from autotune.store import walk
 
 INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interrupted; "
                      "`autotune fleet resume` (or the same `fleet run`) does the rest")
 
 
-def _plan(path: Path) -> tuple[plan_mod.Plan, str]:
+def _plan(path: Path) -> tuple[plan_mod.FleetPlan, str]:
     try:
         return plan_mod.load(path), path.read_text(encoding="utf-8")
     except plan_mod.PlanError as exc:
@@ -234,7 +236,7 @@ def _echo_result(state, json_: bool) -> None:
                f"compare them: autotune compare {state.folder}", err=True)
 
 
-class FleetProgress:
+class FleetProgress(Renderer):
     """The fleet's events on stderr: a line per start, result, retry; and the status (running per
     slot, done, failed, waiting, time left), redrawn in place on a terminal, every 30 s elsewhere."""
 
@@ -248,11 +250,11 @@ class FleetProgress:
         self.drawn = False
 
     def __call__(self, event: str, **data) -> None:
-        if self.quiet:
-            return
-        handler = getattr(self, f"on_{event}", None)
-        if handler is not None:
-            handler(**data)
+        if not self.quiet:
+            Renderer.__call__(self, event, **data)
+
+    def on_message(self, event: str, message: str, level: str) -> None:
+        self.say(f"Warning: {message}" if level == "warning" else message)
 
     def say(self, text: str) -> None:
         self._clear()
@@ -333,11 +335,7 @@ def _age_s(iso: str | None) -> float:
 def _earlier_durations(runs_dir: Path, limit: int = 200) -> dict[tuple, list[float]]:
     """Run durations by serve command, from the newest runs under runs_dir (the ETA's basis)."""
     out: dict[tuple, list[float]] = {}
-    for folder in artifact.list_runs(runs_dir)[:limit]:
-        try:
-            record = artifact.load(folder)
-        except artifact.ArtifactError:
-            continue
+    for _, record in walk.runs(runs_dir, walk.unnoticed, limit=limit):  # an estimate: an unreadable run is left out
         took = record.duration_s
         if record.state == "finished" and isinstance(took, (int, float)) and record.command:
             out.setdefault(command_key(record.command.argv), []).append(float(took))

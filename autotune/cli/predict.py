@@ -83,7 +83,12 @@ def predict_cmd(runs, gmu, model_dir, serve_command, target, concurrency_at, dev
       autotune predict --model ./Llama-3.1-8B --device gpu --device-memory 24 --gmu 0.95 --json
 
     \b
-    Exit codes: 0 predicted; 1 no run to predict from (or none with that --max-num-seqs).
+    A run.json that cannot be read in a folder of runs is skipped with a warning on
+    stderr naming it, and the others are read.
+
+    \b
+    Exit codes: 0 predicted; 1 no run to predict from (or none with that --max-num-seqs), or a
+    run named could not be read.
     """
     dashed = click.get_current_context().meta.get("serve_argv")
     if model_dir or serve_command or dashed is not None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-from pathlib import Path
 
 import click
 
@@ -18,7 +17,7 @@ from autotune.analysis import device_memory, estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
-from autotune.host import launcher, machine
+from autotune.host import launcher
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -54,18 +53,19 @@ def default_gmu(argv: list[str]) -> tuple[float, str]:
 
 
 def replayed_gpus(argv: list[str]) -> list[dict] | None:
-    """The GPUs the replaying vLLM stands for, as tune asks it (host/machine.py): a replay command is
-    predicted on the machine it replays, not on this one. None for any other command (NVML's, here)."""
-    if not versions.replays(argv):
+    """The GPUs a command's program stands for where they are not this machine's (the replaying vLLM's),
+    as tune asks the launcher: such a command is predicted on the machine it stands for, not on this
+    one. None for any other command (NVML's, here)."""
+    inventory = launcher.gpus_for(argv, dict(os.environ))
+    if inventory.elsewhere is None:
         return None
-    gpus, why = machine.gpu_facts_for(argv, dict(os.environ))
-    if why:
-        raise click.ClickException(f"{why}; or give the device with --device and --device-memory")
-    return gpus
+    if inventory.absent_reason:
+        raise click.ClickException(f"{inventory.absent_reason}; or give the device with --device and --device-memory")
+    return inventory.gpus
 
 
 def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: int | None, concurrency_at: int | None,
-        device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.Prediction, float | None]:
+        device_kind: str | None, device_memory_gib: float | None) -> tuple[estimate.FilesPrediction, float | None]:
     """Every figure for the serve command, calibrated on the matching runs among records; and the gmu
     predicted for (--gmu, the command's, else its vLLM's default)."""
     from autotune.analysis import run_row
@@ -153,7 +153,7 @@ def value_text(f: estimate.Figure, v) -> str:
     return f"{v:,}"
 
 
-def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str:
+def render(p: estimate.FilesPrediction, gmu: float | None, target: int | None) -> str:
     shape = p.shape
     kinds = ", ".join(f"{g['layers']} {g['kind']}" for g in shape["groups"])
     lines = [f"{p.model}: {shape['model_type']} ({kinds} layers; KV dtype {shape['kv_dtype']}"
@@ -179,7 +179,7 @@ def render(p: estimate.Prediction, gmu: float | None, target: int | None) -> str
     return "\n".join(lines)
 
 
-def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | None) -> None:
+def echo_prediction(p: estimate.FilesPrediction, json_: bool, gmu: float | None, target: int | None) -> None:
     if json_:
         click.echo(json.dumps(json_rounded(p.to_json()), indent=2, ensure_ascii=False))
     else:
@@ -189,12 +189,11 @@ def emit(p: estimate.Prediction, json_: bool, gmu: float | None, target: int | N
 def predict_from_files(runs, runs_dir, model_dir, serve_command, gmu, target, concurrency_at, device_kind,
                        device_memory, json_, dashed: list[str] | None = None) -> None:
     """The `-- vllm serve ...` / --command / --model path of `autotune predict`."""
-    from autotune.cli.records import load_records
-    from autotune.store import artifact
+    from autotune.cli.records import load_records, warn_unreadable
+    from autotune.store import walk
 
     argv = serve_argv(model_dir, serve_command, dashed)
-    records = load_records(runs, runs_dir) if runs else (
-        [r for r in (artifact.load(d) for d in reversed(artifact.list_runs(runs_dir))) if artifact.booted(r)]
-        if Path(runs_dir).is_dir() else [])
+    records = load_records(runs, runs_dir) if runs else walk.records(runs_dir, warn_unreadable, oldest_first=True,
+                                                                     booted_only=True)
     p, used_gmu = run(records, argv, gmu, target, concurrency_at, device_kind, device_memory)
-    emit(p, json_, used_gmu, target)
+    echo_prediction(p, json_, used_gmu, target)

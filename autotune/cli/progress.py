@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO
 
 from autotune.cli.eta import typical_boot_s
+from autotune.events import Renderer
 from autotune.cli.formats import fmt_duration, fmt_number
 from autotune.cli.phases import BootPhases
 from autotune.cli.terminal import (ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted,  # noqa: F401
@@ -52,11 +53,31 @@ _FACT_PHASE = {"weights_gib": PROFILING, "available_kv_gib": KV_SIZED, "kv_cache
 
 
 # ---------------------------------------------------------------------------
+# The probe's requests, worded once (a tune's progress and `autotune verify` say them alike)
+# ---------------------------------------------------------------------------
+
+
+def probe_sent(role: str | None = None, prompt_tokens: int | None = None) -> str:
+    tokens = f" ({prompt_tokens:,} prompt tokens)" if isinstance(prompt_tokens, int) else ""
+    return f"probe: sending the {str(role or 'request').replace('_', ' ')} request{tokens}"
+
+
+def probe_answered(role: str | None = None, ok: bool | None = None, ttft_s: float | None = None,
+                   reason: str | None = None) -> str:
+    """The line of a probe request's end: served (and its first token's time), or failed and why."""
+    role = str(role or "request").replace("_", " ")
+    if ok:
+        ttft = f", first token after {fmt_duration(ttft_s)}" if isinstance(ttft_s, (int, float)) else ""
+        return f"probe: {role} request served{ttft}"
+    return f"probe: the {role} request failed: {reason}"
+
+
+# ---------------------------------------------------------------------------
 # The renderer
 # ---------------------------------------------------------------------------
 
 
-class Progress:
+class Progress(Renderer):
     """An ``emit(event, **data)`` callable that shows a run's progress on ``stream`` (stderr).
 
     live: redraw one status line in place (default: when the stream is a terminal);
@@ -215,15 +236,13 @@ class Progress:
     # -- events -----------------------------------------------------------------
 
     def __call__(self, event: str, **data) -> None:
-        handler = getattr(self, f"_on_{event}", None)
-        with self._lock:
-            if handler is not None:
-                handler(data)
-            elif isinstance(data.get("message"), str):
-                # Events added later (preflight, probes, sweeps) that carry a ready-made message.
-                level = data.get("level") or ("warning" if "warn" in event else "info")
-                if not self.quiet or level in ("warning", "error"):
-                    self._line(self._labelled(level, data["message"]))
+        with self._lock:  # the ticker thread redraws too
+            Renderer.__call__(self, event, **data)
+
+    def on_message(self, event: str, message: str, level: str) -> None:
+        # Events that carry a ready-made message (the margin, a prediction, a renamed run folder).
+        if not self.quiet or level in ("warning", "error"):
+            self._line(self._labelled(level, message))
 
     def _labelled(self, level: str, message: str) -> str:
         if level == "warning":
@@ -236,7 +255,7 @@ class Progress:
         if not self.quiet:
             self._line(text)
 
-    def _on_run_started(self, d: dict) -> None:
+    def on_run_started(self, **d) -> None:
         self.run_dir = d.get("run_dir")
         if self.run_dir:
             run_dir = Path(self.run_dir)
@@ -257,7 +276,7 @@ class Progress:
             text += f"; earlier runs of this command were ready after ~{fmt_duration(typical)} (median of {n})"
         self._say(text)
 
-    def _on_run_resumed(self, d: dict) -> None:
+    def on_run_resumed(self, **d) -> None:
         self.run_dir = d.get("run_dir")
         if d.get("phase") == "reach":
             self._say(f"resuming the lever search of run folder {self.run_dir}: its {d.get('attempts_done', 0)} "
@@ -266,7 +285,7 @@ class Progress:
         self._say(f"resuming run folder {self.run_dir}: {d.get('attempts_done', 0)} finished boot(s) kept; "
                   f"target {fmt_number(d.get('target'))} tokens; port {d.get('port')}")
 
-    def _on_cleaned(self, d: dict) -> None:
+    def on_cleaned(self, **d) -> None:
         pid, detail = d.get("pid"), d.get("detail") or ""
         what = {"stopped": f"stopped a server left behind by a killed autotune (pid {pid}{': ' + detail if detail else ''})",
                 "already_gone": f"its server (pid {pid}) was already gone",
@@ -277,10 +296,10 @@ class Progress:
                 "marked_interrupted": f"marked interrupted: {detail}"}.get(d.get("action"), f"{d.get('action')} (pid {pid}) {detail}".rstrip())
         self._line(self._labelled("warning", f"cleanup: {Path(str(d.get('run_dir'))).name}: {what}"))
 
-    def _on_warning(self, d: dict) -> None:
+    def on_warning(self, **d) -> None:
         self._line(self._labelled("warning", str(d.get("text") or d.get("message") or "")))
 
-    def _on_recovery(self, d: dict) -> None:
+    def on_recovery(self, **d) -> None:
         self._say(f"boot {d.get('index')}: recovering: {d.get('reason')}")
 
     def _probe_note(self, text: str) -> None:
@@ -291,34 +310,30 @@ class Progress:
             index = f"boot {self.boot.index}: " if self.boot is not None else ""
             self._say(f"{index}{text}")
 
-    def _on_probe_request(self, d: dict) -> None:
-        role = str(d.get("role", "request")).replace("_", " ")
-        tokens = f" ({d['prompt_tokens']:,} prompt tokens)" if isinstance(d.get("prompt_tokens"), int) else ""
-        if self.boot is not None:
-            self.boot.requests_out[role] = self.clock()
-        self._probe_note(f"probe: sending the {role} request{tokens}")
+    def on_probe_request(self, **d) -> None:
+        if self.boot is not None:  # the live line counts the request's time, not vLLM's silence
+            self.boot.requests_out[str(d.get("role", "request"))] = self.clock()
+        self._probe_note(probe_sent(**d))
 
-    def _on_probe_request_done(self, d: dict) -> None:
-        role = str(d.get("role", "request")).replace("_", " ")
+    def on_probe_request_done(self, **d) -> None:
         if self.boot is not None:
-            self.boot.requests_out.pop(role, None)
+            self.boot.requests_out.pop(str(d.get("role", "request")), None)
         if d.get("ok"):
-            ttft = f", first token after {fmt_duration(d['ttft_s'])}" if isinstance(d.get("ttft_s"), (int, float)) else ""
-            self._probe_note(f"probe: {role} request served{ttft}")
+            self._probe_note(probe_answered(**d))
         else:
-            self._line(self._labelled("warning", f"probe: the {role} request failed: {d.get('reason')}"))
+            self._line(self._labelled("warning", probe_answered(**d)))
 
-    def _on_autofit_read(self, d: dict) -> None:
+    def on_autofit_read(self, **d) -> None:
         if self.boot is not None:
             self.boot.figures["autofit_max_model_len"] = d.get("value")
         self._say(f"boot {d.get('index')}: vLLM's auto-fit says {fmt_number(d.get('value'))} fits; "
                   "this vLLM would not serve the fitted length, so it is stopped and relaunched explicitly")
 
-    def _on_reach_plan(self, d: dict) -> None:
+    def on_reach_plan(self, **d) -> None:
         for line in d.get("explanation") or []:
             self._say(f"levers: {line}")
 
-    def _on_reach_step(self, d: dict) -> None:
+    def on_reach_step(self, **d) -> None:
         lever = str(d.get("lever", "?")).replace("_", "-")
         value = f" {d['value']}" if d.get("value") is not None else ""
         earlier = d.get("earlier")
@@ -330,13 +345,13 @@ class Progress:
         else:
             self._say(f"levers: trying {lever}{value} (a run of its own, linked to this one)")
 
-    def _on_reach_done(self, d: dict) -> None:
+    def on_reach_done(self, **d) -> None:
         reach = Reach.from_dict(d.get("reach") or {})  # the event carries its JSON form (redact.scrubbing masks it)
         word = "reached the target" if reach.reached else "did not reach the target"
         boots = reach.boots if reach.boots is not None else 0
         self._say(f"levers: {word} in {boots} more boot(s), {fmt_duration(reach.duration_s)}")
 
-    def _on_attempt_started(self, d: dict) -> None:
+    def on_attempt_started(self, **d) -> None:
         self.boot = BootPhases(d.get("index", 0), d.get("max_model_len"), d.get("reason", ""), self.clock())
         length = d.get("max_model_len")
         shown = f"{length:,}" if isinstance(length, int) else str(length)
@@ -358,7 +373,7 @@ class Progress:
         self._line(f"boot {boot.index}: {boot.phase} ({previous} took {fmt_duration(now - began)}; "
                    f"{fmt_duration(now - boot.started)} since launch)")
 
-    def _on_log_line(self, d: dict) -> None:
+    def on_log_line(self, **d) -> None:
         boot = self.boot
         text = d.get("text", "")
         if self.show_log:  # asked for by name: --quiet silences autotune's progress, not the log asked for
@@ -383,7 +398,7 @@ class Progress:
                 elif not self.quiet:
                     self._line(f"boot {boot.index}: starting: {boot.step} ({previous} took {fmt_duration(took)})")
 
-    def _on_fact(self, d: dict) -> None:
+    def on_fact(self, **d) -> None:
         boot = self.boot
         key, value = d.get("key"), d.get("value")
         if boot is not None:
@@ -398,7 +413,7 @@ class Progress:
                 key, lambda v: f"{key.replace('_', ' ')} {v}"))(value)
             self._say(f"boot {d.get('index')}:   {label} (log line {d.get('line_no')})")
 
-    def _on_refused(self, d: dict) -> None:
+    def on_refused(self, **d) -> None:
         boot = self.boot
         if boot is not None:
             boot.move_to(REFUSED, self.clock())
@@ -412,7 +427,7 @@ class Progress:
             text += f"; vLLM estimates {est:,} tokens fit"
         self._say(text + "; stopping it now")
 
-    def _on_stop_step(self, d: dict) -> None:
+    def on_stop_step(self, **d) -> None:
         pids = d.get("pids") or []
         text = f"stopping: {d.get('signal')} to {len(pids)} process{'es' * (len(pids) != 1)}"
         if self.live:
@@ -422,20 +437,20 @@ class Progress:
         else:
             self._say(f"  stopping server tree: {d.get('signal')} to pids {', '.join(map(str, pids))}")
 
-    def _on_healthy(self, d: dict) -> None:
+    def on_healthy(self, **d) -> None:
         if self.boot is not None and self.boot.move_to(READY, self.clock()) and self.live:
             self._draw()
         word = self._paint("healthy", "green") if d.get("verified", True) else self._paint("healthy, not verified", "red")
         self._say(f"boot {d.get('index')}: {word}; {d.get('reason', '')}".rstrip("; "))
 
-    def _on_hung(self, d: dict) -> None:
+    def on_hung(self, **d) -> None:
         self._line(self._labelled("warning", f"boot {d.get('index')}: no output for "
                                              f"{fmt_duration(d.get('idle_s'))}: hung; stopping it"))
 
-    def _on_stopping(self, d: dict) -> None:
+    def on_stopping(self, **d) -> None:
         self._say(str(d.get("reason", "stopping")))
 
-    def _on_attempt_ended(self, d: dict) -> None:
+    def on_attempt_ended(self, **d) -> None:
         attempt = Attempt.from_dict(d.get("attempt") or {})  # the event carries its JSON form (redact.scrubbing)
         boot, self.boot = self.boot, None
         outcome = attempt.outcome if attempt.outcome is not None else "?"
@@ -468,7 +483,7 @@ class Progress:
         with self._lock:
             self._clear()
 
-    def _on_run_ended(self, d: dict) -> None:
+    def on_run_ended(self, **d) -> None:
         self.boot = None
         self._stop.set()
         self._clear()

@@ -11,13 +11,13 @@ from autotune.fleet.collect import FLEET_FILE
 from autotune.store import artifact
 from autotune.store import latest
 from autotune.store import sweeps
+from autotune.store import walk
 from autotune.store.record import RunRecord
 
 
-def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
-    """The run folders a RUN argument names: a run (folder, id, latest), a sweep, a fleet, or a folder of runs."""
-    if ref == latest.LATEST:
-        return [latest.run(runs_dir)]
+def run_dirs(ref: str, runs_dir: Path) -> list[Path] | None:
+    """The run folders a RUN argument names: a sweep's or a fleet's runs, or the one run it names (a
+    folder, an id, `latest`: store/latest.py resolve). None: a folder of runs (walked by load_records)."""
     for path in (Path(ref), Path(runs_dir) / ref):
         if (path / artifact.RUN_FILE).exists():
             return [path]
@@ -26,22 +26,37 @@ def run_dirs(ref: str, runs_dir: Path) -> list[Path]:
             return [path.parent / p.run_id for p in sweep.points or [] if p.run_id]
         if (path / FLEET_FILE).exists():
             return [path.parent / leaf["run_id"] for leaf in fleet_collect.load(path).data["leaves"] if leaf.get("run_id")]
-    path = Path(ref)
-    if path.is_dir():
-        found = artifact.list_runs(path)
-        if not found:
-            raise artifact.ArtifactError(f"{path}: no run folders (with {artifact.RUN_FILE}) in it")
-        return list(reversed(found))
-    raise artifact.ArtifactError(f"no run {ref!r}: not a run folder, a run id under {runs_dir}, a sweep, "
-                                 f"a folder of runs, or `latest`")
+    if ref != latest.LATEST and Path(ref).is_dir():
+        if not artifact.list_runs(Path(ref)):
+            raise artifact.ArtifactError(f"{ref}: no run folders (with {artifact.RUN_FILE}) in it")
+        return None
+    try:
+        return [latest.resolve(ref, runs_dir)]
+    except artifact.ArtifactError as exc:
+        if ref == latest.LATEST:
+            raise
+        raise artifact.ArtifactError(f"no run {ref!r}: not a run folder, a run id under {runs_dir}, a sweep, "
+                                     f"a folder of runs, or `latest`") from exc
+
+
+def warn_unreadable(skipped: walk.Unreadable) -> None:
+    """A run of a folder that cannot be read: said on stderr, and the others go on (as `runs` lists it)."""
+    click.echo(skipped.warning() + "; the other runs are read", err=True)
 
 
 def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[RunRecord]:
     """The records of the runs that booted vLLM among those the RUN arguments name (all under runs_dir
-    when none); bad input exits 1."""
+    when none), in the order they ran. A run named by itself that cannot be read exits 1; one in a
+    folder of runs is skipped with a warning. Bad input exits 1."""
     try:
-        dirs = [d for ref in refs for d in run_dirs(ref, runs_dir)] if refs else list(reversed(artifact.list_runs(runs_dir)))
-        records = [r for r in (artifact.load(d) for d in dirs) if artifact.booted(r)]  # no verifications
+        records: list[RunRecord] = []
+        for ref in refs or (None,):
+            dirs = None if ref is None else run_dirs(ref, runs_dir)
+            if dirs is None:  # every run in a folder
+                records += walk.records(runs_dir if ref is None else ref, warn_unreadable, oldest_first=True,
+                                        booted_only=True)
+            else:
+                records += [r for r in (artifact.load(d) for d in dirs) if artifact.booted(r)]  # no verifications
         if not records:
             raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
         return records

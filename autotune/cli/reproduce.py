@@ -124,7 +124,7 @@ def _reproduce_one(old: RunRecord, runs_dir, env_now: dict, stall_timeout: float
     from autotune.run import reproduce as reproduce_mod
 
     try:
-        plan = reproduce_mod.plan(old, runs_dir, env_now, stall_timeout, probe)
+        plan = reproduce_mod.plan_reproduction(old, runs_dir, env_now, stall_timeout, probe)
     except reproduce_mod.NotReproducible as exc:
         raise click.ClickException(str(exc))
     for name in plan.missing_secrets:

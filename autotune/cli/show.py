@@ -15,8 +15,10 @@ from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.cli.verify import render as render_verification
 from autotune.run import deployed
+from autotune.run import warnings as run_warnings
 from autotune.store import artifact
 from autotune.store import latest
+from autotune.store import walk
 from autotune import export
 from autotune.export import skypilot, startup
 from autotune.server import kept
@@ -29,7 +31,8 @@ from autotune.store.outcomes import Verdict
 @click.command("show")
 @click.argument("run", default="latest")
 @runs_dir_option
-@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored.")
+@click.option("--json", "json_", is_flag=True, help="Print the run record (run.json) as stored, its warnings included (a run "
+                   "written before autotune recorded them gets those its card shows).")
 @click.option("--emit", "emit_kind", type=click.Choice(list(export.KINDS)),
               help="Print one paste-ready file of the run instead: command (command.sh), "
                    "yaml (vllm-config.yaml), compose (docker-compose.yml), systemd (vllm.service); "
@@ -92,6 +95,7 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
     scrubbed = redact.record_scrubber(run_record).obj(run_record.to_dict())
     shown = kept.note_serving(RunRecord.from_dict(scrubbed), folder)
     if json_:
+        shown.warnings = run_warnings.of(shown)  # a run from before they were recorded: those its card shows
         click.echo(json.dumps(shown.to_dict(), indent=2, ensure_ascii=False))
         return
     if emit_kind:
@@ -219,16 +223,10 @@ def runs(runs_dir, json_, limit):
     Exit codes: 0 listed (also when there are none); a run.json that cannot be read is
     listed as unreadable, with the reason, and does not stop the listing.
     """
-    folders = artifact.list_runs(runs_dir)
-    if limit:
-        folders = folders[:limit]
     rows = []
-    for folder in folders:
-        try:
-            record = artifact.load(folder)
-        except artifact.ArtifactError as exc:
-            rows.append({"run_id": folder.name, "path": str(folder), "error": str(exc)})
-            continue
+    listed = walk.runs(runs_dir, lambda bad: rows.append({"run_id": bad.folder.name, "path": str(bad.folder),
+                                                          "error": bad.reason}), limit=limit or None)
+    for folder, record in listed:  # an unreadable run is listed, in its place, as unreadable
         row = {**run_row(record), "path": str(folder)}
         serving = kept.serving(folder)  # a server --keep-serving handed over, still running
         if serving:

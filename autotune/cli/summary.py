@@ -11,14 +11,12 @@ from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
 from autotune.run import levers as lever_rules
 from autotune.run import strategy
-from autotune.server import queue_watch, witness
-from autotune.run.preflight import RISKY_GMU
+from autotune.run import warnings as run_warnings
 from autotune.export import targets as deploy_targets
-from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Margin, ProbeResult, Reach,
-                                   Recovery, Result, RunRecord, StopReport, Verification)
+from autotune.store.record import Attempt, Margin, ProbeResult, Reach, Recovery, Result, RunRecord, Verification
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
-from autotune.store.outcomes import Basis, Outcome, Verdict
+from autotune.store.outcomes import Basis, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -47,113 +45,6 @@ def _boot_list(attempts: list[Attempt]) -> str:
         named = LIMIT_SOURCES.get(a.ceiling_source)  # refused above a limit vLLM named, not a failure
         parts.append(f"{shown}{f'above {named}' if named else a.outcome or '?'}{took}")
     return ", ".join(parts)
-
-
-def summary_warnings(record: RunRecord) -> list[dict]:
-    """Warnings about a finished run, each with a cause and a remedy (pure)."""
-    result = _result_of(record)
-    attempts = _attempts_of(record)
-    warnings: list[dict] = []
-    leftovers = sorted({pid for a in attempts for pid in ((a.stop or StopReport()).leftover_pids or [])})
-    if leftovers:
-        warnings.append({
-            "message": f"processes still alive after a boot was stopped: pids {', '.join(map(str, leftovers))}",
-            "cause": "they ignored SIGINT, SIGTERM and SIGKILL within the stop's time limits",
-            "remedy": "check them with `ps -o pid,stat,cmd -p PID` and stop them before the next boot; "
-                      "they may still hold device memory"})
-    for a in attempts:  # the second witness (server/witness.py); a length whose requests wait forever (queue_watch.py)
-        for found in (witness.card_warning(a.metrics, a.log), queue_watch.card_warning(a)):
-            if found:
-                warnings.append(found)
-    # Refusals before a recovery that changed what sizes the KV pool were of another pool.
-    fresh = max((i for i, a in enumerate(attempts) if (a.recovery or Recovery()).figures_stale), default=-1)
-    refusals = [a for a in attempts[fresh + 1:] if a.outcome == Outcome.REFUSED]
-    if len(refusals) > 1 and result.verdict == Verdict.VERIFIED:
-        computed = any(a.basis == "computed" for a in refusals)
-        warnings.append({
-            "message": f"vLLM refused {len(refusals)} lengths before one booted",
-            "cause": ("this vLLM prints no estimate: the length computed from its two-decimal GiB figures was a "
-                      "block too long" if computed else
-                      "its estimate is tight: re-profiling at a new length moved the available memory a little"),
-            "remedy": "nothing to do; keep some headroom if other processes share the device"})
-    if result.verdict == Verdict.VERIFIED and isinstance(result.ceiling, int) and \
-            isinstance(record.target, int) and result.ceiling < record.target:
-        cause, remedy = _shortfall(record, result)
-        warnings.append({"message": f"the ceiling is {record.target - result.ceiling:,} tokens short of the target",
-                         "cause": cause, "remedy": remedy})
-    return warnings
-
-
-def _shortfall(record: RunRecord, result: Result) -> tuple[str, str]:
-    """Why a verified ceiling is below the target, and what would raise it: the KV pool's levers, or,
-    for a limit that is not memory (result.limit), that limit's own way past it."""
-    limit, ceiling = result.limit, result.ceiling
-    if limit == "model_maximum":
-        return (f"{ceiling:,} tokens is the model's own maximum (vLLM's derived max_model_len, from its "
-                "config.json): memory is not the limit",
-                "to serve longer, extend the context where the model supports it: rope scaling through --hf-overrides "
-                "(e.g. '{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0, "
-                f"\"original_max_position_embeddings\": {ceiling}}}}}'), or VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 "
-                "(outputs past the trained length may be wrong)")
-    if limit == "max_num_batched_tokens":
-        return (f"chunked prefill is off, so a prompt must fit one batch of --max-num-batched-tokens {ceiling:,}: "
-                "memory is not the limit",
-                f"raise --max-num-batched-tokens to {record.target:,} (costs activation memory), or drop "
-                "--no-enable-chunked-prefill")
-    if limit == "draft_model":
-        return (f"vLLM lowered max_model_len to the speculative-decoding draft model's {ceiling:,}: its V2 model "
-                "runner cannot skip speculation for longer sequences; memory is not the limit",
-                "use a draft model with a longer context, drop --speculative-config, or set "
-                "VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner speculates only within the draft's length)")
-    reach = record.reach if isinstance(record.reach, Reach) else Reach()
-    return ("the KV cache left after weights and activations holds fewer tokens than the target needs",
-            _beyond_search(record, reach) if reach.explanation else _levers(record))
-
-
-def _beyond_search(record: RunRecord, reach: Reach) -> str:
-    """What is left once the lever search (--reach) stopped short: never a lever it already tried."""
-    options = record.options or KeptOptions()
-    left = []
-    gmu, max_gmu = reach.gmu_in_force, options.max_gmu
-    if isinstance(gmu, (int, float)) and isinstance(max_gmu, (int, float)) and max(gmu, max_gmu) < RISKY_GMU:
-        left.append(f"--max-gmu above {max(gmu, max_gmu)} lets the search raise --gpu-memory-utilization further")
-    if any("needs --allow-kv-quant" in str(line) for line in reach.explanation):
-        left.append("--allow-kv-quant lets it try an fp8 KV cache")
-    left.append("beyond the levers: more GPUs (--tensor-parallel-size), a more quantized model, or a lower target")
-    return "the lever search above measured what the levers give; " + "; ".join(left)
-
-
-def _levers(record: RunRecord) -> str:
-    """What could still raise the ceiling, given the options this run already used."""
-    argv = _result_of(record).final_argv or (record.command.argv if record.command else None) or []
-    argv = servecmd.with_config(argv, (record.command or Command()).cwd)  # a --config file's values count
-    gpus = (record.machine or Machine()).gpus or []
-    levers = []
-    seqs = servecmd.flag_value(argv, "--max-num-seqs")
-    hybrid = any(a.fact("mamba_cache_blocks") is not None for a in _attempts_of(record))
-    if seqs is None or _number(seqs) > FEW_SEQS or (hybrid and seqs != "1"):
-        # The sampler's warm-up grows with it; a few sequences hold less than a block (found by the
-        # oracle: 4 -> 1 on Llama-8B freed 1.8 MB). A hybrid model's state is per sequence: always.
-        levers.append(f"lower --max-num-seqs (now {seqs or 'the default'}) toward 1")
-    kv_bytes = servecmd.flag_value(argv, "--kv-cache-memory-bytes")
-    space = (record.environment or {}).get("VLLM_CPU_KVCACHE_SPACE")
-    if kv_bytes is not None:
-        levers.append(f"raise --kv-cache-memory-bytes (now {kv_bytes}; it fixes the KV pool and "
-                      "--gpu-memory-utilization is then ignored)")
-    elif space:
-        levers.append(f"raise VLLM_CPU_KVCACHE_SPACE (now {space} GiB; it fixes the KV pool and "
-                      "--gpu-memory-utilization is then ignored)")
-    elif (kept := record.margin) and kept.asked_gib:  # --margin set the gmu: it is the lever
-        levers.append(f"keep less of the device free: a smaller --margin (now {kept.asked_gib:g} GiB, which set "
-                      f"--gpu-memory-utilization {kept.gmu})")
-    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
-        where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
-        levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
-    pinned = (record.gpus or GpuPlan()).indices
-    used = [g for g in gpus if not pinned or g.get("index") in pinned]
-    if servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto") and lever_rules.fp8_supported(used):
-        levers.append("use --kv-cache-dtype fp8 (about twice the tokens per GiB; --reach --allow-kv-quant tries it)")
-    return "; ".join(levers)
 
 
 def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str | Path | None) -> list[str]:
@@ -246,24 +137,6 @@ def _best_lines(record: RunRecord, reach: Reach, run_dir: str | Path | None) -> 
              f" (lever run {best['run_id']})"]
     lines += [f"            {where / name}" for name in best.get("files") or []][:1]
     return lines
-
-
-FEW_SEQS = 8  # at or below this many sequences, lowering --max-num-seqs frees next to nothing (non-hybrid)
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
-
-
-def _below_risky(gmu: str | None) -> bool:
-    """Is there room to raise this --gpu-memory-utilization (preflight refuses more than RISKY_GMU)?"""
-    try:
-        return gmu is None or float(gmu) < RISKY_GMU
-    except ValueError:
-        return True
 
 
 def _probe_lines(result: Result, attempts: list[Attempt]) -> list[str]:
@@ -432,12 +305,12 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
         lines.append(f"  vLLM:     {record.vllm_version}")
     if r.serving:
         lines.append(_serving_line(r.serving, record.run_id))
-    for w in summary_warnings(record):
-        lines.append(f"  Warning: {w['message']}")
-        if w.get("cause"):
-            lines.append(f"    cause:  {w['cause']}")
-        if w.get("remedy"):
-            lines.append(f"    remedy: {w['remedy']}")
+    for w in run_warnings.of(record):  # decided as the run ended (run/warnings.py): the card only shows them
+        lines.append(f"  Warning: {w.message}")
+        if w.cause:
+            lines.append(f"    cause:  {w.cause}")
+        if w.remedy:
+            lines.append(f"    remedy: {w.remedy}")
     folder = run_dir
     lines.append(f"  run:      {folder if folder else record.run_id}")
     lines += files_lines(r.files or [], folder)

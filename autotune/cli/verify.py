@@ -12,10 +12,12 @@ import click
 from autotune.cli.exitcodes import ExitCode, exit_code_of, exits
 from autotune.cli.formats import fmt_duration
 from autotune.cli.options import request_option, sayer, written_runs_dir_option
+from autotune.cli.progress import probe_answered, probe_sent
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
 from autotune.store.record import ProbeResult, Result, RunRecord
 from autotune.vllm.versions import NO_FULL_ISL_FLAG
+from autotune.events import Renderer
 
 INTERRUPTED = "the endpoints checked before were recorded, the one being checked was not"
 
@@ -161,9 +163,9 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     records = []
     with exits(INTERRUPTED), interruptible():  # Ctrl-C in a long probe: a line and 130, no traceback
         doors = [client.door_for_url(url, os.environ, ssl_ca_certs) for url in targets]  # bad URLs: exit 1 first
+        probe_progress = ProbeProgress(say)
         for door in doors:
-            emit = _progress(say)
-            records.append(deployed.check(door, run, probe, runs_dir, emit))
+            records.append(deployed.check(door, run, probe, runs_dir, probe_progress))
             if not json_:
                 click.echo(render(records[-1]))
     if json_:
@@ -181,18 +183,20 @@ def _the_run(ref: str | None, runs_dir: Path) -> RunRecord | None:
     return run
 
 
-def _progress(say):
-    """Progress events (the probe's requests) as lines on stderr."""
-    def emit(event: str, **data) -> None:
-        if isinstance(data.get("message"), str):
-            say(data["message"])
-        elif event == "probe_request":
-            tokens = data.get("prompt_tokens")
-            say(f"probe: sending the {data.get('role')} request" + (f" ({tokens:,} prompt tokens)" if tokens else ""))
-        elif event == "probe_request_done":
-            say(f"probe: the {data.get('role')} request " + (f"answered, first token after {data.get('ttft_s')} s"
-                                                               if data.get("ok") else f"failed: {data.get('reason')}"))
-    return emit
+class ProbeProgress(Renderer):
+    """The progress of `autotune verify` (the probe's requests) as lines on stderr, worded as a tune's."""
+
+    def __init__(self, say):
+        self.say = say
+
+    def on_message(self, event: str, message: str, level: str) -> None:
+        self.say(message)
+
+    def on_probe_request(self, **d) -> None:
+        self.say(probe_sent(**d))
+
+    def on_probe_request_done(self, **d) -> None:
+        self.say(probe_answered(**d))
 
 
 COMMANDS = [verify]

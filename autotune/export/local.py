@@ -116,7 +116,7 @@ def hub_token_lines(record: RunRecord, how: str) -> list[str]:
 
 def render_yaml(record: RunRecord) -> str:
     # vLLM reads a --config file under the flags (flags win): one file holds the merged options.
-    cmd, replay_profile = serve_command(record, YAML)
+    cmd, stood_in_by = serve_command(record, YAML)
     served, add_name = served_name(cmd)
     if add_name:
         cmd.options.append(("served-model-name", served))
@@ -132,7 +132,7 @@ def render_yaml(record: RunRecord) -> str:
     usage = " ".join([shlex.join(cmd.launcher + ["--config", YAML]), *map(shell_word, secret_words)])
     if cmd.launcher[-1:] != ["serve"]:
         usage += f"   (or: vllm serve --config {YAML} ...)"
-    lines = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
+    lines = [f"# {provenance_line(record)}", *stand_in_line(stood_in_by), *set_first_line(record),
              *hub_token_lines(record, "export"), f"# usage: {usage}", f"# {clients_line(served)}"]
     env = shell_env(record)
     if env:
@@ -148,10 +148,10 @@ def render_yaml(record: RunRecord) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replay_line(profile: str | None) -> list[str]:
-    if profile is None:
+def stand_in_line(stood_in_by: str | None) -> list[str]:
+    if stood_in_by is None:
         return []
-    return [f"# replayed: autotune's replaying vLLM (profile {profile}) stood in for vLLM; this is the "
+    return [f"# replayed: {stood_in_by} stood in for vLLM; this is the "
             "`vllm serve` command it stands for"]
 
 
@@ -173,7 +173,7 @@ def _compose_value(text: str) -> str:
 
 
 def render_compose(record: RunRecord) -> str:
-    cmd, replay_profile = serve_command(record, COMPOSE)
+    cmd, stood_in_by = serve_command(record, COMPOSE)
     served, add_name = served_name(cmd)
     if add_name:
         cmd.options.append(("served-model-name", served))
@@ -215,7 +215,7 @@ def render_compose(record: RunRecord) -> str:
     if str(cmd.option("host") or "") in ("127.0.0.1", "localhost", "::1"):
         notes.append(f"--host {cmd.option('host')} listens inside the container only: "
                      "drop it (vLLM's default listens on all addresses) for the published port to work")
-    out = [f"# {provenance_line(record)}", *replay_line(replay_profile), *set_first_line(record),
+    out = [f"# {provenance_line(record)}", *stand_in_line(stood_in_by), *set_first_line(record),
            *hub_token_lines(record, "compose"),
            "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)",
            f"# {clients_line(served)}"]

@@ -95,8 +95,8 @@ def render_recipe(record: RunRecord, found: Sources | None = None) -> str:
              f"# {hw}: vllm-project/recipes' hardware profile for {settings.describe_gpus(dep)} (taxonomy.yaml)",
              "# the site appends the recipe's hardware_overrides.<generation>, strategy and feature arguments after "
              "these: a flag they repeat wins there"]
-    if dep.replay_profile:
-        lines.append(f"# replayed: autotune's replaying vLLM (profile {dep.replay_profile}) stood in for vLLM; "
+    if dep.stood_in_by:
+        lines.append(f"# replayed: {dep.stood_in_by} stood in for vLLM; "
                      "its figures are the profile's, not a measured GPU's: do not contribute them")
     lines += [f"# {line}" for line in settings.pinned_note(dep)]
     return yamltext.document(lines, entry(dep, hw))

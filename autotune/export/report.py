@@ -199,8 +199,8 @@ def render_report(record: RunRecord, found: Sources | None = None) -> str:
         raise NotEmittable(f"run {source.get('run_id')} has no verified boot to report on")
     out = [f"# Sizing report: {dep.served_name}, --max-model-len {fmt_int(dep.ceiling)}", "",
            f"{dep.stamp}.", "", f"Machine: {settings.describe_gpus(dep)}. vLLM {dep.vllm_version}."]
-    if dep.replay_profile:
-        out.append(f"Replayed by autotune's replaying vLLM (profile {dep.replay_profile}): the figures are the "
+    if dep.stood_in_by:
+        out.append(f"Replayed by {dep.stood_in_by}: the figures are the "
                    "profile's memory model, not a measured GPU.")
     out += ["", "## Settings that sized the KV pool", ""]
     out += _table(("option", "value"), [(f"--{n}", "(flag)" if v is True else v) for n, v in settings.pool_settings(dep)])

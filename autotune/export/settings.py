@@ -83,7 +83,7 @@ class Deployment:
     boot_s: float | None  # launch to verified, the verified boot
     boot_from: str
     longest_ttft_s: float | None  # the probe's slowest first token
-    replay_profile: str | None  # a run of the replaying vLLM (autotune.testing.fake_vllm)
+    stood_in_by: str | None  # what stood in for vLLM in the run (the replaying vLLM): host/launcher.py stand_in
     notes: list[str] = field(default_factory=list)
     # What the verified boot's engine ran with where the command left it to vLLM (its engine
     # config line): enable_prefix_caching, enable_chunked_prefill.
@@ -106,7 +106,7 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
     what that boot's engine config line said (targets.engine_flags reads it from its log)."""
     found = found or Sources()
     verifier = found.verifier
-    cmd, replay_profile = serve_command(record, "a deployment file")
+    cmd, stood_in_by = serve_command(record, "a deployment file")
     options = list(dict((n, v) for n, v in cmd.options if n not in LISTEN_OPTIONS).items())
     model, host_path = cmd.model, None
     served, add_name = served_name(cmd)
@@ -134,7 +134,7 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
         boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
-        replay_profile=replay_profile, notes=notes, engine_flags=dict(found.engine_flags),
+        stood_in_by=stood_in_by, notes=notes, engine_flags=dict(found.engine_flags),
         pinned={name: why for name, (_, why) in pins.items()},
         weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
 
@@ -332,8 +332,8 @@ def header(dep: Deployment, usage: list[str], runtime_vllm: str | None = None) -
     """The comment lines every file starts with: the stamp, how to use it, what to set, and the
     warnings that belong to this run."""
     lines = [f"# {dep.stamp}"]
-    if dep.replay_profile:
-        lines.append(f"# replayed: autotune's replaying vLLM (profile {dep.replay_profile}) stood in for vLLM; "
+    if dep.stood_in_by:
+        lines.append(f"# replayed: {dep.stood_in_by} stood in for vLLM; "
                      "its figures are the profile's, not a measured GPU's")
     lines += [f"# {line}" for line in usage]
     lines.append(f"# {clients_line(dep.served_name)}")

@@ -19,7 +19,7 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.vllm import servecmd
-from autotune.vllm import versions
+from autotune.host import launcher
 from autotune.vllm.servecmd import VllmCommand
 
 IMAGE = "vllm/vllm-openai"
@@ -70,19 +70,6 @@ def with_config_merged(record: RunRecord, argv: list[str], file: str) -> list[st
         raise NotEmittable(f"{exc}: its options cannot be merged into {file}") from None
 
 
-def replayed(argv: list[str]) -> tuple[str, list[str]] | None:
-    """(profile, the `vllm serve` command it stands for) for a command of the replaying vLLM
-    (autotune.testing.fake_vllm), else None. Its own options are dropped; the rest are vLLM's."""
-    if versions.FAKE_VLLM_MODULE not in argv:
-        return None
-    flags = (versions.FAKE_VERSION_FLAG, versions.FAKE_GPUS_FLAG)
-    options = [a for a in argv[argv.index(versions.FAKE_VLLM_MODULE) + 1:] if a not in flags]
-    profile = servecmd.flag_value(options, "--profile") or "?"
-    for flag in versions.FAKE_VLLM_OWN_OPTIONS:
-        options = servecmd.without_flag(options, flag)
-    return profile, ["vllm", "serve", *options]
-
-
 def parse_vllm_command(argv: list[str]) -> VllmCommand:
     """servecmd.parse_vllm_command, for a file that needs every option: NotEmittable otherwise."""
     try:
@@ -92,20 +79,20 @@ def parse_vllm_command(argv: list[str]) -> VllmCommand:
 
 
 def serve_command(record: RunRecord, file: str) -> tuple[VllmCommand, str | None]:
-    """(the verified command as vLLM's model and options, the replaying vLLM's profile or None),
-    for a file that carries every option: a `--config` file merged in, the replaying vLLM's
-    command read as the `vllm serve` it stands for, and the model vLLM loaded (the run recorded
-    it) where the command names none."""
+    """(the verified command as vLLM's model and options, what stood in for vLLM or None), for a
+    file that carries every option: a `--config` file merged in, a stand-in's command read as the
+    `vllm serve` it stands for (host/launcher.py stand_in), and the model vLLM loaded (the run
+    recorded it) where the command names none."""
     argv = final_argv(record)
-    replay = replayed(argv)
-    if replay is not None:
-        argv = replay[1]
+    stood_in = launcher.stand_in(argv)
+    if stood_in is not None:
+        argv = stood_in.argv
     cmd = parse_vllm_command(with_config_merged(record, argv, file))
     if cmd.model is None:
         if not record.get("model"):
             raise NotEmittable("the serve command names no model, and the run recorded none")
         cmd.model = str(record.get("model"))
-    return cmd, replay[0] if replay else None
+    return cmd, stood_in.what if stood_in else None
 
 
 def served_name(cmd: VllmCommand) -> tuple[str, bool]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from autotune.analysis.run_row import used_gpus
 from autotune.fleet.leaf import LOG_NAME, Outcome
-from autotune.fleet.plan import Plan
+from autotune.fleet.plan import FleetPlan
 from autotune.store import artifact
 from autotune.server import leftovers
 
@@ -65,7 +65,7 @@ def load(folder: Path) -> FleetState:
     return FleetState(Path(folder), data)
 
 
-def find_or_new(plan: Plan, plan_text: str, runs_dir: Path, backend: str, fresh: bool = False) -> tuple[FleetState, bool]:
+def find_or_new(plan: FleetPlan, plan_text: str, runs_dir: Path, backend: str, fresh: bool = False) -> tuple[FleetState, bool]:
     """The newest fleet of this very plan that has leaves left (continued: its finished leaves are
     skipped), else a new one; (state, continued). A fleet whose driver still runs is refused."""
     if not fresh:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.fleet.errors import FleetError
 from autotune.fleet.leaf import tune_argv
-from autotune.fleet.plan import Leaf, Plan
+from autotune.fleet.plan import Leaf, FleetPlan
 from autotune.vllm import servecmd
 
 IMAGE = "vllm/vllm-openai"
@@ -81,7 +81,7 @@ def leaf_script(leaf: Leaf, fleet: str, results_uri: str | None) -> str:
     return "\n".join(lines)
 
 
-def job(plan: Plan, leaves: list[Leaf], n: int, results_uri: str | None, pvc: str | None,
+def job(plan: FleetPlan, leaves: list[Leaf], n: int, results_uri: str | None, pvc: str | None,
         namespace: str | None, image: str | None, autotune: AutotuneSource) -> dict:
     first = leaves[0]
     fleet = servecmd.model_slug(plan.name)
@@ -118,7 +118,7 @@ def job(plan: Plan, leaves: list[Leaf], n: int, results_uri: str | None, pvc: st
                      "template": {"metadata": {"labels": {"app.kubernetes.io/name": "autotune"}}, "spec": pod}}}
 
 
-def jobs(plan: Plan, autotune: AutotuneSource, results_uri: str | None = None, pvc: str | None = None,
+def jobs(plan: FleetPlan, autotune: AutotuneSource, results_uri: str | None = None, pvc: str | None = None,
          namespace: str | None = None, image: str | None = None) -> list[dict]:
     """One Indexed Job per (GPUs, accelerator, image, env) group of leaves, in plan order."""
     if autotune.kind == "image" and not image:
@@ -134,12 +134,12 @@ def jobs(plan: Plan, autotune: AutotuneSource, results_uri: str | None = None, p
             for n, leaves in enumerate(groups.values(), 1)]
 
 
-def unpinned(plan: Plan, image: str | None) -> list[str]:
+def unpinned(plan: FleetPlan, image: str | None) -> list[str]:
     """The leaves whose image pins no vLLM version (neither --image nor a version in the plan's `vllm`)."""
     return [leaf.id for leaf in plan.leaves if image_of(leaf, image).endswith(":latest")]
 
 
-def header(plan: Plan, autotune: AutotuneSource, image: str | None) -> list[str]:
+def header(plan: FleetPlan, autotune: AutotuneSource, image: str | None) -> list[str]:
     """The comment lines above the Jobs: how autotune gets into the pods, and whether vLLM is pinned."""
     how = {"wheel": f"pip installs autotune from {autotune.value}",
            "configmap": f"pip installs the wheel in the ConfigMap {autotune.value} (mounted at {WHEEL_MOUNT})",
@@ -154,7 +154,7 @@ def header(plan: Plan, autotune: AutotuneSource, image: str | None) -> list[str]
     return lines
 
 
-def render(plan: Plan, autotune: AutotuneSource, **options) -> str:
+def render(plan: FleetPlan, autotune: AutotuneSource, **options) -> str:
     """The Jobs as YAML, the pod scripts as literal blocks (readable, pasteable), under header's comments."""
     import yaml
 

@@ -119,7 +119,7 @@ class Leaf:
 
 
 @dataclass
-class Plan:
+class FleetPlan:
     name: str
     path: str
     leaves: list[Leaf]
@@ -186,7 +186,7 @@ def read_yaml(text: str, where: _Where) -> dict:
 
 # ---- the plan -----------------------------------------------------------------------------------
 
-def load(path: str | Path) -> Plan:
+def load(path: str | Path) -> FleetPlan:
     """The plan at path, every leaf spelled out; PlanError for the first mistake."""
     path = Path(path)
     try:
@@ -196,7 +196,7 @@ def load(path: str | Path) -> Plan:
     return parse(text, str(path))
 
 
-def parse(text: str, source: str = "PLAN.yaml") -> Plan:
+def parse(text: str, source: str = "PLAN.yaml") -> FleetPlan:
     where = _Where(source)
     data = read_yaml(text, where)
     for key in data:
@@ -220,7 +220,7 @@ def parse(text: str, source: str = "PLAN.yaml") -> Plan:
         if keys.count(leaf.key) > 1:
             raise where.error(("grid" if "grid" in data else "leaves",), f"{leaf.id} ({leaf.label()}) is given twice")
     name = str(data.get("name") or Path(source).stem)
-    return Plan(name=name, path=source, leaves=leaves, digest=hashlib.sha1(text.encode()).hexdigest()[:12])
+    return FleetPlan(name=name, path=source, leaves=leaves, digest=hashlib.sha1(text.encode()).hexdigest()[:12])
 
 
 def _common(data: dict, where: _Where) -> dict:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import statistics
 
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, FleetState
-from autotune.fleet.plan import Plan
+from autotune.fleet.plan import FleetPlan
 
 PLAN_HEADER = ["leaf", "model / settings", "target", "GPUs", "accelerator", "command"]
 TABLE_HEADER = ["leaf", "settings", "node", "GPU", "ceiling", "verdict", "boots", "time", "run"]
 TABLE_RIGHT = {4, 6, 7}
 
 
-def plan_rows(plan: Plan) -> list[list[str]]:
+def plan_rows(plan: FleetPlan) -> list[list[str]]:
     return [[leaf.id, leaf.label(), f"{leaf.target:,}" if isinstance(leaf.target, int) else str(leaf.target),
              str(leaf.gpus_per_leaf), leaf.accelerator or "-", " ".join(leaf.argv)] for leaf in plan.leaves]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from autotune.fleet import collect
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITING, FleetState
 from autotune.fleet.leaf import Outcome
-from autotune.fleet.plan import Leaf, Plan
+from autotune.fleet.plan import Leaf, FleetPlan
 from autotune.events import Emit
 from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
@@ -43,7 +43,7 @@ class Job:
 
 
 class Driver:
-    def __init__(self, plan: Plan, state: FleetState, backend, runs_dir: Path, emit: Emit):
+    def __init__(self, plan: FleetPlan, state: FleetState, backend, runs_dir: Path, emit: Emit):
         self.plan = plan
         self.state = state
         self.backend = backend

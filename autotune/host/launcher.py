@@ -1,8 +1,10 @@
 """How a tune runs its serve command: the one seam between autotune and the processes it starts.
 
 A tune does two things with the serve command's program: it starts the server (one boot, its
-output line by line into the attempt's log) and it asks the program a question before any boot
-(which vLLM version it runs; for the replaying vLLM, which GPUs it stands for). Both go through
+output line by line into the attempt's log) and it asks questions before any boot: which vLLM
+version it runs, and which GPUs it gets (gpus(): NVML's here; the replaying vLLM, which stands for
+another machine, answers for that machine). Whether the program is the replay is the launcher's
+business alone: the rest of autotune asks it and takes the answer. Both go through
 the current Launcher. The default, ProcessLauncher, runs real processes: host/processes.py's
 ServerProcess, and the question as `python ...` run to its end. use_launcher() swaps it within a
 block (testing/inprocess.py's InProcessLauncher runs the replaying vLLM in threads), as
@@ -14,11 +16,15 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
+import json
+import os
 import subprocess
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Mapping, Protocol, Sequence
 
 from autotune.host import processes
+from autotune.host.machine import GpuInventory
 from autotune.vllm import versions
 
 
@@ -57,10 +63,18 @@ class Launcher(Protocol):
     def ask(self, argv: Sequence[str], env: dict[str, str], flag: str, timeout_s: float) -> str | None:
         """The program's answer to one of versions' questions (`flag`), stripped; None without one."""
 
+    def gpus(self, argv: Sequence[str], env: dict[str, str], timeout_s: float) -> GpuInventory:
+        """The GPUs the program gets: NVML's here, or the ones the program stands for."""
+
 
 class ProcessLauncher:
     """Real processes: the server in its own session (processes.ServerProcess), the question a child
     run to its end within timeout_s."""
+
+    def gpus(self, argv: Sequence[str], env: dict[str, str], timeout_s: float) -> GpuInventory:
+        if not versions.replays(argv):
+            return GpuInventory.here()
+        return _reported(self.ask(argv, env, versions.FAKE_GPUS_FLAG, timeout_s))
 
     def start(self, argv: Sequence[str], env: dict[str, str], log_path: Path, cwd: str | None = None,
               scrub: Callable[[bytes], bytes] | None = None) -> ServerHandle:
@@ -102,9 +116,42 @@ def detect_version(argv: Sequence[str], env: dict[str, str], timeout_s: float = 
     return versions.version_in(current().ask(argv, env, versions.FAKE_VERSION_FLAG, timeout_s))
 
 
-def replayed_gpus(argv: Sequence[str], env: dict[str, str], timeout_s: float = 30.0) -> str | None:
-    """The GPUs the replaying vLLM stands for, as NVML would list them there (JSON text); None
-    when the command runs anything else, or the answer cannot be had."""
-    if not versions.replays(argv):
+def gpus_for(argv: Sequence[str] | None, env: Mapping[str, str] | None = None,
+             timeout_s: float = 30.0) -> GpuInventory:
+    """The GPUs the serve command gets, as the current launcher answers (this machine's NVML
+    without a command)."""
+    if not argv:
+        return GpuInventory.here()
+    return current().gpus(argv, dict(os.environ if env is None else env), timeout_s)
+
+
+def _reported(answer: str | None) -> GpuInventory:
+    """The replaying vLLM's answer to FAKE_GPUS_FLAG: its machine's GPUs as NVML would list them (JSON)."""
+    whose = f"the replaying vLLM's, {versions.FAKE_GPUS_FLAG}"
+    try:
+        gpus = json.loads(answer) if answer else None
+    except ValueError:
+        gpus = None
+    if not isinstance(gpus, list):  # not this machine's GPUs either: none, and why
+        return GpuInventory([], f"the replaying vLLM did not say which GPUs it replays (run it with "
+                                f"{versions.FAKE_GPUS_FLAG})", whose)
+    return GpuInventory(gpus, None, whose)
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """A serve command whose program stands in for vLLM (the replaying vLLM): the `vllm serve` command
+    it stands for, and what stood in, for the note of a file made from its run."""
+
+    argv: list[str]
+    what: str
+
+
+def stand_in(argv: Sequence[str]) -> StandIn | None:
+    """What the serve command stands for, where its program is not vLLM itself but stands in for it
+    (a replayed run's paste-ready files are of the `vllm serve` it stands for); None for vLLM."""
+    replayed = versions.replayed_command(argv)
+    if replayed is None:
         return None
-    return current().ask(argv, env, versions.FAKE_GPUS_FLAG, timeout_s)
+    profile, vllm_argv = replayed
+    return StandIn(vllm_argv, f"autotune's replaying vLLM (profile {profile})")

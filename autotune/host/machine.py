@@ -6,17 +6,13 @@ something from them lives elsewhere as pure functions.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
 import sys
-from typing import Mapping, Sequence
+from dataclasses import dataclass
 
 import psutil
-
-from autotune.host import launcher
-from autotune.vllm import versions
 
 
 def host_facts() -> dict:
@@ -158,29 +154,31 @@ def wait_for_free_memory(indices: list[int], need_gib: float, timeout_s: float =
         return False, last
 
 
-def gpu_facts_for(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> tuple[list[dict], str | None]:
-    """The GPUs a serve command gets: NVML's here, or, where the command runs the replaying vLLM
-    (which stands for another machine), the GPUs it reports as NVML would list them there."""
-    if argv and versions.replays(argv):
-        answer = launcher.replayed_gpus(argv, dict(os.environ if env is None else env))
-        try:
-            gpus = json.loads(answer) if answer else None
-        except ValueError:
-            gpus = None
-        if not isinstance(gpus, list):
-            return [], "the replaying vLLM did not say which GPUs it replays (run it with --print-gpus)"
-        return gpus, None
-    return gpu_facts()
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs a serve command's program gets, in gpu_facts' form: NVML's here, or where the program
+    stands for another machine (the replaying vLLM), that machine's as NVML would list them there.
+    host/launcher.py's gpus() answers it: nobody else asks which program the command runs."""
+
+    gpus: list[dict]
+    absent_reason: str | None = None  # no GPUs: why
+    elsewhere: str | None = None  # GPUs not of this machine: whose they are (None: this machine's NVML)
+
+    @classmethod
+    def here(cls) -> "GpuInventory":
+        gpus, why = gpu_facts()
+        return cls(gpus, why)
 
 
-def machine_facts(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> dict:
-    """This machine, with the GPUs the serve command gets (gpu_facts_for)."""
-    gpus, why = gpu_facts_for(argv, env)
-    facts = {"host": host_facts(), "gpus": gpus}
-    if argv and versions.replays(argv) and not why:
-        facts["gpus_source"] = f"the replaying vLLM ({versions.FAKE_GPUS_FLAG}): its GPUs as NVML would list them"
-    if why:
-        facts["gpus_absent_reason"] = why
+def machine_facts(inventory: GpuInventory | None = None) -> dict:
+    """This machine, with the GPUs the serve command gets (the launcher's gpus(); this machine's
+    NVML when None)."""
+    inventory = inventory or GpuInventory.here()
+    facts = {"host": host_facts(), "gpus": inventory.gpus}
+    if inventory.elsewhere and not inventory.absent_reason:
+        facts["gpus_source"] = f"{inventory.elsewhere}: its GPUs as NVML would list them there"
+    if inventory.absent_reason:
+        facts["gpus_absent_reason"] = inventory.absent_reason
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         facts["cuda_visible_devices"] = visible

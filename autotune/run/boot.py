@@ -1,6 +1,6 @@
 """One boot of vLLM: launch it, watch its log and its port, stop it, record the attempt.
 
-Boot.run() launches the server and watches it until one thing happens; each has a short
+WatchedBoot.run() launches the server and watches it until one thing happens; each has a short
 method: a refusal (_refusal: stop at once, everything after it is teardown), auto-fit's
 number read (_autofit), the process exiting (_exit), a fatal error in the log (_fatal),
 the server answering (_health, then _serving: verify, probe), silence for --stall-timeout
@@ -58,7 +58,7 @@ class BootContext:
     installed: str | None = None  # the vLLM version the serve command runs (vllm/versions.py), when known
 
 
-class Boot:
+class WatchedBoot:
     """One launch (attempt `index`, this argv and port, as the strategy's step asked), watched
     to its outcome."""
 

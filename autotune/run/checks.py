@@ -25,15 +25,14 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight",
     the target: --target max resolved). Raises PreflightFailed (nothing booted) unless --force; a bad
     --gpu raises GpuSelectorError."""
-    from autotune.host import gpus
-    from autotune.host.machine import gpu_facts_for
+    from autotune.host import gpus, launcher
     from autotune.analysis import reachable
     from autotune.model import files as model_files
     from autotune.model import max_len
     from autotune.run import preflight as rules
 
     _model_folder_is_there(argv, model)
-    inventory, _ = gpu_facts_for(argv, env)  # the replaying vLLM's own, where it runs
+    inventory = launcher.gpus_for(argv, env).gpus  # the GPUs the command's program gets, as the launcher says
     plan = gpus.plan_gpus(opts.gpu, env, inventory)
     for warning in plan.warnings:
         emit("warning", text=warning)
@@ -105,7 +104,8 @@ def check_flags(attempt: Attempt, argv: list[str], emit: Emit) -> None:
 
 def recovery(attempt: Attempt, argv: list[str], record: RunRecord, emit: Emit):
     """The mechanical fix for a failed boot (recovery.py), applied where it needs waiting."""
-    from autotune.host.machine import gpu_facts_for, wait_for_free_memory
+    from autotune.host import launcher
+    from autotune.host.machine import wait_for_free_memory
     from autotune.run import recovery as rules
 
     if attempt.outcome not in (strategy.ERROR, strategy.EXITED) or not attempt.error_kind:
@@ -130,7 +130,7 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, emit: Emit):
     emit("recovery", index=attempt.index, reason=attempt.recovery.reason)
     if fix.wait_for_memory and fix.need_free_gib:
         indices = record.get("gpus", {}).get("indices") or []
-        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: gpu_facts_for(argv))
+        ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: (launcher.gpus_for(argv).gpus, None))
         attempt.recovery.memory_freed = ok
     return fix
 

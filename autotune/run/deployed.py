@@ -35,6 +35,7 @@ from autotune.model import max_len
 from autotune.run import checks
 from autotune.vllm.servecmd import model_slug
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.store.record import Result, RunRecord
 
 KIND = "verify"
@@ -215,7 +216,7 @@ def _record(door, run, seen: Seen, judgement: Judgement, probe_record, started, 
 
 def verifications_of(runs_dir: Path, run_id: str) -> list[RunRecord]:
     """The verification runs of a run, newest first."""
-    return [record for _, record in artifact.linked_runs(runs_dir, LINK, run_id)]
+    return [record for _, record in walk.linked(runs_dir, LINK, run_id)]
 
 
 # What a verification found at its URL, by its verdict: only a vLLM that answered is "deployed" there.

@@ -53,7 +53,7 @@ class Limits:
 
 
 @dataclass
-class Plan:
+class LeverPlan:
     need_gib: float
     short_gib: float
     gmu_needed: float | None = None  # the gmu predicted to close the gap alone
@@ -78,9 +78,9 @@ def gmu_for(need: float, base: Baseline) -> float | None:
     return base.gmu + (need - base.available_kv_gib) / base.device_total_gib
 
 
-def plan(target: int, argv: list[str], base: Baseline, limits: Limits) -> Plan:
+def plan_levers(target: int, argv: list[str], base: Baseline, limits: Limits) -> LeverPlan:
     need = need_gib(target, base)
-    out = Plan(need_gib=round(need, 3), short_gib=round(need - base.available_kv_gib, 3))
+    out = LeverPlan(need_gib=round(need, 3), short_gib=round(need - base.available_kv_gib, 3))
     out.explanation.append(f"{target:,} tokens need ~{need:.2f} GiB of KV cache, {base.available_kv_gib:.2f} GiB "
                            f"available: {out.short_gib:.2f} GiB short")
     if base.gmu is not None and base.device_total_gib:

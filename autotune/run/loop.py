@@ -16,7 +16,8 @@ from autotune.host import processes
 from autotune.server import marker
 from autotune.run import result as results
 from autotune.run import strategy
-from autotune.run.boot import Boot, BootContext, stop_server
+from autotune.run import warnings as run_warnings
+from autotune.run.boot import BootContext, WatchedBoot, stop_server
 from autotune.events import Emit
 from autotune.export import verified
 from autotune.run.plan import RunPlan
@@ -40,7 +41,7 @@ class Loop:
         self.t0 = time.monotonic()
         self.previous_duration = record.get("duration_s") or 0.0
         self.boots = BootContext(run_dir, plan, emit, installed=record.get("vllm_version_detected"))
-        self.current = self.boots.current  # the server while one runs (Boot keeps it here)
+        self.current = self.boots.current  # the server while one runs (WatchedBoot keeps it here)
 
     def run(self) -> RunRecord:
         opts, plan = self.opts, self.plan
@@ -72,7 +73,7 @@ class Loop:
         if self.opts.target_max and step.max_model_len == checks.TARGET_MAX_UNKNOWN:
             reason = "--target max: more than any model has, so that vLLM names this one's maximum"
         emit("attempt_started", index=index, max_model_len=step.max_model_len, reason=reason)
-        attempt = Boot(self.boots, index, attempt_argv, self.port, step).run()
+        attempt = WatchedBoot(self.boots, index, attempt_argv, self.port, step).run()
         attempt.reason = reason
         attempt.basis = step.basis
         record.attempts.append(attempt)
@@ -154,6 +155,7 @@ class Loop:
     def _finish(self) -> None:
         self.record.ended_at = artifact.iso(artifact.utc_now())
         self.record.duration_s = round(self.previous_duration + time.monotonic() - self.t0, 2)
+        run_warnings.record_them(self.record)  # as the run ended: run.json, --json and the card carry them
         artifact.save_run(self.run_dir, self.record)
         self.emit("run_ended", record=self.record.to_dict(), run_dir=str(self.run_dir))
 

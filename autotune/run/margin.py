@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
 from autotune.store.record import Margin as RecordedMargin
-from autotune.vllm import servecmd, versions
+from autotune.vllm import servecmd
 
 GIB = 1 << 30
 GMU = "--gpu-memory-utilization"
@@ -122,20 +122,19 @@ def applied(argv: Sequence[str], recorded: RecordedMargin | None) -> list[str]:
 
 def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> Margin:
     """plan() for the machine the command runs on: the GPUs vLLM will get (NVML here, or the
-    replaying vLLM's own, which stands for another machine: host.machine.gpu_facts_for, as the rest
+    replaying vLLM's own, which stands for another machine: the launcher's gpus_for, as the rest
     of the tune), else the CPU backend's NUMA node; the command read with its --config file's
     options (a gmu or KV size there counts)."""
     from autotune.analysis import device_memory
-    from autotune.host import gpus
-    from autotune.host.machine import gpu_facts_for
+    from autotune.host import gpus, launcher
 
-    inventory, why = gpu_facts_for(argv, env)
+    inventory = launcher.gpus_for(argv, env)
     device = None
-    if inventory:
-        whose = f"the replaying vLLM's, {versions.FAKE_GPUS_FLAG}" if versions.replays(argv) else ""
-        device = gpu_device(inventory, gpus.plan_gpus(gpu_selector, env, inventory).indices, whose)
-    elif versions.replays(argv):
-        raise MarginError(f"--margin needs the device's memory: {why}")
+    if inventory.gpus:
+        device = gpu_device(inventory.gpus, gpus.plan_gpus(gpu_selector, env, inventory.gpus).indices,
+                            inventory.elsewhere or "")
+    elif inventory.elsewhere:  # the GPUs of another machine, which did not say them: not this machine's RAM
+        raise MarginError(f"--margin needs the device's memory: {inventory.absent_reason}")
     else:
         node = device_memory.node_memory_bytes()
         if node is not None:

@@ -16,11 +16,13 @@ from typing import Callable
 from autotune.run import levers
 from autotune.run import margin
 from autotune.run import strategy
+from autotune.run import warnings as run_warnings
 from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE, Interrupted
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.export import write_all as write_paste_ready
 from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
@@ -44,10 +46,12 @@ def run_phase(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit, start
         with GATE.deferred(drop=True):
             reason = f"autotune got {exc}; `autotune resume {record.run_id}` continues the lever search"
             record.mark_interrupted(artifact.iso(artifact.utc_now()), reason, reason)
+            run_warnings.record_them(record)
             artifact.save_run(run_dir, record)
         raise
     record.state = "finished"
     record.drop("phase")
+    run_warnings.record_them(record)  # the lever search changed the result: its warnings with it
     artifact.save_run(run_dir, record)
 
 
@@ -65,7 +69,7 @@ class LeverSearch:
         self.result: Result = record.result
         # The lever runs an interrupted search already started, by command (the newest wins).
         self.runs_before = {tuple(r.command.argv): (d, r)
-                            for d, r in reversed(artifact.linked_runs(plan.options.runs_dir, "reach_of",
+                            for d, r in reversed(walk.linked(plan.options.runs_dir, "reach_of",
                                                                       record.run_id))}
         self.reach = Reach(steps=[], reached=False, before_levers=Result.from_dict(self.result.to_dict()))
         record.reach = self.reach
@@ -78,7 +82,7 @@ class LeverSearch:
             reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
             artifact.save_run(self.run_dir, record)
             return
-        plan = levers.plan(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
+        plan = levers.plan_levers(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
         reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
         reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
         self.emit("reach_plan", explanation=plan.explanation)

@@ -31,14 +31,14 @@ class NotReproducible(AutotuneError):
 
 
 @dataclass
-class Plan:
+class ReproductionPlan:
     options: TuneOptions
     missing_secrets: list[str]  # recorded (masked) variables not set now
     probe_source: str  # where the probe mode came from
 
 
-def plan(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: float,
-         probe: str | None = None) -> Plan:
+def plan_reproduction(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_s: float,
+         probe: str | None = None) -> ReproductionPlan:
     """The re-tune of a recorded run: its command, environment, target and probe."""
     result = old.result if isinstance(old.result, Result) else Result()
     argv = list(old.command.argv or []) if isinstance(old.command, Command) else []
@@ -62,10 +62,10 @@ def plan(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_
                        extra_env=extra_env, stall_timeout_s=stall_timeout_s, kind="reproduce", strategy="auto",
                        probe=mode, max_boots=int(options.max_boots or default("max_boots")),
                        links={"reproduces": old.run_id})
-    return Plan(opts, missing, source)
+    return ReproductionPlan(opts, missing, source)
 
 
-def reproduce(old: RunRecord, plan_: Plan, progress: Emit) -> tuple[RunRecord, rep.Reproduction]:
+def reproduce(old: RunRecord, plan_: ReproductionPlan, progress: Emit) -> tuple[RunRecord, rep.Reproduction]:
     """Re-tune (a new run is written) and compare it with the old run."""
     new = RunRecord.from_json(tune_mod.tune(plan_.options, progress))  # tune's JSON form, nobody else's
     verdict = rep.reproduce_verdict(old, new)

@@ -16,6 +16,7 @@ from typing import Callable
 
 from autotune import __version__
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.server import leftovers
 from autotune.store.record import Result, RunRecord, SweepPoint, SweepRecord
 from autotune.analysis import compare as cmp
@@ -192,7 +193,7 @@ def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float,
 def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, RunRecord]]:
     """Each value's newest member run that is interrupted or finished (by sweep_index)."""
     found: dict[int, tuple[Path, dict]] = {}
-    for run_dir, record in artifact.linked_runs(runs_dir, "sweep_id", sweep_id):
+    for run_dir, record in walk.linked(runs_dir, "sweep_id", sweep_id):
         index = record.link("sweep_index")
         if isinstance(index, int) and index not in found and record.get("state") in ("interrupted", "finished"):
             found[index] = (run_dir, record)
@@ -214,7 +215,7 @@ def _finished_records(sweep: SweepRecord, runs_dir: Path, warn: Say) -> list[Run
     return records
 
 
-def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.Prediction | None:
+def _prediction(records: list[RunRecord], gmu: float) -> gmu_predict.GmuPrediction | None:
     """The prediction for the next value from the values so far that verified (analysis/next_boot.py)."""
     from autotune.analysis import device_memory, next_boot
 

@@ -126,7 +126,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         preflight=preflight_record, options={},
         owner=leftovers.owner_stamp(),  # a SIGKILLed autotune's run is found by this (leftovers.mark_abandoned)
         plan=strategy_plan, vllm_version_detected=detected, links=dict(opts.links),
-        machine=machine_facts(argv, env), vllm_version=None, attempts=[], result=None)
+        machine=machine_facts(launcher.gpus_for(argv, env)), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
         record.margin = kept_free.as_dict()
     record.order = RECORD_ORDER

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from autotune.store import artifact
+from autotune.store import walk
 from autotune.server import kept
 from autotune.store import sweeps
 from autotune.store.record import Attempt, RunRecord
@@ -117,11 +118,7 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     its sweep or its lever search would say `running` for ever and could not be resumed.
     """
     found = []
-    for run_dir in artifact.list_runs(runs_dir):
-        try:
-            record = artifact.load(run_dir)
-        except artifact.ArtifactError:
-            continue
+    for run_dir, record in walk.runs(runs_dir, walk.unnoticed):  # an unreadable run says nothing of its owner
         if abandoned(record.get("state"), record.get("owner")):
             _mark_interrupted(run_dir, record=record)
             found.append(Cleaned(run_dir, record.owner.get("pid", -1), "marked_interrupted",

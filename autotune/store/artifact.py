@@ -22,11 +22,19 @@ from autotune.store import redact
 from autotune.store.record import RunRecord
 from autotune.vllm.servecmd import model_slug
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_FILE = "run.json"
 
+
+def _warnings_undecided(data: dict) -> dict:
+    """Version 1 -> 2: version 2 records the run's warnings ("warnings", decided as the run ended). A
+    version-1 run never decided them (only its card did, when shown), and this floor cannot decide them
+    (run/warnings.py does): the key stays absent, so a reader decides them from the record as the card did."""
+    return data
+
+
 # version n -> function turning a version-n dict into version n+1. Version 1 is the first.
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _warnings_undecided}
 
 
 class ArtifactError(AutotuneError):
@@ -181,20 +189,6 @@ def booted(record: RunRecord) -> bool:
     a deployed server (kind `verify`, run/deployed.py) booted nothing: comparisons and predictions,
     which read what boots measured, leave it out."""
     return record.kind != "verify"
-
-
-def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:
-    """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
-    steps), newest first. Unreadable run files are skipped: they belong to nothing."""
-    found = []
-    for run_dir in list_runs(runs_dir):
-        try:
-            record = load(run_dir)
-        except ArtifactError:
-            continue
-        if record.link(key) == value:
-            found.append((run_dir, record))
-    return found
 
 
 def resolve_run(ref: str, runs_dir: Path) -> Path:

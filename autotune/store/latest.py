@@ -24,6 +24,7 @@ from pathlib import Path
 
 from autotune.store import artifact
 from autotune.store import sweeps
+from autotune.store import walk
 from autotune.store.record import RunRecord
 
 LATEST = "latest"
@@ -32,12 +33,8 @@ TUNE_KINDS = ("tune", "reproduce")
 
 
 def _records(runs_dir: Path):
-    """(folder, record) of the readable runs, newest first."""
-    for folder in artifact.list_runs(runs_dir):
-        try:
-            yield folder, artifact.load(folder)
-        except artifact.ArtifactError:
-            continue
+    """(folder, record) of the readable runs, newest first: what cannot be read names nothing."""
+    return walk.runs(runs_dir, walk.unnoticed)
 
 
 def resolve(ref: str, runs_dir: Path) -> Path:

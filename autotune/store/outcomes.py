@@ -1,5 +1,5 @@
 """The words a run records: each attempt's outcome, a run's verdict, the bases of a length that is
-not vLLM's own number, and what sets a verified ceiling below the target.
+not vLLM's own number, what sets a verified ceiling below the target, and the warnings about a run.
 
 They are the vocabulary of run.json, read back by analysis/ and the commands; run/strategy.py
 decides with them (and re-exports them as strategy.VERIFIED and so on). Each is a str-valued enum:
@@ -83,3 +83,17 @@ class Limit(StrEnum):
 
 KV_CACHE = Limit.KV_CACHE
 LIMITS = tuple(Limit)
+
+
+class WarningKind(StrEnum):
+    """Every warning a finished run can carry (run.json "warnings[].kind"), a closed set as hyperfine's
+    `enum Warnings`: run/warnings.py decides each one's message, cause and remedy; the card shows them."""
+
+    LEFTOVER_PROCESSES = "leftover_processes"  # processes alive after a boot was stopped
+    METRICS_DISAGREE = "metrics_disagree"  # vLLM's /metrics disagrees with its boot log (server/witness.py)
+    QUEUED_FOREVER = "queued_forever"  # a full-length request waits in vLLM's queue forever (server/queue_watch.py)
+    REFUSED_AGAIN = "refused_again"  # vLLM refused more than one length before one booted
+    SHORT_OF_TARGET = "short_of_target"  # the verified ceiling is below the target
+
+
+WARNING_KINDS = tuple(WarningKind)

@@ -48,7 +48,7 @@ def _gib(family: dict, value_bytes: float) -> str:
     return f"{value:.2f}" if family["gib"] == "%.2f" else f"{round(value, 2)}"
 
 
-class Boot:
+class ReplayedBoot:
     """One boot: prints the lines and decides the outcome (served length, or an exit status)."""
 
     def __init__(self, req: Request, out=None):
@@ -245,7 +245,7 @@ def served_model_name(req: Request) -> str:
     return (named[0] if isinstance(named, list) else named) or req.model
 
 
-def make_handler(boot: Boot, served_len: int, kv_tokens: int):
+def make_handler(boot: ReplayedBoot, served_len: int, kv_tokens: int):
     model = served_model_name(boot.req)
     queue = fake_metrics.Queue(profiles.max_num_seqs(boot.p, boot.req.settings))
     prefix = boot.family["prefixes"][0].format(**boot.figures)
@@ -351,7 +351,7 @@ def bind(port: int, host: str | None = None) -> HTTPServer:
     return server
 
 
-def serve(boot: Boot, server: HTTPServer, served_len: int, kv_tokens: int, stop: threading.Event) -> int:
+def serve(boot: ReplayedBoot, server: HTTPServer, served_len: int, kv_tokens: int, stop: threading.Event) -> int:
     """Answer requests until `stop` is set, then shut down as the version does."""
     server.RequestHandlerClass = make_handler(boot, served_len, kv_tokens)
     server.server_activate()
@@ -368,7 +368,7 @@ def serve(boot: Boot, server: HTTPServer, served_len: int, kv_tokens: int, stop:
 
 def run(req: Request, stop: threading.Event, out=None) -> int:
     """The program once its options are read: boot, then serve until `stop`; the exit status."""
-    boot = Boot(req, out)
+    boot = ReplayedBoot(req, out)
     taken: list[HTTPServer] = []
     try:
         host = req.options.get("host")

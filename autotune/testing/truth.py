@@ -5,7 +5,7 @@ checked against (tests/testing/test_oracle.py).
 `--max-model-len` it boots and serves (whatever --max-model-len the command has), what sets that
 length, or that no length boots and why. It reads the command as the replay does
 (fake_args.read_request) and decides with the replay's own memory model (profiles.py), in the
-order its Boot meets the checks (fake_vllm.py); tests/testing/test_fake_vllm.py boots the replay at the
+order its ReplayedBoot meets the checks (fake_vllm.py); tests/testing/test_fake_vllm.py boots the replay at the
 truth and one token above it to keep the two in step.
 """
 

@@ -365,6 +365,20 @@ def question(argv: Sequence[str], env: Mapping[str, str], flag: str) -> list[str
     return [python, "-c", _VERSION_SNIPPET]
 
 
+def replayed_command(argv: Sequence[str]) -> tuple[str, list[str]] | None:
+    """(profile, the `vllm serve` command it stands for) for a command of the replaying vLLM, else
+    None. Its own options are dropped; the rest are vLLM's. host/launcher.py's stand_in asks it."""
+    argv = list(argv)
+    if FAKE_VLLM_MODULE not in argv:
+        return None
+    flags = (FAKE_VERSION_FLAG, FAKE_GPUS_FLAG)
+    options = [a for a in argv[argv.index(FAKE_VLLM_MODULE) + 1:] if a not in flags]
+    profile = servecmd.flag_value(options, "--profile") or "?"
+    for flag in FAKE_VLLM_OWN_OPTIONS:
+        options = servecmd.without_flag(options, flag)
+    return profile, ["vllm", "serve", *options]
+
+
 def version_in(answer: str | None) -> str | None:
     """The version in the answer to FAKE_VERSION_FLAG's question (its first line)."""
     return answer.splitlines()[0] if answer else None

@@ -343,7 +343,7 @@ def test_a_kv_limited_run_whose_memory_moved_gives_an_upper_bound_that_says_why(
 # ---- sweep planning --------------------------------------------------------------------------------
 
 def prediction(ceiling, pool, error=None, device="cpu 23.54 GiB RAM"):
-    return gmu_predict.Prediction(group_id="G1", gmu=0.2, available_kv_gib=1.0, kv_cache_tokens=pool, ceiling=ceiling,
+    return gmu_predict.GmuPrediction(group_id="G1", gmu=0.2, available_kv_gib=1.0, kv_cache_tokens=pool, ceiling=ceiling,
                           ceiling_is_upper_bound=False, basis="test", warnings=[], error_tokens=error, device=device)
 
 
@@ -377,7 +377,7 @@ def test_sweep_start_at_uses_a_prior_when_the_runs_cannot_show_the_error():
 def test_a_sweep_aim_carries_the_slack_the_pool_is_read_with():
     aim = sweep_plan.sweep_aim(prediction(25_590, 26_358), 1_048_576)
     assert aim.slack_tokens == 768 and aim.start_at == 25_590
-    explicit = gmu_predict.Prediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
+    explicit = gmu_predict.GmuPrediction(group_id="G1", gmu=0.12, available_kv_gib=0.4, kv_cache_tokens=48_896, ceiling=48_128,
                               ceiling_is_upper_bound=False, basis="t", warnings=[], device="cpu", slack_tokens=768)
     assert sweep_plan.sweep_aim(explicit, 1_048_576).slack_tokens == 768
     assert sweep_plan.sweep_aim(None, 1_048_576) == sweep_plan.SweepAim(None, "no prediction: booting the target")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from autotune.analysis import compare as cmp
 from autotune.cli import cli
-from autotune.host import machine
+from autotune.host import launcher, machine
 from autotune.store import artifact
 from autotune.testing import profiles
 from tests.helpers.compare_records import typed
@@ -33,16 +33,16 @@ def test_the_replaying_vllm_answers_for_its_gpus_as_nvml_would():
     out = subprocess.run([*fake("tp2-2x3090-qwen3.6-27b"), "--print-gpus"], capture_output=True, text=True,
                          check=True).stdout
     assert json.loads(out) == profiles.by_name("tp2-2x3090-qwen3.6-27b").nvml_inventory()
-    gpus, why = machine.gpu_facts_for(fake(SEED), {})
-    assert why is None and [g["name"] for g in gpus] == ["NVIDIA GeForce RTX 3090"]
-    assert gpus[0]["memory_total_gib"] == 24.0
+    inventory = launcher.gpus_for(fake(SEED), {})  # the launcher answers: the replay's machine, not this one
+    assert inventory.absent_reason is None and [g["name"] for g in inventory.gpus] == ["NVIDIA GeForce RTX 3090"]
+    assert inventory.gpus[0]["memory_total_gib"] == 24.0 and inventory.elsewhere == "the replaying vLLM's, --print-gpus"
 
 
 def test_any_other_command_gets_this_machines_gpus(monkeypatch):
     monkeypatch.setattr(machine, "gpu_facts", lambda: ([], "no NVML here"))
-    assert machine.gpu_facts_for(["vllm", "serve", "m"], {}) == ([], "no NVML here")
-    assert machine.gpu_facts_for([sys.executable, "-m", "vllm.entrypoints.openai.api_server"], {}) == \
-        ([], "no NVML here")
+    here = machine.GpuInventory([], "no NVML here")
+    assert launcher.gpus_for(["vllm", "serve", "m"], {}) == here
+    assert launcher.gpus_for([sys.executable, "-m", "vllm.entrypoints.openai.api_server"], {}) == here
 
 
 def test_the_seeds_092_vs_098_compare_is_explained_by_gmu_from_a_plain_command_line(tmp_path):
@@ -60,7 +60,7 @@ def test_the_seeds_092_vs_098_compare_is_explained_by_gmu_from_a_plain_command_l
     assert "--m " not in out and "fake_vllm" not in out  # the launcher is not a setting
     assert "#1 (gmu 0.92) -> #2 (gmu 0.98): explained by gmu (expected Δ +1.44 GiB, observed Δ +1.44 GiB)" in out
     record = artifact.load(sorted((tmp_path / "runs").iterdir())[0]).to_dict()
-    assert record["machine"]["gpus_source"].startswith("the replaying vLLM (--print-gpus)")
+    assert record["machine"]["gpus_source"].startswith("the replaying vLLM's, --print-gpus: its GPUs")
 
 
 def _records_without_gpus(runs_dir):

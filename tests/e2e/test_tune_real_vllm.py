@@ -14,6 +14,7 @@ import pytest
 
 from autotune.host import processes
 from autotune.server import health
+from autotune.store import artifact
 from tests.conftest import vllm_serve_argv
 from tests.helpers import cli as autotune_cli
 
@@ -47,7 +48,7 @@ def test_refused_target_relaunches_at_the_estimate_and_verifies(refused_then_ver
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = only_run(runs_dir)
     record = json.loads((run_dir / "run.json").read_text())
-    assert record["schema_version"] == 1
+    assert record["schema_version"] == artifact.SCHEMA_VERSION
     assert record["state"] == "finished"
     first, second = record["attempts"]
     assert first["outcome"] == "refused" and first["max_model_len"] == 65536

@@ -29,7 +29,8 @@ from autotune.store import artifact
 from autotune.export import ray as ray_target
 from autotune.export import report, settings, skypilot, startup, targets, yamltext
 from autotune.store.record import RunRecord
-from autotune.export.verified import NotEmittable, final_argv, replayed
+from autotune.export.verified import NotEmittable, final_argv
+from autotune.host import launcher
 from autotune.testing.inprocess import replaying_in_process
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
@@ -316,7 +317,7 @@ ROUND_TRIP_IGNORED = {"model", "served_model_name", "tokenizer"}
 def command_words(record: RunRecord) -> list[str]:
     """The verified command's words after its entry point (the replaying vLLM's own options out)."""
     argv = final_argv(record)
-    argv = (replayed(argv) or (None, argv))[1]
+    argv = getattr(launcher.stand_in(argv), "argv", argv)
     return argv[len(servecmd.parse_vllm_command(argv).launcher):]
 
 

@@ -14,7 +14,7 @@ class FakeServer:
     def __init__(self, *argv: str):
         req = fake_vllm.read_request(["--time-scale", "0", *argv], {})
         self._out = open(os.devnull, "w")
-        self.boot = fake_vllm.Boot(req, out=self._out)
+        self.boot = fake_vllm.ReplayedBoot(req, out=self._out)
         self.served, self.kv_tokens = self.boot.run()
         self.port = processes.free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -21,6 +21,6 @@ def boot(*argv, env=None):
     """(exit status or (served length, KV tokens), parsed result, the lines) of one in-process boot."""
     out = io.StringIO()
     req = fake_vllm.read_request(["--time-scale", "0", *argv], env or {})
-    outcome = fake_vllm.Boot(req, out).run()
+    outcome = fake_vllm.ReplayedBoot(req, out).run()
     lines = out.getvalue().splitlines()
     return outcome, parse_lines(lines).result(), lines

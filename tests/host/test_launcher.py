@@ -17,12 +17,13 @@ from tests.helpers.replay import fake
 def test_the_in_process_launcher_answers_the_questions_as_the_replaying_process_does():
     argv = fake("v1-0.17.0-auto-probe", scale="0")
     env = dict(os.environ)
-    by_process = (launcher.detect_version(argv, env), launcher.replayed_gpus(argv, env))
+    by_process = (launcher.detect_version(argv, env), launcher.gpus_for(argv, env))
     with replaying_in_process():
-        in_process = (launcher.detect_version(argv, env), launcher.replayed_gpus(argv, env))
+        in_process = (launcher.detect_version(argv, env), launcher.gpus_for(argv, env))
     assert by_process == in_process
     assert by_process[0] == "0.17.0"
-    assert json.loads(by_process[1]) == profiles.by_name("v1-0.17.0-auto-probe").nvml_inventory()
+    assert by_process[1].gpus == profiles.by_name("v1-0.17.0-auto-probe").nvml_inventory()
+    assert by_process[1].elsewhere  # not this machine's
 
 
 def test_a_command_that_is_not_the_replay_is_asked_by_a_process_whatever_the_launcher():
@@ -30,8 +31,8 @@ def test_a_command_that_is_not_the_replay_is_asked_by_a_process_whatever_the_lau
     with replaying_in_process():
         assert launcher.detect_version(argv, dict(os.environ)) == launcher.ProcessLauncher().ask(
             argv, dict(os.environ), "--print-version", 30)
-        assert launcher.replayed_gpus(argv, dict(os.environ)) is None  # only the replay stands for other GPUs
-        assert machine.gpu_facts_for(argv) == machine.gpu_facts()
+        assert launcher.gpus_for(argv) == machine.GpuInventory(*machine.gpu_facts())  # this machine's NVML
+        assert launcher.gpus_for(argv).elsewhere is None  # only the replay stands for other GPUs
 
 
 def test_the_launcher_is_the_default_again_after_the_block_even_when_it_raised():
@@ -64,3 +65,10 @@ def test_every_boot_of_a_tune_is_started_by_the_current_launcher():
     assert [a["argv"] for a in record["attempts"]] == CountedServer.started
     assert len(CountedServer.started) == len(record["attempts"]) >= 2  # refused, then the ceiling
     assert {a["pid"] for a in record["attempts"]} == {os.getpid()}  # served in this process, no child
+
+
+def test_the_launcher_says_what_a_stand_in_stands_for_and_vllm_stands_for_itself():
+    stood_in = launcher.stand_in([*fake("v1-0.17.0-auto-probe"), "--max-num-seqs", "1", "--print-gpus"])
+    assert stood_in.argv == ["vllm", "serve", "--max-num-seqs", "1"]  # the replay's own options and questions out
+    assert stood_in.what == "autotune's replaying vLLM (profile v1-0.17.0-auto-probe)"
+    assert launcher.stand_in(["vllm", "serve", "m", "--max-num-seqs", "1"]) is None

@@ -10,7 +10,7 @@ ARGV = ["vllm", "serve", "Qwen/Qwen3.6-27B-AWQ", "--gpu-memory-utilization", "0.
 
 
 def test_reference_user_shortfall_is_explained_in_gib():
-    plan = levers.plan(65536, ARGV, RTX3090, Limits(max_gmu=0.99))
+    plan = levers.plan_levers(65536, ARGV, RTX3090, Limits(max_gmu=0.99))
     assert plan.need_gib == pytest.approx(4.18, abs=0.01)
     assert plan.short_gib == pytest.approx(0.28, abs=0.01)
     assert plan.gmu_needed is None  # 0.99 gives ~0.24 GiB: not enough
@@ -24,7 +24,7 @@ def test_reference_user_shortfall_is_explained_in_gib():
 
 def test_gmu_alone_closes_a_small_gap_with_a_margin():
     base = Baseline(ceiling=27264, available_kv_gib=0.21, gmu=0.10, device_total_gib=8.46)
-    plan = levers.plan(60000, ARGV, base, Limits(max_gmu=0.95))
+    plan = levers.plan_levers(60000, ARGV, base, Limits(max_gmu=0.95))
     # need 0.46 GiB: +0.25 GiB at 8.46 GiB per unit of gmu is +0.030, plus the margin
     assert plan.gmu_needed == pytest.approx(0.135, abs=0.002)
     assert plan.measure == []
@@ -32,16 +32,16 @@ def test_gmu_alone_closes_a_small_gap_with_a_margin():
 
 def test_levers_already_at_their_floor_are_not_measured():
     argv = ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "512"]
-    plan = levers.plan(65536, argv, RTX3090, Limits(max_gmu=0.99))
+    plan = levers.plan_levers(65536, argv, RTX3090, Limits(max_gmu=0.99))
     assert plan.measure == []
 
 
 def test_a_batch_size_written_as_vllm_takes_it_is_read():
     # vLLM reads --max-num-batched-tokens 8k as 8,000 (human_readable_int): a lever to measure, not a crash
-    plan = levers.plan(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "8k"], RTX3090,
+    plan = levers.plan_levers(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "8k"], RTX3090,
                        Limits(max_gmu=0.99))
     assert plan.measure == ["max_num_batched_tokens"]
-    plan = levers.plan(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "0.5k"], RTX3090,
+    plan = levers.plan_levers(65536, ARGV + ["--max-num-seqs", "1", "--max-num-batched-tokens", "0.5k"], RTX3090,
                        Limits(max_gmu=0.99))
     assert plan.measure == []
 
@@ -53,7 +53,7 @@ def test_a_fixed_kv_pool_has_no_gmu_lever():
     assert levers.effective_gmu(ARGV, {}, 0.92) == 0.98
     assert levers.effective_gmu(["vllm", "serve", "m"], {}, 0.92) == 0.92
     base = Baseline(ceiling=16256, available_kv_gib=0.12, gmu=None, device_total_gib=8.46)
-    plan = levers.plan(65536, argv, base, Limits())
+    plan = levers.plan_levers(65536, argv, base, Limits())
     assert plan.gmu_needed is None
     assert "does not size the KV cache here" in "; ".join(plan.explanation)
 

@@ -200,7 +200,7 @@ def command_sh_serves(run_dir: Path) -> int | None:
     words = words[1:] if words[:1] == ["exec"] else words
     req = fake_args.read_request(words[3:], env)
     with open(os.devnull, "w") as out:
-        outcome = fake_vllm.Boot(req, out).run()
+        outcome = fake_vllm.ReplayedBoot(req, out).run()
     return None if isinstance(outcome, int) else outcome[0]
 
 

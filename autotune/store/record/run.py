@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from autotune.store.record.attempt import Attempt
 from autotune.store.record.boot_parts import ProbeResult
 from autotune.store.record.part import Part
-from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin
+from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin, RunWarning
 
 
 @dataclass(init=False)
@@ -140,11 +140,13 @@ class RunRecord(Part):
     deployment: dict | None = None  # kind verify: the endpoint, what it serves, its pool, warnings (run/deployed.py)
     fleet: dict | None = None  # a fleet's leaf: fleet id, leaf, backend, node, GPUs, tries (fleet/collect.py)
     renamed_from: list | None = None  # the ids this run had before vLLM named its model (they still resolve)
+    warnings: list | None = None  # RunWarning: decided as the run ended (absent in schema 1: readers decide them)
 
     NESTED: ClassVar[dict] = {"command": (Command, False), "attempts": (Attempt, True),
                               "result": (Result, False), "reach": (Reach, False), "margin": (Margin, False),
                               "gpus": (GpuPlan, False), "options": (KeptOptions, False),
-                              "prediction": (AimPrediction, False), "machine": (Machine, False)}
+                              "prediction": (AimPrediction, False), "machine": (Machine, False),
+                              "warnings": (RunWarning, True)}
 
     def link(self, key: str):
         return self.links.get(key) if isinstance(self.links, dict) else None

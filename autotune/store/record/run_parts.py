@@ -1,5 +1,5 @@
 """The parts of a run that are read back (run.json "machine", "gpus", "options", "margin",
-"prediction"). Keys these classes do not name are kept in `other` (part.py)."""
+"prediction", "warnings"). Keys these classes do not name are kept in `other` (part.py)."""
 
 from __future__ import annotations
 
@@ -77,3 +77,14 @@ class AimPrediction(Part):
     start_at: int | None = None
     reason: str | None = None
     warnings: list | None = None
+
+
+@dataclass(init=False)
+class RunWarning(Part):
+    """One warning about a finished run (run.json "warnings"): decided when the run ends (run/warnings.py),
+    shown by the card, carried by `--json`."""
+
+    kind: str | None = None  # store/outcomes.py WarningKind
+    message: str | None = None
+    cause: str | None = None
+    remedy: str | None = None

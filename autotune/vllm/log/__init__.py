@@ -14,7 +14,7 @@ The pipeline, in order (each stage a module of this package):
    ``traceback`` (where the log stands in a traceback), ``failures`` (the failure catalog: kind, cause, fix).
 3. From messages to one boot's facts:
    ``handlers`` (one reader per message kind), ``refusals`` (refusals read whole across broken lines),
-   ``boot`` (``Boot``, ``Fact``, the verdict, the ``parse --json`` contract ``SCHEMA_KEYS``),
+   ``boot`` (``BootInLog``, ``Fact``, the verdict, the ``parse --json`` contract ``SCHEMA_KEYS``),
    ``plausible`` (implausible figures, ``ceiling_from``, ``limit_from``), and ``parser``
    (``BootLogParser``: feed() -> close() -> result()/boots(), composing the stages).
 """

@@ -1,6 +1,6 @@
 """One boot's state in a vLLM boot log: its facts, what its outcome depends on, and its result.
 
-The streaming parser (parser.py) keeps one ``Boot`` per boot it has seen and changes it line by
+The streaming parser (parser.py) keeps one ``BootInLog`` per boot it has seen and changes it line by
 line through a ``Recorder``; this module holds that state, the recorder, the verdict and the
 ``autotune parse --json`` contract (``SCHEMA_KEYS``), plus the two small readers every figure goes
 through (``read_number``, ``text_window``). Stdlib only; no I/O.
@@ -60,7 +60,7 @@ def text_window(line: str, start: int, end: int) -> str:
     return line[lo : lo + TEXT_MAX]
 
 
-class Boot:
+class BootInLog:
     """One boot's facts and what its outcome depends on."""
 
     __slots__ = ("facts", "backend_strong", "available_from_cpu", "kv_line", "ready", "refusal",
@@ -82,9 +82,9 @@ class Boot:
         self.last_stamp = ""  # the vLLM timestamp ("MM-DD HH:MM:SS") of this boot's latest figure
         self.logged_at = 0  # its first line with a prefix (a logger's, a process's, a time stamp); 0: prose alone
 
-    def copy(self) -> Boot:
+    def copy(self) -> BootInLog:
         # Taken before most lines that change a boot (the undo of a rejoined line): spelled out, not a loop.
-        other = Boot.__new__(Boot)
+        other = BootInLog.__new__(BootInLog)
         other.facts = dict(self.facts)
         other.backend_strong = self.backend_strong
         other.available_from_cpu = self.available_from_cpu
@@ -148,10 +148,10 @@ class Recorder:
     __slots__ = ("boot", "earlier", "total", "line_no", "row_no", "line", "new", "undo", "cut")
 
     def __init__(self, kept: int) -> None:
-        self.boot = Boot()
+        self.boot = BootInLog()
         # Earlier boots, as (boot, number): nothing changes a boot once a new one began, so its summary
         # is made only when asked for (a restart loop of many boots costs no copies of their facts).
-        self.earlier: deque[tuple[Boot, int]] = deque(maxlen=kept)
+        self.earlier: deque[tuple[BootInLog, int]] = deque(maxlen=kept)
         self.total = 1  # boots seen (all are counted; only ``kept`` earlier ones are kept)
         self.line_no = 0  # the line facts are read at (a rejoined line's: its first row's)
         self.row_no = 0  # while a rejoined line is read at its first row's number: the physical line
@@ -198,7 +198,7 @@ class Recorder:
         boot.last_line = min(boot.last_line, first_line - 1)
         self.earlier.append((boot, self.total))
         self.total += 1
-        self.boot = Boot(first_line)
+        self.boot = BootInLog(first_line)
 
     def signature(self, kind: FailureKind, span: tuple[int, int]) -> None:
         """A failure of the catalog seen on this line: a warning joins ``warning_kinds``; a fatal one

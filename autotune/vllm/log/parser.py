@@ -55,7 +55,7 @@ from typing import BinaryIO, Iterable
 
 from autotune.vllm.log import failures
 from autotune.vllm.log import messages as P
-from autotune.vllm.log.boot import TEXT_MAX, Boot, Fact, Recorder
+from autotune.vllm.log.boot import TEXT_MAX, BootInLog, Fact, Recorder
 from autotune.vllm.log.clean import KIND_NEEDLES, level_of, line_kind, message_start
 from autotune.vllm.log.handlers import EXCEPTION_MAX, MASK, LineHandlers, version_at
 from autotune.vllm.log.read import MAX_LINE_BYTES, open_log, read_lines
@@ -193,7 +193,7 @@ class BootLogParser:
         return text[:-1] if text[-1:] == "\n" else text
 
     @staticmethod
-    def _summary(boot: Boot, number: int, ended: bool) -> dict:
+    def _summary(boot: BootInLog, number: int, ended: bool) -> dict:
         return {"boot": number, "first_line": boot.first_line, "last_line": boot.last_line,
                 "result": boot.result(ended), "provenance": boot.provenance()}
 
@@ -298,14 +298,14 @@ class BootLogParser:
         self._refusals.close()  # a message broken over lines ends with its boot
 
     @staticmethod
-    def _stated(boot: Boot) -> bool:
+    def _stated(boot: BootInLog) -> bool:
         """The boot's failure was stated before any line of a log (a line with a prefix) came."""
         failure = boot.refusal or boot.cause or boot.death
         line = failure.line_no if failure is not None else boot.trace.tail_line if boot.trace.ends_in_failure else 0
         return line > 0 and not 0 < boot.logged_at < line
 
     @staticmethod
-    def _starts_boot(boot: Boot, line: str, start: int, kind: str) -> str:
+    def _starts_boot(boot: BootInLog, line: str, start: int, kind: str) -> str:
         """Why this line may begin a boot: "banner", "args" (a boot's second arguments line), "engine"."""
         if kind == "args":
             msg = line[start:].lstrip()
