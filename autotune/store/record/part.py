@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
+from autotune.store.record.shape import RecordShapeError, shapes_of
+
 P = TypeVar("P", bound="Part")
 
 _MACHINERY = ("other", "order", "present")
@@ -63,12 +65,14 @@ class Part:
     @classmethod
     def _typed(cls: type[P], data: Mapping, take: Callable[[Any], Any]) -> P:
         """The part of data, each value passed through `take` (a copy or the value itself)."""
-        names, nested = _name_set(cls), cls.NESTED
+        shapes, nested = shapes_of(cls), cls.NESTED
         state = dict(_nones(cls))  # built in place, not through __init__ and __setattr__: loading is hot
         other, present = {}, set()
         for key, value in data.items():
-            if key in names:
-                state[key] = _nested(cls, key, value, take) if key in nested else take(value)
+            shape = shapes.get(key)
+            if shape is not None:
+                shape.check(key, value)  # a wrong type is the record's error, with the field named
+                state[key] = _read_nested(nested[key], key, value, take) if key in nested else take(value)
                 present.add(key)
             else:
                 other[key] = take(value)
@@ -122,6 +126,29 @@ def _nested(cls, key: str, value, take: Callable[[Any], Any]):
     if not many and isinstance(value, Mapping):
         return kind._typed(value, take)
     return value if isinstance(value, Part) else take(value)
+
+
+def _read_nested(nested: tuple[type, bool], key: str, value, take: Callable[[Any], Any]):
+    """A nested part read from its JSON form (a list of them), its shape checked (a list of objects,
+    an object); an error inside it names the path from here (attempts[1].facts.kv_cache_tokens)."""
+    if value is None:
+        return None
+    kind, many = nested
+    if not many:
+        try:
+            return kind._typed(value, take)
+        except RecordShapeError as exc:
+            raise exc.under(key) from None
+    parts = []
+    for i, item in enumerate(value):
+        where = f"{key}[{i}]"
+        if type(item) is not dict:
+            raise RecordShapeError(where, "an object", item)
+        try:
+            parts.append(kind._typed(item, take))
+        except RecordShapeError as exc:
+            raise exc.under(where) from None
+    return parts
 
 
 def _nones(cls) -> dict:
