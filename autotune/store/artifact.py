@@ -117,9 +117,10 @@ def read_json(path: Path, missing: str | None = None) -> object:
         raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
 
 
-def schema_version_of(record: object, source: str, newest: int, what: str) -> int:
-    """The record's schema_version; ArtifactError when there is none or it is newer than `newest`."""
-    version = record.get("schema_version") if isinstance(record, dict) else None
+def schema_version_of(data: object, source: str, newest: int, what: str) -> int:
+    """A record file's schema_version, read from its JSON before it is typed; ArtifactError when
+    there is none or it is newer than `newest`."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int):
         raise ArtifactError(f"{source}: no integer schema_version; not an autotune {what} file")
     if version > newest:
@@ -195,7 +196,7 @@ def booted(record: RunRecord) -> bool:
     return record.kind != "verify"
 
 
-def linked_runs(runs_dir: Path, key: str, value) -> list[tuple[Path, RunRecord]]:
+def linked_runs(runs_dir: Path, key: str, value: object) -> list[tuple[Path, RunRecord]]:
     """The runs under runs_dir whose links[key] == value (a sweep's points, a lever search's
     steps), newest first. Unreadable run files are skipped: they belong to nothing."""
     found = []

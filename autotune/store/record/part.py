@@ -30,9 +30,9 @@ class Part:
     present: set = field(default_factory=set, repr=False)  # the modelled keys the part holds
 
     # field name -> (class, is a list of them) for the nested parts
-    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {}
+    NESTED: ClassVar[dict[str, tuple[type[Part], bool]]] = {}
 
-    def __init__(self, **values) -> None:
+    def __init__(self, **values: Any) -> None:
         cls = type(self)
         unknown = sorted(set(values) - _name_set(cls))
         if unknown:
@@ -44,7 +44,7 @@ class Part:
         for key, value in values.items():
             setattr(self, key, value)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in _name_set(type(self)):
             value = _nested(type(self), name, value, _as_is)
             self.present.add(name)
@@ -94,7 +94,7 @@ class Part:
             out[key] = copy_json(value)
         return _in_order(out, self.order)
 
-    def get(self, key: str, default=None):
+    def get(self, key: str, default: Any = None) -> Any:
         """A field or an unmodelled key by its JSON name; default when absent or null."""
         value = getattr(self, key) if key in _name_set(type(self)) else self.other.get(key)
         return default if value is None else value
@@ -108,12 +108,12 @@ class Part:
             self.other.pop(key, None)
 
 
-def given(value) -> bool:
+def given(value: object) -> bool:
     """Is this field set to something (not absent, not null)?"""
     return value is not None
 
 
-def _nested(cls, key: str, value, take: Callable[[Any], Any]):
+def _nested(cls: type[Part], key: str, value: Any, take: Callable[[Any], Any]) -> Any:
     """A field's value as the part holds it: a nested part typed from its dict (a list of them from
     a list of dicts), anything else through `take`."""
     nested = cls.NESTED.get(key)
@@ -128,7 +128,7 @@ def _nested(cls, key: str, value, take: Callable[[Any], Any]):
     return value if isinstance(value, Part) else take(value)
 
 
-def _read_nested(nested: tuple[type, bool], key: str, value, take: Callable[[Any], Any]):
+def _read_nested(nested: tuple[type[Part], bool], key: str, value: Any, take: Callable[[Any], Any]) -> Any:
     """A nested part read from its JSON form (a list of them), its shape checked (a list of objects,
     an object); an error inside it names the path from here (attempts[1].facts.kv_cache_tokens)."""
     if value is None:
@@ -151,28 +151,31 @@ def _read_nested(nested: tuple[type, bool], key: str, value, take: Callable[[Any
     return parts
 
 
-def _nones(cls) -> dict:
+# Per class, computed once: loading is hot.
+_NONES: dict[type, dict[str, None]] = {}
+_NAMES: dict[type, tuple[str, ...]] = {}
+_NAME_SETS: dict[type, frozenset[str]] = {}
+
+
+def _nones(cls: type[Part]) -> dict[str, None]:
     """Every field of cls holding None (a part with nothing in it)."""
-    cached = cls.__dict__.get("_nones")
+    cached = _NONES.get(cls)
     if cached is None:
-        cached = dict.fromkeys(_field_names(cls))
-        cls._nones = cached
+        cached = _NONES[cls] = dict.fromkeys(_field_names(cls))
     return cached
 
 
-def _field_names(cls) -> tuple[str, ...]:
-    cached = cls.__dict__.get("_names")
+def _field_names(cls: type[Part]) -> tuple[str, ...]:
+    cached = _NAMES.get(cls)
     if cached is None:
-        cached = tuple(f.name for f in fields(cls) if f.name not in _MACHINERY)
-        cls._names = cached
+        cached = _NAMES[cls] = tuple(f.name for f in fields(cls) if f.name not in _MACHINERY)
     return cached
 
 
-def _name_set(cls) -> frozenset[str]:
-    cached = cls.__dict__.get("_name_set")
+def _name_set(cls: type[Part]) -> frozenset[str]:
+    cached = _NAME_SETS.get(cls)
     if cached is None:
-        cached = frozenset(_field_names(cls))
-        cls._name_set = cached
+        cached = _NAME_SETS[cls] = frozenset(_field_names(cls))
     return cached
 
 
@@ -180,7 +183,7 @@ def _name_set(cls) -> frozenset[str]:
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
-def copy_json(value):
+def copy_json(value: Any) -> Any:
     """A deep copy of a JSON value, several times quicker than copy.deepcopy on one (no memo);
     what is not plain JSON (a dict subclass, a tuple, a part) goes through copy.deepcopy."""
     kind = type(value)
@@ -193,7 +196,7 @@ def copy_json(value):
     return copy.deepcopy(value)
 
 
-def _as_is(value):
+def _as_is(value: Any) -> Any:
     return value
 
 
@@ -206,7 +209,7 @@ def _in_order(out: dict, order: list) -> dict:
     return ordered
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """A field's JSON form, a copy (parts as their dicts)."""
     if type(value) in _SCALARS:
         return value

@@ -85,7 +85,7 @@ class ReachStep(Part):
 class Reach(Part):
     """The lever search of --reach (run.json "reach")."""
 
-    steps: list | None = None  # ReachStep
+    steps: list[ReachStep] | None = None
     reached: bool | None = None
     before_levers: Result | None = None  # the result before the search, which a resumed search starts from
     need_gib: float | None = None
@@ -132,7 +132,7 @@ class RunRecord(Part):
     links: dict | None = None  # sweep_id, sweep_index, reproduces, reach_of, verifies, tried_again_as
     machine: Machine | None = None
     vllm_version: str | None = None
-    attempts: list | None = None  # Attempt
+    attempts: list[Attempt] | None = None
     result: Result | None = None
     reach: Reach | None = None
     resumed_at: list | None = None
@@ -144,7 +144,7 @@ class RunRecord(Part):
                               "gpus": (GpuPlan, False), "options": (KeptOptions, False),
                               "prediction": (AimPrediction, False), "machine": (Machine, False)}
 
-    def link(self, key: str):
+    def link(self, key: str) -> Any:
         return self.links.get(key) if isinstance(self.links, dict) else None
 
     def boots_done(self) -> list:

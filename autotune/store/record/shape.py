@@ -68,7 +68,7 @@ class Shape:
 
 def shape_of(annotation: str, nested: tuple[type, bool] | None) -> Shape:
     """The shape of a field from its annotation (a string: the record modules use postponed annotations)."""
-    names = [word.strip() for word in annotation.split("|")]
+    names = [word.strip().split("[")[0] for word in annotation.split("|")]  # list[Attempt]: a list
     if "Any" in names:
         return Shape(None, "anything")
     types: set[type] = {_NONE}
@@ -86,12 +86,14 @@ def shape_of(annotation: str, nested: tuple[type, bool] | None) -> Shape:
     return Shape(frozenset(types), " or ".join(words))
 
 
+_SHAPES: dict[type, dict[str, Shape]] = {}  # per record class, computed once: loading is hot
+
+
 def shapes_of(cls: Any) -> dict[str, Shape]:
-    """Every field's shape, by name (cached on the class: loading is hot)."""
-    cached = cls.__dict__.get("_shapes")
+    """Every field's shape, by name."""
+    cached = _SHAPES.get(cls)
     if cached is None:
         nested = cls.NESTED
-        cached = {f.name: shape_of(str(f.type), nested.get(f.name)) for f in fields(cls)
-                  if f.name not in ("other", "order", "present")}
-        cls._shapes = cached
+        cached = _SHAPES[cls] = {f.name: shape_of(str(f.type), nested.get(f.name)) for f in fields(cls)
+                                 if f.name not in ("other", "order", "present")}
     return cached
