@@ -418,7 +418,7 @@ def batch_defaults(version: str | Version | None, device_name: str, memory_gib: 
     large = _large_tier(parsed, name, memory, compute_capability)
     batched, seqs, rule = {
         "huge": (16384, 1024, ">= 160 GiB"), "large": (8192, 1024, _LARGE_WORDS[_rule_since(parsed)]),
-    }.get(large, (2048, 1024 if parsed < (0, 8, 4) else 256, "the small tier"))
+    }.get(large or "", (2048, 1024 if parsed < (0, 8, 4) else 256, "the small tier"))
     if platform == "tpu" and device_name.upper() in _TPU_BATCHED:
         batched, rule = _TPU_BATCHED[device_name.upper()], f"TPU {device_name.upper()}"
     return BatchDefaults(batched, seqs, rule)
