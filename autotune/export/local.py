@@ -137,7 +137,7 @@ def render_compose(record: RunRecord) -> str:
     if add_name:
         cmd.options.append(("served-model-name", served))
     cwd = cwd_of(record)
-    env = record.get("environment") or {}
+    env = record.environment or {}
     port = port_of(cmd)
     notes: list[str] = []
     volumes: list[str] = []
@@ -178,7 +178,7 @@ def render_compose(record: RunRecord) -> str:
            "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)",
            f"# {clients_line(served)}"]
     ids = pinned_gpus(record)
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    gpus = (record.machine.gpus if record.machine else None) or []
     if ids is None and not gpus:
         out.append(f"# this run used vLLM's CPU backend (no GPU recorded); {IMAGE} is the CUDA build: "
                    f"for the CPU backend use vLLM's CPU image ({CPU_IMAGE}) "
@@ -189,7 +189,7 @@ def render_compose(record: RunRecord) -> str:
         out.append("# the run did not set CUDA_DEVICE_ORDER=PCI_BUS_ID: its CUDA index may differ from the "
                    "nvidia-smi index that device_ids uses; check with nvidia-smi -L")
     out += [f"# note: {n}" for n in notes]
-    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.get('vllm_version')))}",
+    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.vllm_version))}",
             "    command:"]
     out += [f"      - {_compose_value(token)}" for token in command]
     out += ["    ports:", f"      - \"{port}:{port}\"", "    ipc: host", "    volumes:"]
@@ -264,11 +264,11 @@ def render_systemd(record: RunRecord) -> str:
                    "the unit reads it (ExecStart's ${...} come from it) and no secret is written here")
     out += ["[Unit]",
             f"Description=vLLM serving {model} at --max-model-len "
-            f"{fmt_int((record.get('result') or {}).get('ceiling'))} (verified by autotune)",
+            f"{fmt_int(record.result.ceiling if record.result else None)} (verified by autotune)",
             "After=network-online.target", "Wants=network-online.target", "", "[Service]", "Type=simple"]
     if cwd:
         out.append(f"WorkingDirectory={cwd}")
-    for key, value in (record.get("environment") or {}).items():
+    for key, value in (record.environment or {}).items():
         if is_secret(key):
             continue
         escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")

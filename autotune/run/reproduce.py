@@ -77,7 +77,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
     cache: dict[tuple, str | None] = {}
 
     def installed(record: RunRecord) -> str | None:
-        argv = list((record.command or {}).get("argv") or [])
+        argv = list((record.command.argv if record.command else None) or [])
         if not argv:
             return None
         key = tuple(argv[:3])  # the program (python -m vllm..., a vllm script): its environment's vLLM

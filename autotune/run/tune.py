@@ -175,7 +175,7 @@ def _after_loop(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit) -> 
     # Levers buy memory: where the ceiling is the model's maximum, batched tokens or a draft model,
     # no boot of theirs can raise it (the card says what would).
     if (plan.options.reach and result.verified and result.ceiling < plan.target
-            and result.get("limit") in (None, strategy.KV_CACHE)):
+            and result.limit in (None, strategy.KV_CACHE)):
         reach.run_phase(record, run_dir, plan, emit, _tune, _resume)
     return record
 
@@ -184,15 +184,15 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     clean_leftovers(run_dir.parent, emit)  # a SIGKILLed run's server goes first; its run becomes interrupted
     record = artifact.load(run_dir)
     if record.state != "interrupted":
-        raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can "
+        raise artifact.ArtifactError(f"{run_dir}: state is {record.state!r}; only an interrupted run can "
                                      "be resumed")
     plan = _resumed_plan(record, run_dir, env)
     record.state = "running"
     record.owner = leftovers.owner_stamp()
-    record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
-    if record.get("phase") == "reach":
+    record.resumed_at = [*(record.resumed_at or []), artifact.iso(artifact.utc_now())]
+    if record.phase == "reach":
         # The boots of the run itself are done and verified: continue the lever search.
-        if record.get("reach"):
+        if record.reach:
             record.reach.drop("interrupted")
         artifact.save_run(run_dir, record)
         emit("run_resumed", run_dir=str(run_dir), target=plan.target, attempts_done=len(record.attempts),
@@ -218,7 +218,7 @@ def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None) 
     serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.margin)  # ${VLLM_API_KEY}
     argv, port, port_chosen = _with_port(serve_argv)
     return RunPlan(options=opts, target=record.target, serve_argv=serve_argv, argv=argv, port=port,
-                   port_chosen=port_chosen, env=env, strategy_plan=record.get("plan", "refusal"),
+                   port_chosen=port_chosen, env=env, strategy_plan=record.plan or "refusal",
                    start_at=opts.start_at, slack=opts.slack, max_gmu=opts.max_gmu)
 
 

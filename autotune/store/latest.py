@@ -150,6 +150,6 @@ def member_of(folder: Path, record: RunRecord) -> tuple[str, Path, str] | None:
             return "sweep", sweep_dir, f"run {folder.name} is part of sweep {sweep_dir.name}: resuming the sweep"
     parent_dir = runs_dir / str(parent_id)
     if parent_id and (parent_dir / artifact.RUN_FILE).is_file():
-        if artifact.load(parent_dir).get("state") == "interrupted":
+        if artifact.load(parent_dir).state == "interrupted":
             return "run", parent_dir, f"run {folder.name} is a lever run of {parent_dir.name}: resuming its lever search"
     return None

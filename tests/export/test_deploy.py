@@ -56,7 +56,7 @@ def replay(tmp_path_factory):
                                     env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                                          "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).get("kind") == "tune")
+    parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).kind == "tune")
     return SimpleNamespace(runs_dir=runs_dir, run_dir=parent, record=artifact.load(parent))
 
 

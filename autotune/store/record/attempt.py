@@ -64,4 +64,7 @@ class Attempt(Part):
 
     def fact(self, key: str, default: Any = None) -> Any:
         """A figure of the boot log, modelled or not (default: the log did not say)."""
-        return self.facts.get(key, default) if self.facts is not None else default
+        if self.facts is None:
+            return default
+        value = getattr(self.facts, key) if self.facts.has_field(key) else self.facts.other.get(key)
+        return default if value is None else value

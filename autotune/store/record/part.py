@@ -94,10 +94,11 @@ class Part:
             out[key] = copy_json(value)
         return _in_order(out, self.order)
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """A field or an unmodelled key by its JSON name; default when absent or null."""
-        value = getattr(self, key) if key in _name_set(type(self)) else self.other.get(key)
-        return default if value is None else value
+    @classmethod
+    def has_field(cls, key: str) -> bool:
+        """Does this class model the key (an attribute), or would the part keep it in `other`?
+        (There is no get(key): a record is read by its attributes, a key it does not model from `other`.)"""
+        return key in _name_set(cls)
 
     def drop(self, key: str) -> None:
         """Remove a key (it will be absent from the file)."""
