@@ -18,7 +18,7 @@ from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machi
                                    Recovery, Result, RunRecord, StopReport, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
-from autotune.store.outcomes import Outcome, Verdict
+from autotune.store.outcomes import Basis, Outcome, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:
@@ -69,7 +69,7 @@ def summary_warnings(record: RunRecord) -> list[dict]:
     fresh = max((i for i, a in enumerate(attempts) if (a.recovery or Recovery()).figures_stale), default=-1)
     refusals = [a for a in attempts[fresh + 1:] if a.outcome == Outcome.REFUSED]
     if len(refusals) > 1 and result.verdict == Verdict.VERIFIED:
-        computed = any(a.basis == "computed" for a in refusals)
+        computed = any(a.basis == Basis.COMPUTED for a in refusals)
         warnings.append({
             "message": f"vLLM refused {len(refusals)} lengths before one booted",
             "cause": ("this vLLM prints no estimate: the length computed from its two-decimal GiB figures was a "

@@ -66,7 +66,7 @@ def plan(old: RunRecord, runs_dir: Path, env_now: dict[str, str], stall_timeout_
 
 def reproduce(old: RunRecord, plan_: Plan, progress: Emit) -> tuple[RunRecord, rep.Reproduction]:
     """Re-tune (a new run is written) and compare it with the old run."""
-    new = RunRecord.from_json(tune_mod.tune(plan_.options, progress))  # tune's JSON form, nobody else's
+    new = tune_mod.tune(plan_.options, progress)
     verdict = rep.reproduce_verdict(old, new)
     verdict.new_files = {name: str(plan_.options.runs_dir / path) for name, path in verdict.new_files.items()}
     return new, verdict

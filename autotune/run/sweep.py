@@ -138,7 +138,6 @@ def run(sweep_dir: Path, sweep: SweepRecord, runs_dir: Path, progress: Emit, say
                     _count_boots(sweep)
                     save(sweep_dir, sweep)
                     continue
-                record = RunRecord.from_json(record) if isinstance(record, dict) else record  # tune's JSON form
                 records.append(record)
                 outcome = sweep_plan.sweep_point_outcome(record, start_at)
                 result = record.result if isinstance(record.result, Result) else Result()

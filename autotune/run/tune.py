@@ -34,7 +34,7 @@ from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
 from autotune.server import leftovers
-from autotune.store.record import Command, RunRecord
+from autotune.store.record import RECORD_ORDER, Command, RunRecord
 from autotune.server import client
 from autotune.store import redact
 from autotune.store.redact import redact_env
@@ -47,34 +47,33 @@ RELEVANT_ENV_PREFIXES = ("VLLM_", "CUDA_", "HF_", "HUGGING", "TRANSFORMERS_", "T
                          "NCCL_", "OMP_", "TOKENIZERS_", "LD_PRELOAD")
 
 
-# run.json's keys in the order a person reads them (store/record.py keeps unknown ones after these).
-RECORD_ORDER = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked", "model",
-                "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight", "options",
-                "owner", "plan", "vllm_version_detected", "prediction", "links", "machine", "vllm_version", "attempts",
-                "result"]
-
-
 def relevant_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(RELEVANT_ENV_PREFIXES)}
 
 
-def tune(opts: TuneOptions, emit: Emit) -> dict:
-    """Run the loop; return the final run record (also saved as run.json).
+def tune(opts: TuneOptions, emit: Emit) -> RunRecord:
+    """Run the loop; return the final run record (also saved as run.json), secrets scrubbed.
 
     SIGINT and SIGTERM raise Interrupted from the first line on: the server is stopped
     and the run marked interrupted before it propagates.
     """
     emit = redact.scrubbing(emit)  # no secret of the command reaches the screen (redact.py)
     with interruptible():
-        return redact.scrub(_tune(opts, emit).to_dict())
+        return scrubbed(_tune(opts, emit))
 
 
-def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
+def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> RunRecord:
     """Continue an interrupted tune or lever search from its run.json, without repeating
     finished attempts (or finished lever runs)."""
     emit = redact.scrubbing(emit)
     with interruptible():
-        return redact.scrub(_resume(Path(run_dir), emit, env).to_dict())
+        return scrubbed(_resume(Path(run_dir), emit, env))
+
+
+def scrubbed(record: RunRecord) -> RunRecord:
+    """The record as run.json holds it: every secret autotune has seen masked (redact.py); a new
+    record, typed from that JSON form, which nothing else holds."""
+    return RunRecord.from_json(redact.scrub(record.to_dict()))
 
 
 def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
@@ -128,7 +127,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         machine=machine_facts(argv, env), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
         record.margin = kept_free.as_dict()
-    record.order = RECORD_ORDER
+    record.order = list(RECORD_ORDER)
     aimed = _first_boot_prediction(record, opts, serve_argv, emit)  # the refusal path starts at a prediction
     if aimed is not None:
         record.prediction = aimed.kept

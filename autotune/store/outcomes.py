@@ -73,6 +73,8 @@ class Basis(StrEnum):
     START_AT = "start_at"  # a prediction from earlier runs
     ROOM = "room"  # aimed from a boot's KV pool
     COMPUTED = "computed"  # from a refusal's two-decimal GiB figures (vLLM 0.8.4-0.9.0.1 print no estimate)
+    POOL = "pool"  # the boot's KV pool: a longer request would wait in vLLM's queue forever (queued)
+    BACK_OFF = "back_off"  # --back-off: 10% under a length whose probe failed
 
 
 # The bases of a length that is not vLLM's own number. Once such a boot verifies, its own pool

@@ -102,6 +102,14 @@ class Reach(Part):
     NESTED: ClassVar[dict] = {"steps": (ReachStep, True), "before_levers": (Result, False)}
 
 
+# A new run.json's keys in the order a person reads them (the keys after these, and those of a file read
+# back, keep their own order: part.py).
+RECORD_ORDER = ("run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked", "model",
+                "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight", "options",
+                "owner", "plan", "vllm_version_detected", "prediction", "links", "machine", "vllm_version", "attempts",
+                "result")
+
+
 @dataclass(init=False)
 class RunRecord(Part):
     """run.json: one run of autotune (a tune, a sweep value, a reproduction, a lever boot)."""
