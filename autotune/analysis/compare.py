@@ -38,7 +38,7 @@ class Report:
     not_comparable: list[dict]
     version_changes: list[VersionChange]
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

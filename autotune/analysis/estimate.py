@@ -82,7 +82,7 @@ class Prediction:
     def figure(self, name: str) -> Figure | None:
         return next((f for f in self.figures if f.name == name), None)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -237,7 +237,7 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
         figures.append(_band_figure(f"concurrency_at_{concurrency_at}", shape, conc_settings, kv, low, high, label,
                                     lambda b: round(kv_pool.pool(shape, conc_settings, max(0, int(b))).concurrency, 2),
                                     f"sequences of {concurrency_at:,} tokens the pool holds at once"))
-    return Prediction(model=model, device=device, shape=shape.to_json(), settings=asdict(settings),
+    return Prediction(model=model, device=device, shape=shape.to_dict(), settings=asdict(settings),
                       calibration=calibration, figures=figures, notes=notes)
 
 

@@ -36,7 +36,7 @@ class NodeCheck:
     nodes: list[NodeFigure]
     outliers: list[dict] = field(default_factory=list)  # node, available_kv_gib, peers_gib (the nodes' median), diff_gib, tolerance_gib
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"gpu_model": self.gpu_model, "model": self.model, "vllm_version": self.vllm_version, "gmu": self.gmu,
                 "settings": self.settings, "nodes": [n.__dict__ for n in self.nodes], "outliers": self.outliers}
 

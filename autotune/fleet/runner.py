@@ -112,7 +112,7 @@ class Driver:
                               started_at=entry.get("started_at") or "", ended_at=artifact.iso(artifact.utc_now()),
                               duration_s=0.0, node=entry.get("node") or {}, gpu=entry.get("gpu") or {},
                               infra=_infra_text(outcome))
-        entry["tries"].append(outcome.to_json())
+        entry["tries"].append(outcome.to_dict())
         if outcome.infra is not None:
             self._retry_or_fail(job, entry, outcome)
             return

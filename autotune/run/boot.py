@@ -225,7 +225,7 @@ class Boot:
                 self.time_to_outcome = self._elapsed()
                 self._stop(processes.STAGES_GRACEFUL)
                 self.verification = Verification(healthy=False, verified=False, reason=str(exc),
-                                                 front_door=exc.as_dict(), door=self.door.describe())
+                                                 front_door=exc.to_dict(), door=self.door.describe())
                 self.outcome = strategy.FRONT_DOOR
                 return
         if healthy:

@@ -61,9 +61,9 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
     for note in notes:
         emit("warning", text=f"{note.kind} (a note, booting anyway): {note.saw}")
-    found = {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    found = {"problems": [p.to_dict() for p in problems], "forced": bool(problems)}
     if notes:
-        found["notes"] = [n.as_dict() for n in notes]
+        found["notes"] = [n.to_dict() for n in notes]
     if derived:  # the model's own maximum, from its files here: what predictions of this run cap at
         found["model_maximum"] = derived
     return plan, found, target

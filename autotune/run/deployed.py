@@ -51,11 +51,11 @@ class Seen:
     metrics_unavailable: str | None = None
     room: Room | None = None
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"model": self.model, "root": self.root, "served_max_model_len": self.served_len,
                 "vllm_version": self.vllm_version,
-                "metrics": self.metrics.as_dict() if self.metrics else None,
-                "metrics_unavailable": self.metrics_unavailable, "room": self.room.as_dict() if self.room else None}
+                "metrics": self.metrics.to_dict() if self.metrics else None,
+                "metrics_unavailable": self.metrics_unavailable, "room": self.room.to_dict() if self.room else None}
 
 
 @dataclass
@@ -171,7 +171,7 @@ def _record(door, run, seen: Seen, judgement: Judgement, probe_record, started, 
                     reason=judgement.reason)
     if probe_record is not None:
         result.probe = probe_record
-    deployment = {"url": door.where, "door": door.describe(), **seen.as_dict(), "warnings": judgement.warnings}
+    deployment = {"url": door.where, "door": door.describe(), **seen.to_dict(), "warnings": judgement.warnings}
     if run is not None:
         deployment.update(verifies=run.run_id, run_ceiling=run.result.ceiling, run_vllm_version=run.vllm_version)
     record = RunRecord(run_id=run_dir.name, kind=KIND, state="finished", started_at=artifact.iso(started),

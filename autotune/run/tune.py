@@ -126,7 +126,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         plan=strategy_plan, vllm_version_detected=detected, links=dict(opts.links),
         machine=machine_facts(argv, env), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
-        record.margin = kept_free.as_dict()
+        record.margin = kept_free.to_dict()
     record.order = list(RECORD_ORDER)
     aimed = _first_boot_prediction(record, opts, serve_argv, emit)  # the refusal path starts at a prediction
     if aimed is not None:

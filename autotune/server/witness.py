@@ -30,7 +30,7 @@ def read(server: health.Server, log_facts: dict, argv: list[str], version: str |
     config = served.cache_config
     if config is None:
         return {"read": False, "why": f"GET {metrics.METRICS_PATH} serves no {metrics.CACHE_CONFIG_INFO}"}
-    return {"read": True, "cache_config": config.as_dict(), "engines": len(served.cache_configs),
+    return {"read": True, "cache_config": config.to_dict(), "engines": len(served.cache_configs),
             "disagreements": disagreements(config, log_facts, asked(argv, version))}
 
 

@@ -75,7 +75,7 @@ class Pool:
     max_model_len_fits: bool
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -496,7 +496,7 @@ def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
 
     rec = gpu_record()
     kept = Margin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
-    rec["margin"] = kept.as_dict()
+    rec["margin"] = kept.to_dict()
     rec["result"]["final_argv"] = [("0.9583" if a == "0.95" else a) for a in rec["result"]["final_argv"]]
     record = RunRecord.from_dict(rec)
     clause = "--gpu-memory-utilization 0.9583 keeps 1 GiB of 24 GiB free (--margin 1 GiB)"

@@ -32,7 +32,7 @@ def test_a_margin_on_a_gpu_is_the_gmu_that_leaves_it_free_rounded_down():
                                "unused (replacing the command's 0.98)")
     assert margin.apply(["vllm", "serve", "m", "--gpu-memory-utilization=0.98"], kept) == \
         ["vllm", "serve", "m", "--gpu-memory-utilization", "0.9583"]
-    record = kept.as_dict()
+    record = kept.to_dict()
     assert (record["asked_gib"], record["gmu"], record["device"], record["device_total_gib"]) == \
         (1.0, 0.9583, "gpu", 24.0)
 

@@ -85,7 +85,9 @@ class Part:
         return key in self.present or key in self.other
 
     def to_dict(self) -> dict:
-        """The JSON form, a copy: changing it changes nothing in the part."""
+        """The JSON form, a copy: changing it changes nothing in the part. `to_dict` is the package's one
+        serialiser name (tests/test_structure.py): it pairs with from_dict and says it gives a dict, the
+        JSON object, not JSON text as a `to_json` would suggest."""
         out = {}
         for key in _field_names(type(self)):
             if key in self.present:
