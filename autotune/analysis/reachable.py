@@ -11,10 +11,12 @@ booting, with the figures. Without such runs (a prior), or with the KV pool fixe
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
+from autotune.model.files import KVShape
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -60,7 +62,8 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[Run
                     HIGHEST_GMU_RISKY if allow_risky_gmu else HIGHEST_GMU)
 
 
-def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> dict | None:
+def _verdict(shape: KVShape, settings: kv_pool.Settings, device: estimate.Device, calibration: estimate.Calibration,
+             target: int, gmu: float) -> dict | None:
     best = estimate.budget(device, gmu) - calibration.overhead_bytes + calibration.half_band_bytes
     ceiling = kv_pool.max_model_len(shape, settings, max(0, int(best)), target)
     if ceiling >= target:
@@ -79,14 +82,14 @@ def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> d
     }
 
 
-def load_records(runs_dir) -> list[RunRecord]:
+def load_records(runs_dir: str | os.PathLike[str]) -> list[RunRecord]:
     """Every run record under runs_dir (none when it does not exist)."""
     from autotune.store import artifact
 
     if not runs_dir or not os.path.isdir(runs_dir):
         return []
     out = []
-    for folder in artifact.list_runs(runs_dir):
+    for folder in artifact.list_runs(Path(runs_dir)):
         try:
             record = artifact.load(folder)
         except artifact.ArtifactError:
@@ -96,7 +99,7 @@ def load_records(runs_dir) -> list[RunRecord]:
     return out
 
 
-def for_tune(argv: list[str], env: dict[str, str], target, runs_dir, allow_risky_gmu: bool,
+def for_tune(argv: list[str], env: dict[str, str], target: object, runs_dir: str | os.PathLike[str], allow_risky_gmu: bool,
              gpus: list[dict] | None = None) -> dict | None:
     """preflight's question for a tune: the problem (a dict of Problem's fields) or None. Never raises:
     a prediction that cannot be made refuses nothing. gpus: the GPUs the command gets (NVML's when None)."""
