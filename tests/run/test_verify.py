@@ -135,7 +135,7 @@ def test_a_port_held_by_a_socket_that_never_answers_is_not_retried_before_the_se
             target=4096, runs_dir=tmp_path, strategy="refusal", probe="none", max_boots=1,
             serve_argv=[sys.executable, "-c", "import time; print('importing', flush=True); time.sleep(6)",
                         "--port", str(port)])
-        record = tune_mod.tune(opts, lambda kind, **d: None).to_dict().to_dict()
+        record = tune_mod.tune(opts, lambda kind, **d: None).to_dict()
     (attempt,) = record["attempts"]
     assert "http_retries" not in attempt
     assert attempt["outcome"] == "exited"
