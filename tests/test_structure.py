@@ -381,7 +381,7 @@ def test_ruff_finds_nothing():
 
 def test_mypy_finds_nothing():
     """pyproject.toml's [tool.mypy]: strict over store/, analysis/ and vllm/ (mypy comes with the test
-    extra). About 6 s from cold on 2 cores, 1 s with its cache (.mypy_cache/)."""
+    extra). About 5 s of CPU from cold, under 1 s with its cache (.mypy_cache/)."""
     import subprocess
     import sys
 
