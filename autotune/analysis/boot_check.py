@@ -12,17 +12,19 @@ Pure apart from reading the model's files; returns a dict for the run record.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
-from autotune.store.record import BootFacts
+from autotune.events import Emit
+from autotune.store.record import Attempt, BootFacts, BootPrediction
 from autotune.vllm import versions
 
 GIB = 2**30
 
 
-def check(argv: list[str], facts: BootFacts, local_dir=None) -> dict | None:
+def check(argv: list[str], facts: BootFacts, local_dir: Path | None = None) -> dict | None:
     """The check for one boot (None when the boot printed no KV figures, or the model's files are
     not on this machine). `local_dir`: the model folder, if the caller resolved it already."""
     tokens, length = facts.kv_cache_tokens, facts.max_concurrency_tokens
@@ -47,7 +49,7 @@ def check(argv: list[str], facts: BootFacts, local_dir=None) -> dict | None:
         2 if serve.prefix_caching and not (device == "cpu" and "mla" in shape.attention_kinds) else 1,
         versions.check_holds_back_null_block(facts.vllm_version))
     if serve.kv_cache_memory_bytes is not None:
-        low = high = serve.kv_cache_memory_bytes
+        low = high = float(serve.kv_cache_memory_bytes)
         available_source = "--kv-cache-memory-bytes"
     elif facts.available_kv_gib is not None:
         gib = facts.available_kv_gib
@@ -97,13 +99,13 @@ def warning(shape: mf.KVShape, serve: estimate.ServeSettings, tokens: int, predi
     return f"{head}: likely {cause}"
 
 
-def _local(model: str):
+def _local(model: str) -> Path | None:
     from autotune.model.files import local_model_dir
 
     return local_model_dir(model, None, None)
 
 
-def attach(attempt, argv: list[str], emit) -> dict | None:
+def attach(attempt: Attempt, argv: list[str], emit: Emit) -> dict | None:
     """Check one finished boot (a store.record.Attempt) and keep the result as its `prediction`;
     a mismatch is emitted as a warning. Never raises: a check must not stop a tune."""
     try:
@@ -113,7 +115,7 @@ def attach(attempt, argv: list[str], emit) -> dict | None:
         result = {"checked": False, "why": f"the check failed: {exc.__class__.__name__}: {exc}"}
     if result is None:
         return None
-    attempt.prediction = result  # typed on the way in (store/record BootPrediction)
+    attempt.prediction = BootPrediction.from_dict(result)
     if attempt.prediction.warning:
         emit("warning", text=f"boot {attempt.index}: {attempt.prediction.warning}")
     return result

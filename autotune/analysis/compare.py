@@ -38,7 +38,7 @@ class Report:
     not_comparable: list[dict]
     version_changes: list[VersionChange]
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -101,7 +101,7 @@ def compile_cache_change(nc: dict, groups: list[Group], rows: dict[str, Row]) ->
     side by side (None when they share no gmu value or a KV figure is missing)."""
     by_id = {g.group_id: g for g in groups}
     first, second = (by_id[g] for g in nc["groups"])
-    newest = {}
+    newest: dict[str, dict[float | None, Row]] = {}
     for group in (first, second):
         for run_id in group.run_ids:
             row = rows[run_id]
@@ -111,6 +111,7 @@ def compile_cache_change(nc: dict, groups: list[Group], rows: dict[str, Row]) ->
     if not shared:
         return None
     a, b = newest[first.group_id][shared[-1]], newest[second.group_id][shared[-1]]
+    assert a.available_kv_gib is not None and b.available_kv_gib is not None  # kept only with one (above)
     change = b.available_kv_gib - a.available_kv_gib
     share = f" ({change / a.available_kv_gib:+.0%})" if a.available_kv_gib else ""
     text = (f"at gmu {a.gmu:g}: {a.run_id} ({a.compile_cache}) {a.available_kv_gib} GiB, {b.run_id} "

@@ -49,7 +49,7 @@ class Room:
     certainty: str  # exact | likely | unknown
     why: str  # how it was worked out, in words
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 

@@ -22,11 +22,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
 from autotune.store.record import BootFacts, RunRecord
 from autotune.store.outcomes import Verdict
+
+if TYPE_CHECKING:  # for the annotation only: the functions below import run_row where they use it
+    from autotune.analysis.run_row import Row
 
 GIB = 2**30
 # Priors for the overhead beyond the weights, when no run calibrates it (stated, deliberately wide).
@@ -84,7 +88,7 @@ class FilesPrediction:
     def figure(self, name: str) -> Figure | None:
         return next((f for f in self.figures if f.name == name), None)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -203,6 +207,9 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
         figures.append(Figure("state_bytes_per_sequence", shape.state_bytes_per_sequence, "bytes", "derived",
                               source="linear-attention layers' state per sequence (conv + recurrent)"))
     notes = list(shape.notes)
+    kv: float  # bytes: exact with --kv-cache-memory-bytes, else the budget less the overhead
+    low: float
+    high: float
     if kv_cache_memory_bytes is not None:
         kv, low, high = kv_cache_memory_bytes, kv_cache_memory_bytes, kv_cache_memory_bytes
         figures.append(Figure("available_kv", kv, "bytes", "derived", source="--kv-cache-memory-bytes fixes it"))
@@ -245,18 +252,20 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
         figures.append(_band_figure(f"concurrency_at_{concurrency_at}", shape, conc_settings, kv, low, high, label,
                                     lambda b: round(kv_pool.pool(shape, conc_settings, max(0, int(b))).concurrency, 2),
                                     f"sequences of {concurrency_at:,} tokens the pool holds at once"))
-    return FilesPrediction(model=model, device=device, shape=shape.to_json(), settings=asdict(settings),
+    return FilesPrediction(model=model, device=device, shape=shape.to_dict(), settings=asdict(settings),
                       calibration=calibration, figures=figures, notes=notes)
 
 
-def _band_figure(name, shape, settings, kv, low, high, label, of, source) -> Figure:
+def _band_figure(name: str, shape: KVShape, settings: kv_pool.Settings, kv: float, low: float, high: float,
+                 label: str, of: Callable[[float], float | int], source: str) -> Figure:
     value = of(kv)
     if low == high:
         return Figure(name, value, "tokens" if "concurrency" not in name else "x", label, source=source)
     return Figure(name, value, "tokens" if "concurrency" not in name else "x", label, of(low), of(high), source)
 
 
-def _gmu_for(shape, settings, device, calibration, target, fixed, length_limit=None) -> Figure:
+def _gmu_for(shape: KVShape, settings: kv_pool.Settings, device: Device, calibration: Calibration, target: int,
+             fixed: int | None, length_limit: int | None = None) -> Figure:
     """The gmu that reaches `target`; none where vLLM would refuse it whatever the gmu: above the
     model's own maximum, or needing more than the whole device (gmu is at most 1)."""
     target_settings = kv_pool.Settings(settings.block_size, target, settings.in_flight_tokens)
@@ -318,7 +327,7 @@ def serve_settings(argv: list[str]) -> ServeSettings:
     if not model:
         raise ValueError("the serve command names no model (--model M, or `vllm serve M`)")
 
-    def number(flag, kind, *aliases):
+    def number(flag: str, kind: Callable[[str], Any], *aliases: str) -> Any:
         for name in (flag, *aliases):
             text = servecmd.flag_value(argv, name)
             if text is not None:
@@ -328,7 +337,7 @@ def serve_settings(argv: list[str]) -> ServeSettings:
                     raise ValueError(f"{name} {text!r} is not a number")
         return None
 
-    def size(flag):  # vLLM's human_readable_int: 128M is 128 MiB, 128m is 128,000,000
+    def size(flag: str) -> int | None:  # vLLM's human_readable_int: 128M is 128 MiB, 128m is 128,000,000
         text = servecmd.flag_value(argv, flag)
         try:
             return servecmd.human_readable_int(text) if text is not None else None
@@ -401,7 +410,7 @@ def like_with_like(chosen: list[CalibrationRun], skipped: list[str]) -> tuple[li
     return [r for r in chosen if r.compile_cache == keep], skipped
 
 
-def _mismatch(row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:
+def _mismatch(row: Row, model: str, device: Device, version: str | None, settings: dict[str, str]) -> str | None:
     if row.verdict != Verdict.VERIFIED or row.available_kv_gib is None:
         return "not a verified run with a KV figure"
     if not row.gmu_sets_kv:

@@ -36,7 +36,7 @@ class NodeCheck:
     nodes: list[NodeFigure]
     outliers: list[dict] = field(default_factory=list)  # node, available_kv_gib, peers_gib (the nodes' median), diff_gib, tolerance_gib
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"gpu_model": self.gpu_model, "model": self.model, "vllm_version": self.vllm_version, "gmu": self.gmu,
                 "settings": self.settings, "nodes": [n.__dict__ for n in self.nodes], "outliers": self.outliers}
 
@@ -74,7 +74,8 @@ def check(records: list[RunRecord]) -> list[NodeCheck]:
             by_node.setdefault(node, []).append(row)
         if len(by_node) < 2:
             continue
-        figures = [NodeFigure(node, [r.run_id for r in rows], statistics.median(r.available_kv_gib for r in rows),
+        figures = [NodeFigure(node, [r.run_id for r in rows],
+                              statistics.median(r.available_kv_gib for r in rows if r.available_kv_gib is not None),
                               max((r.ceiling for r in rows if r.ceiling is not None), default=None))
                    for node, rows in sorted(by_node.items())]
         result = NodeCheck(model_gpu, model, version, gmu, dict(settings), figures)

@@ -7,6 +7,7 @@ without it write_plot raises PlotUnavailable with that advice, and nothing else 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from autotune.analysis.compare import Report
 from autotune.analysis.gmu_predict import predict
@@ -17,7 +18,7 @@ class PlotUnavailable(AutotuneError):
     """matplotlib is missing (or unusable); the message says how to get it."""
 
 
-def _pyplot():
+def _pyplot() -> Any:  # matplotlib.pyplot: imported only when a plot is drawn
     try:
         import matplotlib
 
@@ -64,7 +65,7 @@ def write_plot(report: Report, path: Path) -> Path:
                        label=f"{group.group_id} fit: {fit.a_gib:.2f} x gmu - {fit.b_gib:.2f} GiB")
             predicted = [predict(group, members, x) for x in xs]
             if all(p is not None and p.ceiling is not None and not p.ceiling_is_upper_bound for p in predicted):
-                ax_ceiling.plot(xs, [p.ceiling for p in predicted], color=colour, linewidth=1,
+                ax_ceiling.plot(xs, [p.ceiling for p in predicted if p is not None], color=colour, linewidth=1,
                                 label=f"{group.group_id} predicted ceiling")
     if not plotted:
         plt.close(fig)

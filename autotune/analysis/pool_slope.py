@@ -12,6 +12,7 @@ memory" differs) teaches none, the same rule as the slack.
 
 from __future__ import annotations
 
+from autotune.store.record import Attempt, BootFacts
 from autotune.vllm import kv_pool, versions
 
 CPU_LENGTH_BUFFERS = "cpu_length_buffers"
@@ -27,16 +28,16 @@ def pool_fits(kv_cache_tokens: int, length: int, grid: int, holds_null: bool) ->
     return max(0, blocks - (1 if holds_null else 0)) * grid
 
 
-def cause_of(facts) -> str | None:
+def cause_of(facts: BootFacts | None) -> str | None:
     """Why a boot's pool shrinks as the length grows, where its log shows it (BootFacts)."""
     if facts is not None and getattr(facts, "cpu_worker_requested_gib", None) is not None:
         return CPU_LENGTH_BUFFERS
     return None
 
 
-def grid_of(facts, block_flag: str | None = None) -> int:
+def grid_of(facts: BootFacts | None, block_flag: str | None = None) -> int:
     """vLLM's step of lengths for a boot: --block-size, else the KV block size of its device."""
-    if str(block_flag or "").isdigit():
+    if block_flag is not None and block_flag.isdigit():
         return int(block_flag)
     on_cpu = facts is not None and (any(getattr(facts, name, None) is not None for name in (
         "cpu_kv_gib", "cpu_node_total_gib", "cpu_worker_requested_gib", "cpu_kvcache_space_gib"))
@@ -44,14 +45,15 @@ def grid_of(facts, block_flag: str | None = None) -> int:
     return kv_pool.CPU_BLOCK_SIZE if on_cpu else kv_pool.GPU_BLOCK_SIZE
 
 
-def point_of(attempt) -> tuple[int, int] | None:
+def point_of(attempt: Attempt) -> tuple[int, int] | None:
     """(the length the pool was measured at, the longest length it holds) for one recorded attempt."""
     facts = attempt.facts
     if facts is None or cause_of(facts) is None:
         return None
     length, ceiling = attempt.max_model_len, attempt.ceiling
-    if attempt.outcome == "refused" and attempt.ceiling_source == "estimate" and isinstance(ceiling, int):
-        return int(length), ceiling
+    if attempt.outcome == "refused" and attempt.ceiling_source == "estimate" and isinstance(ceiling, int) \
+            and isinstance(length, int):
+        return length, ceiling
     if attempt.outcome != "verified":
         return None
     if length == "auto":
@@ -62,13 +64,13 @@ def point_of(attempt) -> tuple[int, int] | None:
     return None
 
 
-def slope_of_run(attempts) -> tuple[float, str] | None:
+def slope_of_run(attempts: list[Attempt]) -> tuple[float, str] | None:
     """(pool tokens lost per token of length, its cause) from one run's boots; None where they show
     none, or where their memory moved."""
     points, requested = [], set()
     for attempt in attempts:
         found = point_of(attempt)
-        if found is not None:
+        if found is not None and attempt.facts is not None:  # a point has facts
             points.append(found)
             requested.add(attempt.facts.cpu_worker_requested_gib)
     lengths = {length for length, _ in points}

@@ -11,7 +11,7 @@ is X x T x P.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 from autotune.store.record import BootFacts
 from autotune.vllm import servecmd
@@ -23,7 +23,7 @@ def parallel_sizes(argv: Sequence[str], non_default_args: dict | None = None) ->
     options = servecmd.long_options(argv)  # reads -tp / -pp too
 
     def size(flag: str, arg: str) -> int:
-        value = options.get(flag[2:])
+        value: Any = options.get(flag[2:])
         if value is None:
             value = args.get(arg)
         try:

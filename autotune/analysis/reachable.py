@@ -10,10 +10,12 @@ booting, with the figures. Without such runs (a prior), or with the KV pool fixe
 
 from __future__ import annotations
 
+import os
 
 from autotune.analysis import estimate
 from autotune.vllm import kv_pool
 from autotune.model import files as mf
+from autotune.model.files import KVShape
 from autotune.store.record import RunRecord
 from autotune.vllm import versions
 
@@ -59,7 +61,8 @@ def problem(argv: list[str], env: dict[str, str], target: int, records: list[Run
                     HIGHEST_GMU_RISKY if allow_risky_gmu else HIGHEST_GMU)
 
 
-def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> dict | None:
+def _verdict(shape: KVShape, settings: kv_pool.Settings, device: estimate.Device, calibration: estimate.Calibration,
+             target: int, gmu: float) -> dict | None:
     best = estimate.budget(device, gmu) - calibration.overhead_bytes + calibration.half_band_bytes
     ceiling = kv_pool.max_model_len(shape, settings, max(0, int(best)), target)
     if ceiling >= target:
@@ -78,7 +81,7 @@ def _verdict(shape, settings, device, calibration, target: int, gmu: float) -> d
     }
 
 
-def _more_memory(need_gmu: float, device) -> str:
+def _more_memory(need_gmu: float, device: estimate.Device) -> str:
     """How much more memory: a gmu where one up to 1 would do, else what no gmu gives (gmu is at most 1)."""
     if need_gmu <= 1:
         return f"gmu {need_gmu:.2f} would be needed"
@@ -86,7 +89,7 @@ def _more_memory(need_gmu: float, device) -> str:
             f"{device.memory_bytes / GIB:.2f} GiB, which no gmu reaches: gmu is at most 1")
 
 
-def load_records(runs_dir) -> list[RunRecord]:
+def load_records(runs_dir: str | os.PathLike[str]) -> list[RunRecord]:
     """Every run record under runs_dir (none when it does not exist)."""
     from autotune.store import walk
 
@@ -95,7 +98,7 @@ def load_records(runs_dir) -> list[RunRecord]:
     return walk.records(runs_dir, walk.unnoticed, booted_only=True)  # a prediction, not a listing: none said
 
 
-def for_tune(argv: list[str], env: dict[str, str], target, runs_dir, allow_risky_gmu: bool,
+def for_tune(argv: list[str], env: dict[str, str], target: object, runs_dir: str | os.PathLike[str], allow_risky_gmu: bool,
              gpus: list[dict] | None = None) -> dict | None:
     """preflight's question for a tune: the problem (a dict of Problem's fields) or None. Never raises:
     a prediction that cannot be made refuses nothing. gpus: the GPUs the command gets (NVML's when None)."""

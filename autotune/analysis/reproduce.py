@@ -16,6 +16,7 @@ only the rest counts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED
 from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
@@ -27,6 +28,8 @@ TIMING_FACTOR = 1.5  # TTFT and prefill tokens/s: a change counts when 1.5x slow
 # ... and when it moves the request's time by at least this much: a 40 ms TTFT becoming 80 ms is 2x,
 # and a scheduler's hiccup on a loaded machine, not vLLM (one request each side).
 TIMING_FLOOR_S = 0.5
+# installed_version(run record): the vLLM its command starts now (None: cannot be told)
+InstalledVersion = Callable[[RunRecord], "str | None"]
 SAME_LENGTH = 0.05  # two probes are timed alike when their prompts are within 5% in length
 
 
@@ -200,7 +203,7 @@ def _final_facts(record: RunRecord) -> BootFacts:
     return (attempts[-1].facts if attempts else None) or BootFacts()
 
 
-def _change(what: str, before, after, expected: float, tolerance: float) -> dict:
+def _change(what: str, before: float, after: float, expected: float, tolerance: float) -> dict:
     delta = after - before
     unexplained = delta - expected
     status = "worse" if unexplained < -tolerance else "better" if unexplained > tolerance else "same"
@@ -222,7 +225,7 @@ def _timing_change(what: str, before: float, after: float, seconds: float, lower
             "tolerance_text": f"a factor of {TIMING_FACTOR:g} and {TIMING_FLOOR_S:g} s", "seconds": round(seconds, 3)}
 
 
-def _num(value) -> str:
+def _num(value: object) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float) and value >= 100:
@@ -242,7 +245,7 @@ def configuration_key(record: RunRecord) -> tuple:
     return tuple(argv), tuple(sorted(env.items())), record.target
 
 
-def outdated(records: list[RunRecord], installed_version) -> list[tuple[RunRecord, str]]:
+def outdated(records: list[RunRecord], installed_version: InstalledVersion) -> list[tuple[RunRecord, str]]:
     """The newest verified run of each configuration whose vLLM is not the installed one, with
     that version. `installed_version(run_record)` says which vLLM the run's command would start now
     (None: unknown, the run is left out). Sweep points are left out: a sweep is re-run as a sweep."""
@@ -254,13 +257,13 @@ def outdated(records: list[RunRecord], installed_version) -> list[tuple[RunRecor
     return out
 
 
-def nothing_outdated(records: list[RunRecord], installed_version) -> str:
+def nothing_outdated(records: list[RunRecord], installed_version: InstalledVersion) -> str:
     """Why `reproduce --outdated` finds nothing to do, truthfully (the runs, or the versions, may be
     what is missing)."""
     found = configurations(records)
     if not found:
         return "no verified configuration is recorded (sweep points are reproduced as their sweep)"
-    unknown = [record.run_id for record in found if installed_version(record) is None]
+    unknown = [record.run_id or "" for record in found if installed_version(record) is None]
     if len(unknown) == len(found):
         return ("which vLLM the recorded commands start now could not be found (their Python or `vllm` is not "
                 "here), so none is known to be outdated")
@@ -278,10 +281,10 @@ def configurations(records: list[RunRecord]) -> list[RunRecord]:
     return list(newest.values())
 
 
-def undetermined(records: list[RunRecord], installed_version) -> list[str]:
+def undetermined(records: list[RunRecord], installed_version: InstalledVersion) -> list[str]:
     """The run ids of the verified configurations whose command's vLLM now cannot be told (a wrapper
     script, a container, a Python that is not here): `--outdated` checked nothing for them."""
-    return [record.run_id for record in configurations(records) if installed_version(record) is None]
+    return [record.run_id or "" for record in configurations(records) if installed_version(record) is None]
 
 
 def worst_exit(codes: list[int]) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from autotune.analysis import pool_slope
 from autotune.host import gpus as gpus_mod
 from autotune.store import outcomes
-from autotune.store.record import BootFacts, Command, GpuPlan, Machine, Result, RunRecord
+from autotune.store.record import Attempt, BootFacts, Command, GpuPlan, Machine, Result, RunRecord
 from autotune.vllm import servecmd, versions
 
 GMU_FLAG = "--gpu-memory-utilization"
@@ -139,7 +139,8 @@ def batch_defaults_of(argv: list[str], version: str | None, gpus: list[dict], on
     if "max-num-seqs" not in options:
         batched = options.get("max-num-batched-tokens")
         capped = isinstance(batched, int) and versions.seqs_capped_by_batched(version)
-        out["max_num_seqs"] = min(found.max_num_seqs, batched) if capped else found.max_num_seqs
+        out["max_num_seqs"] = min(found.max_num_seqs, batched) if capped and isinstance(batched, int) \
+            else found.max_num_seqs
     return out
 
 
@@ -175,7 +176,7 @@ def used_gpus(record: RunRecord) -> list[dict]:
     if "CUDA_VISIBLE_DEVICES" not in env and machine.cuda_visible_devices is not None:
         env["CUDA_VISIBLE_DEVICES"] = machine.cuda_visible_devices
     seen = gpus_mod.visible_gpus(env, inventory)
-    return list(seen.gpus) if seen is not None and seen.gpus else inventory
+    return [dict(g) for g in seen.gpus] if seen is not None and seen.gpus else inventory
 
 
 def device_of(machine: Machine, gpus: list[dict], facts: BootFacts) -> tuple[str, float | None, str]:
@@ -188,7 +189,8 @@ def device_of(machine: Machine, gpus: list[dict], facts: BootFacts) -> tuple[str
             label = f"{len(gpus)}x {label}"
         mems = {g.get("memory_total_gib") for g in gpus}
         if len(mems) == 1 and None not in mems:
-            return label, float(mems.pop()), "the GPU's total memory (NVML)"
+            memory = mems.pop()
+            return label, float(memory) if memory is not None else None, "the GPU's total memory (NVML)"
         return label, None, "GPUs of different sizes"
     ram = ((machine or Machine()).host or {}).get("ram_total_gib")
     label = f"cpu {ram} GiB RAM" if ram is not None else "cpu"
@@ -207,7 +209,7 @@ def settings_of(argv: list[str], environment: dict) -> dict[str, str]:
     return dict(sorted(settings.items()))
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return "true" if value is True else str(value)
 
 
@@ -324,7 +326,7 @@ def _slope(attempts: list) -> dict:
 GIB_PRINTED = 0.02  # two-decimal GiB figures, and the few MiB re-profiling moves between boots
 
 
-def _one_memory(attempts: list) -> bool:
+def _one_memory(attempts: list[Attempt]) -> bool:
     """Do the verified boot's pool and the ceiling it booted come from the same available memory?"""
     if not attempts or attempts[-1].basis != "ceiling" or len(attempts) < 2:
         return True  # auto-fit, the target itself, a prediction: one boot
@@ -334,7 +336,7 @@ def _one_memory(attempts: list) -> bool:
     return seen is None or now is None or abs(seen - now) <= GIB_PRINTED
 
 
-def _model_maximum(attempts: list, result: Result) -> int | None:
+def _model_maximum(attempts: list[Attempt], result: Result) -> int | None:
     """The model's own maximum as vLLM named it (a refusal above it, auto-fit's 'reduced from'), or
     the verified ceiling it set."""
     for attempt in attempts:
@@ -345,9 +347,10 @@ def _model_maximum(attempts: list, result: Result) -> int | None:
     return result.ceiling if result.limit == "model_maximum" else None
 
 
-def _block_size(attempts: list, argv: list[str]) -> int | None:
-    seen = ((attempts[-1].get("metrics") or {}).get("cache_config") or {}) if attempts else {}
-    if isinstance(seen.get("block_size"), int):
-        return seen["block_size"]
+def _block_size(attempts: list[Attempt], argv: list[str]) -> int | None:
+    seen = ((attempts[-1].metrics or {}).get("cache_config") or {}) if attempts else {}
+    block: object = seen.get("block_size")
+    if isinstance(block, int):
+        return block
     flag = servecmd.flag_value(argv, "--block-size")
     return int(flag) if flag and flag.isdigit() else None

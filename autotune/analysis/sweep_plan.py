@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from autotune.analysis.gmu_predict import GmuPrediction
-from autotune.store.record import Result, RunRecord
+from autotune.store.record import Attempt, Result, RunRecord
 from autotune.store.outcomes import Outcome
 
 # How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
@@ -73,7 +74,7 @@ def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
     boots = len(attempts)
     ceiling = result.ceiling if result.verified else None
     target = record.target
-    first = attempts[0] if attempts else {}
+    first = attempts[0] if attempts else Attempt()
     # Without a prediction a point costs 2 boots when the target is refused (the target, then
     # vLLM's ceiling) and 1 when the target fits.
     baseline = 1 if ceiling is not None and target is not None and ceiling >= target else 2
@@ -95,7 +96,7 @@ def sweep_point_outcome(record: RunRecord, start_at: int | None) -> dict:
                 f"ceiling its KV pool shows: booted again there; no boot saved")
     else:
         note = f"the first boot, at {start_at:,} (aimed from the prediction), ended {first.outcome}"
-    outcome = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,
+    outcome: dict[str, Any] = {"boots": boots + cut_short, "boots_without_prediction": baseline, "saved": baseline - boots,
                "note": note}
     if cut_short:
         outcome["boots_interrupted"] = cut_short

@@ -247,7 +247,7 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
         written = _write_plot(report, plot)
         click.echo(f"wrote {written}", err=True)
     if json_:
-        click.echo(json.dumps({**report.to_json(), **({"nodes": [c.to_json() for c in nodes]} if nodes else {})},
+        click.echo(json.dumps({**report.to_dict(), **({"nodes": [c.to_dict() for c in nodes]} if nodes else {})},
                               indent=2, ensure_ascii=False))
     else:
         echo_report(report)

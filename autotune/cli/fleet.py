@@ -63,7 +63,7 @@ def plan_cmd(plan_file, json_):
     plan, _ = _plan(plan_file)
     if json_:
         click.echo(json.dumps({"name": plan.name, "digest": plan.digest,
-                               "leaves": [leaf.to_json() for leaf in plan.leaves]}, indent=2))
+                               "leaves": [leaf.to_dict() for leaf in plan.leaves]}, indent=2))
         return
     click.echo(f"plan {plan.name}: {len(plan.leaves)} leaves", err=True)
     echo_table(report.PLAN_HEADER, report.plan_rows(plan), right={2, 3})
@@ -227,7 +227,7 @@ def _backend(plan, state, on, slots, address, results_uri):
 
 def _echo_result(state, json_: bool) -> None:
     if json_:
-        click.echo(json.dumps(report.to_json(state), indent=2))
+        click.echo(json.dumps(report.to_dict(state), indent=2))
         return
     echo_table(report.TABLE_HEADER, report.table_rows(state), right=report.TABLE_RIGHT)
     s = report.summary(state)

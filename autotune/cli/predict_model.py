@@ -181,7 +181,7 @@ def render(p: estimate.FilesPrediction, gmu: float | None, target: int | None) -
 
 def echo_prediction(p: estimate.FilesPrediction, json_: bool, gmu: float | None, target: int | None) -> None:
     if json_:
-        click.echo(json.dumps(json_rounded(p.to_json()), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(json_rounded(p.to_dict()), indent=2, ensure_ascii=False))
     else:
         click.echo(render(p, gmu, target))
 

@@ -16,7 +16,6 @@ from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
 from autotune.store import artifact
 from autotune.store import latest
-from autotune.store.record import RunRecord
 from autotune.store import sweeps
 
 
@@ -65,7 +64,7 @@ def resume(run, runs_dir, json_, quiet):
     with exits(INTERRUPTED_RUN):
         progress = ProgressPrinter(quiet=quiet)
         try:
-            record = RunRecord.from_json(tune_mod.resume(path, progress))  # resume's JSON form, nobody else's
+            record = tune_mod.resume(path, progress)
         finally:
             progress.close()
     if json_:

@@ -134,7 +134,7 @@ def run_sweep(go, sweep_dir: Path, json_: bool, quiet: bool) -> None:
         finally:
             progress.close()
     if json_:
-        click.echo(json.dumps({"sweep": sweep.to_dict(), "compare": report.to_json()}, indent=2, ensure_ascii=False))
+        click.echo(json.dumps({"sweep": sweep.to_dict(), "compare": report.to_dict()}, indent=2, ensure_ascii=False))
     else:
         click.echo(render_sweep(sweep, sweep_dir))
         if report.runs:

@@ -13,7 +13,6 @@ from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, ech
 from autotune.cli.card import echo_card
 from autotune.store import artifact
 from autotune.store import latest
-from autotune.store.record import RunRecord
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 
@@ -78,7 +77,7 @@ def tune(target, margin_gib, json_, quiet, show_log, runs_dir, serve_command, **
     progress = ProgressPrinter(quiet=quiet, show_log=show_log)
     with exits(INTERRUPTED_RUN):
         try:
-            record = RunRecord.from_json(tune_mod.tune(opts, progress))  # tune's JSON form, nobody else's
+            record = tune_mod.tune(opts, progress)
         finally:
             progress.close()  # clears the live status line whatever happened
     if json_:

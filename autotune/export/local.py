@@ -178,7 +178,7 @@ def render_compose(record: RunRecord) -> str:
     if add_name:
         cmd.options.append(("served-model-name", served))
     cwd = cwd_of(record)
-    env = record.get("environment") or {}
+    env = record.environment or {}
     port = port_of(cmd)
     notes: list[str] = []
     volumes: list[str] = []
@@ -220,7 +220,7 @@ def render_compose(record: RunRecord) -> str:
            "# usage: docker compose -f docker-compose.yml up -d   (logs: docker compose logs -f vllm)",
            f"# {clients_line(served)}"]
     ids = pinned_gpus(record)
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    gpus = (record.machine.gpus if record.machine else None) or []
     cpu = ids is None and not gpus
     if cpu:
         out.append("# this run used vLLM's CPU backend (no GPU recorded): the image is vLLM's CPU build")
@@ -230,7 +230,7 @@ def render_compose(record: RunRecord) -> str:
         out.append("# the run did not set CUDA_DEVICE_ORDER=PCI_BUS_ID: its CUDA index may differ from the "
                    "nvidia-smi index that device_ids uses; check with nvidia-smi -L")
     out += [f"# note: {n}" for n in notes]
-    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.get('vllm_version'), cpu=cpu))}",
+    out += ["services:", "  vllm:", f"    image: {json.dumps(image_tag(record.vllm_version, cpu=cpu))}",
             "    command:"]
     out += [f"      - {_compose_value(token)}" for token in command]
     out += ["    ports:", f"      - \"{port}:{port}\"", "    ipc: host", "    volumes:"]
@@ -250,7 +250,7 @@ def render_compose(record: RunRecord) -> str:
 
 def _compose_environment(record: RunRecord) -> list[str]:
     """The service's environment: what the run had (secrets by reference), and the optional token."""
-    env = record.get("environment") or {}
+    env = record.environment or {}
     container_env = {k: v for k, v in env.items() if k not in _NOT_IN_CONTAINER}
     if not container_env and not optional_secrets(record):
         return []
@@ -318,11 +318,11 @@ def render_systemd(record: RunRecord) -> str:
         out.append(f"# {clients_line(name)}")
     out += ["[Unit]",
             f"Description=vLLM serving {model} at --max-model-len "
-            f"{fmt_int((record.get('result') or {}).get('ceiling'))} (verified by autotune)",
+            f"{fmt_int(record.result.ceiling if record.result else None)} (verified by autotune)",
             "After=network-online.target", "Wants=network-online.target", "", "[Service]", "Type=simple"]
     if cwd:
         out.append(f"WorkingDirectory={cwd}")
-    for key, value in (record.get("environment") or {}).items():
+    for key, value in (record.environment or {}).items():
         if is_secret(key):
             continue
         escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")

@@ -23,7 +23,7 @@ SHORTER_LENGTHS = (262144, 131072, 65536, 32768, 16384, 8192, 4096, 2048)
 
 
 def verified_attempt(record: RunRecord) -> Attempt | None:
-    return next((a for a in reversed(record.get("attempts") or []) if a.get("outcome") == "verified"), None)
+    return next((a for a in reversed(record.attempts or []) if a.outcome == "verified"), None)
 
 
 def _gib(value) -> str:
@@ -32,17 +32,17 @@ def _gib(value) -> str:
 
 def _line(source: RunRecord, attempt: Attempt, key: str, dep: Deployment) -> str:
     """Where a figure was read: the log line (and the run, when it is the lever run's)."""
-    where = (attempt.get("provenance") or {}).get(key) or {}
+    where = (attempt.provenance or {}).get(key) or {}
     if not where.get("line"):
         return ""
-    run = f" of run {source.get('run_id')}" if source.get("run_id") != dep.run_id else ""
-    return f"{attempt.get('log') or 'attempt log'} line {where['line']}{run}"
+    run = f" of run {source.run_id}" if source.run_id != dep.run_id else ""
+    return f"{attempt.log or 'attempt log'} line {where['line']}{run}"
 
 
 def memory_rows(dep: Deployment, record: RunRecord, source: RunRecord, attempt: Attempt) -> list[tuple[str, str, str]]:
     """(component, GiB, where it comes from), one rank. source: the run whose boot verified the
     command (the record itself, or its lever run)."""
-    facts = attempt.get("facts") or {}
+    facts = attempt.facts or BootFacts()
     device, device_from = _device(dep, record, facts)
     gmu_text = dep.option("gpu-memory-utilization")
     gmu = float(gmu_text) if gmu_text else versions.default_gmu(dep.vllm_version)
@@ -52,14 +52,14 @@ def memory_rows(dep: Deployment, record: RunRecord, source: RunRecord, attempt: 
     if budget is not None:
         gmu_from = "--gpu-memory-utilization" if gmu_text else f"vLLM {dep.vllm_version}'s default gmu"
         rows.append((f"vLLM's budget ({gmu:g} x device)", _gib(budget), gmu_from))
-    weights = facts.get("weights_gib")
+    weights = facts.weights_gib
     rows.append(("weights", _gib(weights), _line(source, attempt, "weights_gib", dep) or "not printed by this boot"))
-    estimate, actual = facts.get("cuda_graph_estimated_gib"), facts.get("cuda_graph_gib")
+    estimate, actual = facts.cuda_graph_estimated_gib, facts.cuda_graph_gib
     rows.append(("CUDA graphs: estimate (subtracted from KV)", _gib(estimate),
                  _line(source, attempt, "cuda_graph_estimated_gib", dep) or "not printed (no graphs, or before 0.18)"))
     rows.append(("CUDA graphs: actual (captured)", _gib(actual),
                  _line(source, attempt, "cuda_graph_gib", dep) or "not printed"))
-    kv = facts.get("available_kv_gib")
+    kv = facts.available_kv_gib
     rows.append(("KV cache", _gib(kv), f"--kv-cache-memory-bytes {kv_bytes}" if kv_bytes else
                  _line(source, attempt, "available_kv_gib", dep) or "not printed"))
     if budget is not None and isinstance(weights, (int, float)) and isinstance(kv, (int, float)):
@@ -74,11 +74,11 @@ def memory_rows(dep: Deployment, record: RunRecord, source: RunRecord, attempt: 
     return rows
 
 
-def _device(dep: Deployment, record: RunRecord, facts: dict) -> tuple[float | None, str]:
+def _device(dep: Deployment, record: RunRecord, facts: BootFacts) -> tuple[float | None, str]:
     if dep.cpu:
-        node = facts.get("cpu_node_total_gib")
+        node = facts.cpu_node_total_gib
         return node, "the NUMA node's memory, as vLLM's CPU backend read it" if node else "not printed"
-    for gpu in (record.get("machine") or {}).get("gpus") or []:
+    for gpu in (record.machine.gpus if record.machine else None) or []:
         if gpu.get("name") == dep.gpu_name and gpu.get("memory_total_gib"):
             return gpu["memory_total_gib"], f"{dep.gpu_name}, NVML"
     return None, "not recorded"
@@ -116,17 +116,17 @@ def _table(header: tuple[str, ...], rows: list[tuple]) -> list[str]:
 
 
 def concurrency_section(dep: Deployment, source: RunRecord, attempt: Attempt) -> list[str]:
-    facts = attempt.get("facts") or {}
-    tokens = facts.get("kv_cache_tokens")
+    facts = attempt.facts or BootFacts()
+    tokens = facts.kv_cache_tokens
     if not isinstance(tokens, int) or not isinstance(dep.ceiling, int):
         return ["## Concurrency", "", "vLLM printed no KV cache size for this boot."]
-    kinds = ((attempt.get("prediction") or {}).get("kinds")) or []
+    kinds = (attempt.prediction.kinds if attempt.prediction else None) or []
     out = ["## Concurrency", "",
            f"The pool holds {fmt_int(tokens)} tokens ({_line(source, attempt, 'kv_cache_tokens', dep)}) in blocks of "
            f"{block_size(dep)}; a request of L tokens takes ceil(L / {block_size(dep)}) blocks"
            + (f" of the {fmt_int(tokens // block_size(dep) - 1)} it schedules from (vLLM {dep.vllm_version} keeps one "
               "block back, its null block)" if null_blocks(dep) else "") + ". vLLM's own figure at "
-           f"{fmt_int(facts.get('max_concurrency_tokens'))} tokens: {facts.get('max_concurrency')}x "
+           f"{fmt_int(facts.max_concurrency_tokens)} tokens: {facts.max_concurrency}x "
            f"({_line(source, attempt, 'max_concurrency', dep)}).", ""]
     out += _table(("length", "full-length requests at once", "--max-num-seqs (80-90%)"),
                   [(fmt_int(n), fmt_int(c), s) for n, c, s in concurrency_rows(dep, tokens)])
@@ -172,9 +172,9 @@ def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, a
     rows = []
     check = attempt.prediction or BootPrediction()
     if check.checked:
-        tokens = check.get("kv_cache_tokens") or {}
+        tokens = check.kv_cache_tokens or {}
         rows.append(("KV tokens from the model's files", fmt_int(tokens.get("predicted")), fmt_int(tokens.get("vllm")),
-                     "matches" if check.get("matches") else "differs"))
+                     "matches" if check.matches else "differs"))
     aimed = source.prediction or AimPrediction()
     if aimed.ceiling:
         rows.append(("ceiling from this machine's earlier runs", fmt_int(aimed.ceiling), fmt_int(dep.ceiling),
@@ -184,7 +184,7 @@ def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, a
                      "vLLM's estimate vs what capture took"))
     out = ["## Predicted vs measured", ""]
     out += _table(("figure", "predicted", "measured", "note"), rows) if rows else ["No prediction was made for this run."]
-    levers = (record.get("reach") or {}).get("explanation") or []
+    levers = (record.reach.explanation if record.reach else None) or []
     if levers:
         out += ["", "The lever search (--reach), predicted then measured:", ""] + [f"- {line}" for line in levers]
     return out
@@ -196,7 +196,7 @@ def render_report(record: RunRecord, found: Sources | None = None) -> str:
     source, plot = found.verifier or record, found.plot
     attempt = verified_attempt(source)
     if attempt is None:
-        raise NotEmittable(f"run {source.get('run_id')} has no verified boot to report on")
+        raise NotEmittable(f"run {source.run_id} has no verified boot to report on")
     out = [f"# Sizing report: {dep.served_name}, --max-model-len {fmt_int(dep.ceiling)}", "",
            f"{dep.stamp}.", "", f"Machine: {settings.describe_gpus(dep)}. vLLM {dep.vllm_version}."]
     if dep.stood_in_by:

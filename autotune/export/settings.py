@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from autotune.store import redact
-from autotune.store.record import RunRecord
+from autotune.store.record import ProbeResult, Result, RunRecord
 from autotune.store.redact import is_secret
 from autotune.export import verified
 from autotune.export.verified import (
@@ -116,24 +116,24 @@ def from_record(record: RunRecord, found: Sources | None = None) -> Deployment:
         host_path = absolute(model, cwd_of(record))
         model = f"{CONTAINER_MODELS}/{PurePosixPath(model.rstrip('/')).name}"
     tp, pp = _size(cmd.option("tensor-parallel-size")), _size(cmd.option("pipeline-parallel-size"))
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    gpus = (record.machine.gpus if record.machine else None) or []
     chosen = _chosen_gpus(record, gpus)
     notes = _gpu_notes(chosen, tp * pp) if gpus else []
-    result = record.get("result") or {}
+    result = record.result or Result()
     boot_s, boot_from = _boot(verifier or record)
     weights, weights_from = _weights(verifier or record, tp * pp)
     pins = effective_pins(dict(options), record, chosen[0] if chosen else None, found.engine_flags)
     options += [(name, value) for name, (value, _) in pins.items()]
     return Deployment(
-        run_id=str(record.get("run_id")), stamp=provenance_line(record), date=verified_on(record),
-        ceiling=result.get("ceiling"), vllm_version=record.get("vllm_version"),
-        image=image_tag(record.get("vllm_version"), cpu=not gpus), cpu=not gpus, model=model,
+        run_id=str(record.run_id), stamp=provenance_line(record), date=verified_on(record),
+        ceiling=result.ceiling, vllm_version=record.vllm_version,
+        image=image_tag(record.vllm_version, cpu=not gpus), cpu=not gpus, model=model,
         model_host_path=host_path, served_name=served,
         options=options, env=carried_env(record), secrets=secret_names(record),
         optional_secrets=verified.optional_secrets(record),
         gpu_count=0 if not gpus else max(tp * pp, 1), gpu_name=chosen[0].get("name") if chosen else None,
         tp=tp, pp=pp, port=port_of(cmd), boot_s=boot_s,
-        boot_from=boot_from, longest_ttft_s=_longest_ttft(result.get("probe") or {}),
+        boot_from=boot_from, longest_ttft_s=_longest_ttft(result.probe or ProbeResult()),
         stood_in_by=stood_in_by, notes=notes, engine_flags=dict(found.engine_flags),
         pinned={name: why for name, (_, why) in pins.items()},
         weights_gib=weights, weights_from=weights_from, pull_mb_s=found.pull_mb_s)
@@ -159,9 +159,9 @@ def effective_pins(given: dict, record: RunRecord, gpu: dict | None, engine_flag
     if "max-num-batched-tokens" in given and "max-num-seqs" in given or gpu is None:
         return pins
     chunked = engine_flags.get("enable_chunked_prefill", "no-enable-chunked-prefill" not in given)
-    ceiling = (record.get("result") or {}).get("ceiling")
+    ceiling = record.result.ceiling if record.result else None
     chosen = versions.scheduler_defaults(
-        record.get("vllm_version"), gpu.get("name"), gpu.get("memory_total_gib"),
+        record.vllm_version, gpu.get("name"), gpu.get("memory_total_gib"),
         ceiling if isinstance(ceiling, int) else None, chunked_prefill=bool(chunked),
         throughput_mode=given.get("performance-mode") == "throughput")
     if chosen is None:
@@ -195,7 +195,7 @@ def pinned_note(dep: Deployment) -> list[str]:
 def carried_env(record: RunRecord) -> dict[str, str]:
     """The recorded environment a deployment keeps: not the secrets (they come by reference), not
     host paths, not device indices (a scheduler gives GPUs by count and type)."""
-    env = record.get("environment") or {}
+    env = record.environment or {}
     return {k: str(v) for k, v in env.items()
             if not is_secret(k) and k not in HOST_PATHS_ENV and k not in DEVICE_SELECTION_ENV}
 
@@ -228,26 +228,27 @@ def _gpu_notes(chosen: list[dict], ranks: int) -> list[str]:
 
 def _boot(record: RunRecord) -> tuple[float | None, str]:
     """Seconds from launch to the verified answer of the boot that verified the command."""
-    for attempt in reversed(record.get("attempts") or []):
-        if attempt.get("outcome") == "verified" and attempt.get("time_to_outcome_s"):
-            return float(attempt.time_to_outcome_s), f"run {record.get('run_id')} boot {attempt.get('index')}"
+    for attempt in reversed(record.attempts or []):
+        if attempt.outcome == "verified" and attempt.time_to_outcome_s:
+            return float(attempt.time_to_outcome_s), f"run {record.run_id} boot {attempt.index}"
     return None, "no verified boot with a time recorded"
 
 
 def _weights(record: RunRecord, ranks: int) -> tuple[float | None, str]:
     """All ranks' weights in GiB (each rank loads its share), from the verified boot's facts."""
-    for attempt in reversed(record.get("attempts") or []):
-        per_rank = (attempt.get("facts") or {}).get("weights_gib")
-        if attempt.get("outcome") == "verified" and isinstance(per_rank, (int, float)):
+    for attempt in reversed(record.attempts or []):
+        per_rank = attempt.fact("weights_gib")
+        if attempt.outcome == "verified" and isinstance(per_rank, (int, float)):
             total = per_rank * ranks
             each = f"{per_rank:.2f} GiB per rank x {ranks} ranks" if ranks > 1 else f"{per_rank:.2f} GiB"
             return total, f"weights {total:.1f} GiB ({each}, vLLM's \"Model loading took\" line)"
     return None, "vLLM printed no weights figure"
 
 
-def _longest_ttft(probe: dict) -> float | None:
-    times = [r.get("ttft_s") for r in probe.get("requests") or [] if isinstance(r.get("ttft_s"), (int, float))]
-    return max(times) if times else probe.get("ttft_s")
+def _longest_ttft(probe: ProbeResult) -> float | None:
+    """The longest time to first token of the probe's requests (one figure from an older probe)."""
+    times = [sent["ttft_s"] for sent in probe.requests or [] if isinstance(sent.get("ttft_s"), (int, float))]
+    return max(times) if times else probe.ttft_s
 
 
 # ---------------------------------------------------------------------------

@@ -86,7 +86,7 @@ def _what_it_needs(dep: Deployment) -> str:
 
 def render_skypilot(record: RunRecord, found: Sources | None = None) -> str:
     dep = settings.from_record(record, found)
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    gpus = (record.machine.gpus if record.machine else None) or []
     memory = next((g.get("memory_total_gib") for g in gpus if g.get("name") == dep.gpu_name), None)
     secrets = " ".join(f"--secret {s}" for s in dep.secrets)
     usage = [f"launch: sky launch -c vllm skypilot.yaml {secrets}".rstrip(),

@@ -51,7 +51,7 @@ def sources(run_dir: Path | None, record: RunRecord, pull_mb_s: float | None = N
         return Sources(pull_mb_s=pull_mb_s, infra=infra)
     run_dir = Path(run_dir)
     verifier, verifier_dir = None, run_dir
-    lever_run = (record.get("result") or {}).get("reached_with_levers")
+    lever_run = record.result.reached_with_levers if record.result else None
     if lever_run:
         try:
             verifier, verifier_dir = artifact.load(run_dir.parent / lever_run), run_dir.parent / lever_run
@@ -67,10 +67,10 @@ def engine_flags(run_dir: Path, record: RunRecord) -> dict:
     boot's engine config line shows them ({} when its log or the line is not there): the parser's
     engine_settings fact, from run.json or, for older records, from the attempt's log read again."""
     attempt = report.verified_attempt(record)
-    recorded = (attempt.get("facts") or {}).get("engine_settings") if attempt is not None else None
+    recorded = attempt.fact("engine_settings") if attempt is not None else None
     if isinstance(recorded, dict):
         return dict(recorded)
-    if attempt is None or not attempt.get("log"):
+    if attempt is None or not attempt.log:
         return {}
     try:
         boots = parse_file(Path(run_dir) / attempt.log).boots()

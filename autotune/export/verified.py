@@ -16,7 +16,7 @@ from pathlib import PurePosixPath
 
 from autotune import __version__
 from autotune.store import redact
-from autotune.store.record import RunRecord
+from autotune.store.record import Result, RunRecord
 from autotune.store.redact import is_secret
 from autotune.vllm import servecmd
 from autotune.host import launcher
@@ -46,11 +46,11 @@ class NotEmittable(Exception):
 def final_argv(record: RunRecord) -> list[str]:
     """The verified command, each secret in it as a `${NAME}` reference (even in a record
     written before autotune scrubbed its records)."""
-    result = record.get("result") or {}
-    argv = result.get("final_argv")
+    result = record.result or Result()
+    argv = result.final_argv
     if not argv:
-        raise NotEmittable(f"run {record.get('run_id')} has no verified command "
-                           f"(verdict: {result.get('verdict') or record.get('state', 'unknown')})")
+        raise NotEmittable(f"run {record.run_id} has no verified command "
+                           f"(verdict: {result.verdict or record.state or 'unknown'})")
     return redact.record_scrubber(record).obj([str(a) for a in argv])
 
 
@@ -89,9 +89,9 @@ def serve_command(record: RunRecord, file: str) -> tuple[VllmCommand, str | None
         argv = stood_in.argv
     cmd = parse_vllm_command(with_config_merged(record, argv, file))
     if cmd.model is None:
-        if not record.get("model"):
+        if not record.model:
             raise NotEmittable("the serve command names no model, and the run recorded none")
-        cmd.model = str(record.get("model"))
+        cmd.model = str(record.model)
     return cmd, stood_in.what if stood_in else None
 
 
@@ -147,15 +147,15 @@ def clients_line(name: str) -> str:
 
 def verified_on(record: RunRecord) -> str:
     """The UTC date the command was verified (the last attempt's end), else the run's start."""
-    attempts = record.get("attempts") or []
-    stamp = (attempts[-1].get("ended_at") if attempts else None) or record.get("started_at") or ""
+    attempts = record.attempts or []
+    stamp = (attempts[-1].ended_at if attempts else None) or record.started_at or ""
     return stamp[:10] or "unknown date"
 
 
 def provenance_line(record: RunRecord) -> str:
-    return (f"verified by autotune {record.get('autotune_version') or __version__} with vLLM "
-            f"{record.get('vllm_version') or 'unknown'} on {verified_on(record)} (run {record.get('run_id')}); "
-            f"--max-model-len {fmt_int((record.get('result') or {}).get('ceiling'))}; {margin_clause(record)}"
+    return (f"verified by autotune {record.autotune_version or __version__} with vLLM "
+            f"{record.vllm_version or 'unknown'} on {verified_on(record)} (run {record.run_id}); "
+            f"--max-model-len {fmt_int(record.result.ceiling if record.result else None)}; {margin_clause(record)}"
             "numbers age: re-check after upgrading vLLM, the driver or the model")
 
 
@@ -174,14 +174,14 @@ def fmt_int(value) -> str:
 
 def shell_env(record: RunRecord) -> dict[str, str]:
     """The recorded environment for a shell: secrets (recorded as ***) become $NAME."""
-    env = record.get("environment") or {}
+    env = record.environment or {}
     return {k: (f"${k}" if is_secret(k) else str(v)) for k, v in env.items()}
 
 
 def secret_names(record: RunRecord) -> list[str]:
     """Every variable the files expect the user to set: secrets of the environment, then the
     references in the command."""
-    names = [k for k in (record.get("environment") or {}) if is_secret(k)]
+    names = [k for k in (record.environment or {}) if is_secret(k)]
     try:
         names += secret_references(final_argv(record))
     except NotEmittable:
@@ -210,7 +210,7 @@ def shell_word(arg: str) -> str:
 
 
 def cwd_of(record: RunRecord) -> str | None:
-    return (record.get("command") or {}).get("cwd")
+    return record.command.cwd if record.command else None
 
 
 def is_local_path(model: str) -> bool:
@@ -291,14 +291,14 @@ def image_tag(version: str | None, cpu: bool = False) -> str:
 
 def pinned_gpus(record: RunRecord) -> list[str] | None:
     """The GPU ids the run was pinned to (CUDA_VISIBLE_DEVICES as recorded), or None."""
-    value = (record.get("environment") or {}).get("CUDA_VISIBLE_DEVICES")
+    value = (record.environment or {}).get("CUDA_VISIBLE_DEVICES")
     if value is None or value == "":
         return None
     return [part.strip() for part in str(value).split(",") if part.strip()]
 
 
 def gpu_names(record: RunRecord, ids: list[str]) -> list[str]:
-    gpus = (record.get("machine") or {}).get("gpus") or []
+    gpus = (record.machine.gpus if record.machine else None) or []
     named = []
     for gid in ids:
         for gpu in gpus:

@@ -161,7 +161,7 @@ def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend:
                              **({"uploaded_to": outcome.uploaded_to} if outcome.uploaded_to else {}),
                              **({"upload_error": outcome.upload_error} if outcome.upload_error else {})}
     record.run_id = target.name
-    if record.state == "interrupted" and record.get("phase") != "reach":
+    if record.state == "interrupted" and record.phase != "reach":
         # The leaf's tune said `autotune resume RUN`; a leaf is continued by its fleet, as a new try.
         record.result.reason = (f"the fleet was interrupted and stopped the server; `autotune fleet resume "
                                 f"{fleet_id}` runs leaf {leaf_id} again")

@@ -65,7 +65,7 @@ class Outcome:
     uploaded_to: str | None = None
     upload_error: str | None = None
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "folder"}
 
 

@@ -109,7 +109,7 @@ class Leaf:
             parts.append(f"vLLM {self.vllm.version}")
         return " ".join(parts)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {"id": self.id, "key": self.key, "label": self.label(), "argv": self.argv, "target": self.target,
                 "strategy": self.strategy, "probe": self.probe, "gpus_per_leaf": self.gpus_per_leaf,
                 "accelerator": self.accelerator, "env": self.env, "vllm": {"venv": self.vllm.venv,

@@ -209,7 +209,7 @@ class RayBackend:
             options["label_selector"] = selector
         actor = self.worker_class.options(**{k: v for k, v in options.items() if v is not None}).remote(
             self.fleet_id, self.results_uri)
-        run_ref = actor.run.remote(leaf.to_json(), try_no)
+        run_ref = actor.run.remote(leaf.to_dict(), try_no)
         self.running[run_ref] = (actor, leaf)
         self.placed[actor.where.remote()] = run_ref
         return run_ref, None, None

@@ -75,7 +75,7 @@ def summary(state: FleetState) -> dict:
     return {**counts, "verified": verified, "leaves": len(state.data["leaves"])}
 
 
-def to_json(state: FleetState) -> dict:
+def to_dict(state: FleetState) -> dict:
     """The fleet as --json prints it: fleet.json without the plan's text, and the counts."""
     data = {k: v for k, v in state.data.items() if k != "plan"}
     data["plan"] = {k: v for k, v in state.data.get("plan", {}).items() if k != "text"}

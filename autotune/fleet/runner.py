@@ -112,7 +112,7 @@ class Driver:
                               started_at=entry.get("started_at") or "", ended_at=artifact.iso(artifact.utc_now()),
                               duration_s=0.0, node=entry.get("node") or {}, gpu=entry.get("gpu") or {},
                               infra=_infra_text(outcome))
-        entry["tries"].append(outcome.to_json())
+        entry["tries"].append(outcome.to_dict())
         if outcome.infra is not None:
             self._retry_or_fail(job, entry, outcome)
             return
@@ -183,6 +183,6 @@ def _result_of(runs_dir: Path, run_id: str | None) -> dict:
         return {"verdict": "error", "ceiling": None, "boots": 0, "model": None}
     record = artifact.load(runs_dir / run_id)
     result = record.result
-    return {"verdict": result.get("verdict") if result else None,
-            "ceiling": result.get("ceiling") if result and result.get("verified") else None,
-            "boots": len(record.boots_done()), "target": record.get("target"), "model": record.get("model")}
+    return {"verdict": result.verdict if result else None,
+            "ceiling": result.ceiling if result and result.verified else None,
+            "boots": len(record.boots_done()), "target": record.target, "model": record.model}

@@ -103,7 +103,7 @@ class KVShape:
     def attention_kinds(self) -> list[str]:
         return sorted({g.kind for g in self.groups})
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {**asdict(self), "full_bytes_per_token": self.full_bytes_per_token,
                 "all_bytes_per_token": self.all_bytes_per_token,
                 "state_bytes_per_sequence": self.state_bytes_per_sequence}

@@ -29,7 +29,7 @@ from autotune.run.plan import RunPlan
 from autotune.host.signals import GATE
 from autotune.store import artifact
 from autotune.store import redact
-from autotune.store.record import Attempt, given
+from autotune.store.record import Attempt, Verification, given
 from autotune.vllm import servecmd
 from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, stall_diagnosis, traceback_tail
 
@@ -83,7 +83,7 @@ class WatchedBoot:
         self.rest_of_long_line = False  # the chunks after the first MAX_LINE_BYTES of a line are skipped
         self.fatal_seen_at: float | None = None
         self.listening_at: float | None = None
-        self.verification: dict | None = None
+        self.verification: Verification | None = None
         self.time_to_outcome: float | None = None
         self.refusal_seen_at: float | None = None
         self.kill_delay: float | None = None
@@ -178,10 +178,12 @@ class WatchedBoot:
     def _autofit(self) -> None:
         """vLLM 0.14-0.19 would not serve the length it fitted: read the number, stop at once."""
         probing_autofit = self.auto and self.plan.strategy_plan == "auto_probe"
-        if not (probing_autofit and "autofit_max_model_len" in self.parser.facts):
+        parsed = self.parser.facts  # the log's facts so far, each with its line
+        fitted = parsed.get("autofit_max_model_len") if probing_autofit else None
+        if fitted is None:
             return
         self.time_to_outcome = self._elapsed()
-        self.emit("autofit_read", index=self.index, value=self.parser.facts["autofit_max_model_len"].value)
+        self.emit("autofit_read", index=self.index, value=fitted.value)
         self._stop(processes.STAGES_FAST)
         self.outcome = strategy.AUTOFIT_READ
 
@@ -223,8 +225,8 @@ class WatchedBoot:
             except health.FrontDoorRefused as exc:  # TLS that does not match: not "not serving the length"
                 self.time_to_outcome = self._elapsed()
                 self._stop(processes.STAGES_GRACEFUL)
-                self.verification = {"healthy": False, "verified": False, "reason": str(exc),
-                                     "front_door": exc.as_dict(), "door": self.door.describe()}
+                self.verification = Verification(healthy=False, verified=False, reason=str(exc),
+                                                 front_door=exc.to_dict(), door=self.door.describe())
                 self.outcome = strategy.FRONT_DOOR
                 return
         if healthy:
@@ -253,12 +255,12 @@ class WatchedBoot:
         expected = self.max_model_len
         if self.auto:
             # vLLM >= 0.20 serves the fitted length; the log says which (read up to its listen line: _health).
-            facts = self.parser.facts
-            fitted = facts.get("autofit_max_model_len") or facts.get("max_model_len_resolved")
+            parsed = self.parser.facts  # the log's facts so far, each with its line
+            fitted = parsed.get("autofit_max_model_len") or parsed.get("max_model_len_resolved")
             expected = fitted.value if fitted else None
         ok, reason, evidence = health.check_serving(self.door, expected, self._on_retry)
-        self.verification = {"healthy": True, "verified": ok, "reason": reason, **evidence,
-                             "door": self.door.describe()}
+        self.verification = Verification.from_dict({"healthy": True, "verified": ok, "reason": reason, **evidence,
+                                                    "door": self.door.describe()})
         self.emit("healthy", index=self.index, verified=ok, reason=reason)
         self.outcome = (strategy.VERIFIED if ok else
                         strategy.FRONT_DOOR if "front_door" in evidence else strategy.NOT_VERIFIED)
@@ -272,12 +274,13 @@ class WatchedBoot:
         """What else says whether the length is served: /metrics' KV pool beside the log's figures
         (the second witness), and a pool the log shows below the length (a longer request would
         wait in vLLM's queue forever: no request needs to be sent to know it)."""
-        result = self.parser.result()
-        version = result.get("vllm_version")
-        self.attempt.metrics = witness.read(self.door, result, self.argv, version)
-        queued = queue_watch.pool_below_length(result, expected, self.argv, version)
-        if queued:
-            self.verification.update(verified=False, reason=f"{self.verification['reason']}; but {queued}")
+        log_facts = self.parser.result()
+        version = log_facts.get("vllm_version")
+        self.attempt.metrics = witness.read(self.door, log_facts, self.argv, version)
+        queued = queue_watch.pool_below_length(log_facts, expected, self.argv, version)
+        if queued and self.verification is not None:
+            self.verification.verified = False
+            self.verification.reason = f"{self.verification.reason}; but {queued}"
             self.outcome = strategy.QUEUED
 
     def _probe(self, expected: int) -> None:
@@ -291,8 +294,8 @@ class WatchedBoot:
             indices = sorted(self.gpu_baseline)
         self.attempt.probe = probe_mod.probe(self.door, length, self.opts.probe, self.server.pid, indices,
                                              emit=self.emit)
-        if not self.attempt.probe.get("ok"):
-            self.outcome = strategy.QUEUED if self.attempt.probe.get("queued") else strategy.PROBE_FAILED
+        if not self.attempt.probe.ok:
+            self.outcome = strategy.QUEUED if self.attempt.probe.queued else strategy.PROBE_FAILED
 
     def _hang(self) -> None:
         if self.server.idle_s() > self.opts.stall_timeout_s:
@@ -311,7 +314,7 @@ class WatchedBoot:
     def _not_verified(self, reason: str) -> None:
         # Up (or saying so) but not answering as a server should: stop it; the boot is not verified.
         self._stop(processes.STAGES_GRACEFUL)
-        self.verification = {"healthy": False, "verified": False, "reason": reason}
+        self.verification = Verification(healthy=False, verified=False, reason=reason)
         self.outcome = strategy.NOT_VERIFIED
 
     def _on_retry(self, retry: dict) -> None:
@@ -341,23 +344,24 @@ class WatchedBoot:
     def _record(self) -> None:
         """The attempt's outcome, figures, ceiling and diagnosis."""
         a, outcome = self.attempt, self.outcome
-        result = self.parser.result()
+        log_facts = self.parser.result()
         ceiling, source = (None, "none")
         if outcome == strategy.REFUSED or self.auto:
-            ceiling, source = ceiling_from(result)
+            ceiling, source = ceiling_from(log_facts)
         if ceiling is None and outcome in (strategy.ERROR, strategy.NOT_VERIFIED):
-            ceiling, source = limit_from(result)  # refused (or lowered) for a limit that is not memory
-        if outcome == strategy.PROBE_FAILED or (outcome == strategy.QUEUED and given(a.probe)):
-            self.verification["verified"] = False
-            self.verification["reason"] += f"; but the probe failed: {a.probe.reason}"
+            ceiling, source = limit_from(log_facts)  # refused (or lowered) for a limit that is not memory
+        if self.verification is not None and a.probe is not None and (
+                outcome == strategy.PROBE_FAILED or outcome == strategy.QUEUED):
+            self.verification.verified = False
+            self.verification.reason = f"{self.verification.reason}; but the probe failed: {a.probe.reason}"
         failed = outcome in (strategy.ERROR, strategy.EXITED, strategy.REFUSED)
         a.outcome, a.exit_status = outcome, self.server.proc.returncode
         a.time_to_outcome_s = round(self.time_to_outcome, 2) if self.time_to_outcome is not None else None
         a.duration_s = round(self._elapsed(), 2)
         a.ended_at = artifact.iso(artifact.utc_now())
-        a.facts, a.provenance = result, self.parser.provenance()
+        a.facts, a.provenance = log_facts, self.parser.provenance()
         a.ceiling, a.ceiling_source = ceiling, source
-        a.error_kind = result.get("error_kind") if failed else None
+        a.error_kind = log_facts.get("error_kind") if failed else None
         if self.kill_delay is not None:
             # From reading the refusal line to the first signal, and to the whole tree gone.
             a.refusal_to_signal_s = (round(self.first_signal_at - self.refusal_seen_at, 3)
@@ -365,14 +369,14 @@ class WatchedBoot:
             a.refusal_to_stopped_s = self.kill_delay
         if self.verification is not None:
             a.verification = self.verification
-        self._diagnose(result)
+        self._diagnose(log_facts)
 
-    def _diagnose(self, result: dict) -> None:
+    def _diagnose(self, log_facts: dict) -> None:
         a = self.attempt
         if a.error_kind or a.outcome == strategy.ERROR:  # no known kind: its final exception line
-            if self.installed and not result.get("vllm_version"):  # a fix may name the version (a flag it lacks)
-                result = {**result, "vllm_version": self.installed}
-            found = diagnosis(result, a.provenance)
+            if self.installed and not log_facts.get("vllm_version"):  # a fix may name the version (a flag it lacks)
+                log_facts = {**log_facts, "vllm_version": self.installed}
+            found = diagnosis(log_facts, a.provenance)
             if found is not None:
                 a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
         if a.outcome == strategy.EXITED and not given(a.diagnosis):
@@ -380,8 +384,9 @@ class WatchedBoot:
                                     "ready, and its log shows no known failure",
                            "fix": f"read the end of {self.log_name} in the run folder"}
         if a.outcome == strategy.FRONT_DOOR:
-            found = self.verification["front_door"]
-            a.diagnosis = {"cause": found["cause"], "fix": found["fix"]}
+            refused = self.verification.front_door if self.verification is not None else None
+            if refused:
+                a.diagnosis = {"cause": refused["cause"], "fix": refused["fix"]}
         if a.outcome == strategy.HUNG:  # the phase it went silent in: the cause and fix, even with no line at all
             said = head(self.run_dir / self.log_name, self.silent_after)
             a.log_tail = [line[:300] for line in said[-15:]]

@@ -62,9 +62,9 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
         emit("warning", text=f"--force: booting despite {problem.kind}: {problem.why}")
     for note in notes:
         emit("warning", text=f"{note.kind} (a note, booting anyway): {note.saw}")
-    found = {"problems": [p.as_dict() for p in problems], "forced": bool(problems)}
+    found = {"problems": [p.to_dict() for p in problems], "forced": bool(problems)}
     if notes:
-        found["notes"] = [n.as_dict() for n in notes]
+        found["notes"] = [n.to_dict() for n in notes]
     if derived:  # the model's own maximum, from its files here: what predictions of this run cap at
         found["model_maximum"] = derived
     return plan, found, target
@@ -129,7 +129,7 @@ def recovery(attempt: Attempt, argv: list[str], record: RunRecord, emit: Emit):
                                            "the search starts again")
     emit("recovery", index=attempt.index, reason=attempt.recovery.reason)
     if fix.wait_for_memory and fix.need_free_gib:
-        indices = record.get("gpus", {}).get("indices") or []
+        indices = (record.gpus.indices if record.gpus else None) or []
         ok, _ = wait_for_free_memory(list(indices), fix.need_free_gib, read=lambda: (launcher.gpus_for(argv).gpus, None))
         attempt.recovery.memory_freed = ok
     return fix
@@ -155,11 +155,11 @@ def current_summaries(attempts: list[Attempt]) -> list[strategy.AttemptSummary]:
 def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
     """What the strategy needs from a recorded attempt (also for a resumed run)."""
     length = attempt.max_model_len
-    grid = pool_slope.grid_of(attempt.facts, servecmd.flag_value(list(attempt.get("argv") or []), "--block-size"))
-    return strategy.AttemptSummary(length, attempt.outcome, attempt.get("ceiling"),
-                                   attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
-                                   attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
-                                   attempt.get("index"), limit_of(attempt),
+    grid = pool_slope.grid_of(attempt.facts, servecmd.flag_value(list(attempt.argv or []), "--block-size"))
+    return strategy.AttemptSummary(length, attempt.outcome, attempt.ceiling,
+                                   attempt.ceiling_source or "none", attempt.error_kind,
+                                   attempt.basis or "target", attempt.fact("kv_cache_tokens"),
+                                   attempt.index, limit_of(attempt),
                                    pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
                                    grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
                                    pool_moves=pool_slope.cause_of(attempt.facts))
@@ -168,10 +168,10 @@ def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
 def limit_of(attempt: Attempt) -> str:
     """What the attempt's ceiling is (strategy.LIMITS): a limit vLLM named, or an auto-fit that kept
     the full length (the model's own maximum, or the draft's it was lowered to); else the KV pool."""
-    source = attempt.get("ceiling_source", "none")
+    source = attempt.ceiling_source or "none"
     if source in strategy.LIMITS:
         return source
-    if source == "autofit" and attempt.fact("autofit_from") is None and isinstance(attempt.get("ceiling"), int):
+    if source == "autofit" and attempt.fact("autofit_from") is None and isinstance(attempt.ceiling, int):
         return "draft_model" if attempt.fact("draft_max_model_len") == attempt.ceiling else "model_maximum"
     return strategy.KV_CACHE
 
@@ -180,9 +180,9 @@ def model_maximum(attempt: Attempt) -> int | None:
     """The model's own maximum where the attempt's log shows it: vLLM refused a length above it, or
     auto-fit started from it (or kept it whole)."""
     derived = attempt.fact("derived_max_model_len")
-    if attempt.get("ceiling_source") == "model_maximum" and isinstance(derived, int):
+    if attempt.ceiling_source == "model_maximum" and isinstance(derived, int):
         return derived
-    if attempt.get("max_model_len") != strategy.AUTO or attempt.fact("draft_max_model_len") is not None:
+    if attempt.max_model_len != strategy.AUTO or attempt.fact("draft_max_model_len") is not None:
         return None
     found = attempt.fact("autofit_from") or attempt.fact("autofit_max_model_len")
     return found if isinstance(found, int) else None

@@ -57,11 +57,11 @@ class Seen:
     room: Room | None = None
     model_maximum: int | None = None  # the model's own maximum, where its files are on this machine
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"model": self.model, "root": self.root, "served_max_model_len": self.served_len,
                 "vllm_version": self.vllm_version, "model_maximum": self.model_maximum,
-                "metrics": self.metrics.as_dict() if self.metrics else None,
-                "metrics_unavailable": self.metrics_unavailable, "room": self.room.as_dict() if self.room else None}
+                "metrics": self.metrics.to_dict() if self.metrics else None,
+                "metrics_unavailable": self.metrics_unavailable, "room": self.room.to_dict() if self.room else None}
 
 
 @dataclass
@@ -118,7 +118,7 @@ def judge(seen: Seen, run: RunRecord | None) -> Judgement:
     if run.model not in (seen.model, seen.root):
         warnings.append(f"it serves {served_as}; run {run_id} verified {run.model}: taken as the same model "
                         "in another folder")
-    if run.get("vllm_version") and seen.vllm_version and seen.vllm_version != run.vllm_version:
+    if run.vllm_version and seen.vllm_version and seen.vllm_version != run.vllm_version:
         warnings.append(f"it runs vLLM {seen.vllm_version}; run {run_id} verified vLLM {run.vllm_version}: the numbers "
                         "age with the version, tune it again there")
     if served < ceiling:
@@ -185,7 +185,7 @@ def _probe(door: client_mod.FrontDoor, run: RunRecord | None, judgement: Judgeme
     if mode == "none":
         return Judgement("verified", judgement.reason + " (not probed: --probe none)", None, judgement.warnings), None
     pid = local_pid(door)
-    gpus = (run.get("gpus") or {}).get("indices") if run is not None and pid is not None else None
+    gpus = run.gpus.indices if run is not None and run.gpus is not None and pid is not None else None
     found = probe.probe(door, judgement.probe_len, mode, pid, gpus or None, emit=emit)
     if found["ok"]:
         return Judgement("verified", judgement.reason, judgement.probe_len, judgement.warnings), found
@@ -202,9 +202,9 @@ def _record(door, run, seen: Seen, judgement: Judgement, probe_record, started, 
                     reason=judgement.reason)
     if probe_record is not None:
         result.probe = probe_record
-    deployment = {"url": door.where, "door": door.describe(), **seen.as_dict(), "warnings": judgement.warnings}
+    deployment = {"url": door.where, "door": door.describe(), **seen.to_dict(), "warnings": judgement.warnings}
     if run is not None:
-        deployment.update(verifies=run.run_id, run_ceiling=run.result.ceiling, run_vllm_version=run.get("vllm_version"))
+        deployment.update(verifies=run.run_id, run_ceiling=run.result.ceiling, run_vllm_version=run.vllm_version)
     record = RunRecord(run_id=run_dir.name, kind=KIND, state="finished", started_at=artifact.iso(started),
                        ended_at=artifact.iso(artifact.utc_now()), duration_s=round(duration, 2),
                        target=run.result.ceiling if run is not None else seen.served_len, model=seen.model,
@@ -227,14 +227,14 @@ def found_at(record: RunRecord) -> str:
     """"deployed at URL" where a vLLM answered; "not reached at URL" where nothing vLLM did (a
     mistyped URL, a server that is down); "turned autotune away at URL" (a key, TLS)."""
     result = record.result if isinstance(record.result, Result) else Result()
-    url = (record.get("deployment") or {}).get("url")
-    return f"{_FOUND_AT.get(result.get('verdict'), 'not reached at')} {url}"
+    url = (record.deployment or {}).get("url")
+    return f"{_FOUND_AT.get(result.verdict or '', 'not reached at')} {url}"
 
 
 def deployed_line(record: RunRecord) -> str:
     """"deployed at URL, verified DATE, vLLM X" for a verification run (what `show` and `runs` say)."""
-    date = (record.get("ended_at") or record.get("started_at") or "")[:10]
+    date = (record.ended_at or record.started_at or "")[:10]
     result = record.result if isinstance(record.result, Result) else Result()
-    state = f"verified {date}" if result.get("verified") else f"checked {date}: {result.get('verdict') or 'unknown'}"
-    answered = f", vLLM {record.get('vllm_version') or 'unknown'}" if result.get("verdict") in _FOUND_AT else ""
+    state = f"verified {date}" if result.verified else f"checked {date}: {result.verdict or 'unknown'}"
+    answered = f", vLLM {record.vllm_version or 'unknown'}" if result.verdict in _FOUND_AT else ""
     return f"{found_at(record)}, {state}{answered} (run {record.run_id})"

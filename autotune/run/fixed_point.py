@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.analysis.pool_slope import pool_fits
-from autotune.store.outcomes import REFUSED, VERIFIED, Basis
+from autotune.store.outcomes import REFUSED, VERIFIED
 
 AUTO = "auto"
 KV_CACHE = "kv_cache"
-FIXED_POINT = Basis.FIXED_POINT
 
 
 @dataclass(frozen=True)

@@ -39,8 +39,8 @@ class Loop:
         self.user_port = plan.user_port
         self.kept = None  # the server --keep-serving handed over (server/handover.py), once verified
         self.t0 = time.monotonic()
-        self.previous_duration = record.get("duration_s") or 0.0
-        self.boots = BootContext(run_dir, plan, emit, installed=record.get("vllm_version_detected"))
+        self.previous_duration = record.duration_s or 0.0
+        self.boots = BootContext(run_dir, plan, emit, installed=record.vllm_version_detected)
         self.current = self.boots.current  # the server while one runs (WatchedBoot keeps it here)
 
     def run(self) -> RunRecord:

@@ -68,7 +68,7 @@ class Margin:
                 f"{gib(self.kept_bytes)} of {what} {gib(self.device.total_bytes)} unused")
         return line + (f" (replacing the command's {self.replaced_gmu})" if self.replaced_gmu else "")
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         """run.json "margin"."""
         return {"asked_bytes": self.asked_bytes, "asked_gib": round(self.asked_bytes / GIB, 3), "gmu": self.gmu,
                 "kept_gib": round(self.kept_bytes / GIB, 3), "device": self.device.kind,

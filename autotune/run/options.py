@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 
-from autotune.store.record import RunRecord
+from autotune.store.record import Command, KeptOptions, RunRecord
 
 STRATEGIES = ("auto", "refusal")
 PROBES = ("quick", "full", "none")
@@ -123,12 +123,16 @@ def kept_options(opts: TuneOptions, **derived) -> dict:
 def from_record(record: RunRecord, run_dir: Path, env: dict[str, str] | None) -> TuneOptions:
     """The options a run was started with, as run.json keeps them (runs written before an
     option was kept get its default)."""
-    options = record.get("options", {})
-    kept = {f.name: options.get(f.name, default(f.name)) for f in fields(TuneOptions) if f.metadata.get("kept")}
-    command = record.command
-    kept["extra_env"] = {**{k: v for k, v in kept["extra_env"].items() if v != "***"},
-                         **record.get("gpus", {}).get("environment", {})}
-    return TuneOptions(target=record.target, serve_argv=list(command.argv), runs_dir=run_dir.parent,
-                       target_max=record.get("target_asked") == "max", env=env,
-                       reused_from=command.get("reused_from"), kind=record.get("kind", default("kind")),
-                       links=record.get("links", {}), **kept)
+    options = record.options or KeptOptions()
+    values = {}
+    for f in fields(TuneOptions):
+        if f.metadata.get("kept"):  # each a KeptOptions field (tests/run/test_options.py)
+            value = getattr(options, f.name)
+            values[f.name] = default(f.name) if value is None else value
+    command = record.command or Command()
+    values["extra_env"] = {**{k: v for k, v in values["extra_env"].items() if v != "***"},
+                           **((record.gpus.environment if record.gpus else None) or {})}
+    return TuneOptions(target=record.target, serve_argv=list(command.argv or []), runs_dir=run_dir.parent,
+                       target_max=record.target_asked == "max", env=env,
+                       reused_from=command.reused_from, kind=record.kind or default("kind"),
+                       links=record.links or {}, **values)

@@ -60,7 +60,7 @@ class Problem:
     why: str
     fix: str
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
     def render(self) -> str:

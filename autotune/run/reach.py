@@ -82,7 +82,7 @@ class LeverSearch:
             reach.explanation = ["the boot log showed no available KV memory to scale from; levers not tried"]
             artifact.save_run(self.run_dir, record)
             return
-        plan = levers.plan_levers(self.target, servecmd.with_config(self.booted_argv, record.command.get("cwd")), base, limits)
+        plan = levers.plan_levers(self.target, servecmd.with_config(self.booted_argv, record.command.cwd), base, limits)
         reach.need_gib, reach.short_gib, reach.gmu_in_force = plan.need_gib, plan.short_gib, gmu
         reach.device_total_gib, reach.explanation = base.device_total_gib, list(plan.explanation)
         self.emit("reach_plan", explanation=plan.explanation)
@@ -98,8 +98,8 @@ class LeverSearch:
         elif not reach.reached:
             reach.explanation.append(f"stopped at {reach.best['ceiling']:,}")
         reach.boots = sum(step.boots for step in reach.steps)
-        reach.duration_s = round(sum(step.get("duration_s") or 0 for step in reach.steps), 2)
-        record.duration_s = round((record.get("duration_s") or 0) + reach.duration_s, 2)
+        reach.duration_s = round(sum(step.duration_s or 0 for step in reach.steps), 2)
+        record.duration_s = round((record.duration_s or 0) + reach.duration_s, 2)
         artifact.save_run(self.run_dir, record)
         self.emit("reach_done", reach=reach.to_dict())
 
@@ -108,18 +108,18 @@ class LeverSearch:
         record = self.record
         last = [a for a in record.attempts if a.outcome == strategy.VERIFIED][-1]
         facts = last.facts if last.facts is not None else BootFacts()
-        version_default = vllminfo.default_gmu(record.get("vllm_version")) or vllminfo.LOWEST_DEFAULT_GMU
+        version_default = vllminfo.default_gmu(record.vllm_version) or vllminfo.LOWEST_DEFAULT_GMU
         if facts.cpu_worker_requested_gib and facts.cpu_node_total_gib:
             # The CPU backend prints what it reserved: that ratio is the gmu in force.
             version_default = round(facts.cpu_worker_requested_gib / facts.cpu_node_total_gib, 3)
-        argv = servecmd.with_config(self.booted_argv, record.command.get("cwd"))  # --config's values count
+        argv = servecmd.with_config(self.booted_argv, record.command.cwd)  # --config's values count
         gmu = levers.effective_gmu(argv, self.plan.env, version_default)
         gpus = (record.machine or Machine()).gpus or []
         total = gpus[0]["memory_total_gib"] if gpus else facts.cpu_node_total_gib
         pinned = (record.gpus or GpuPlan()).indices or [g["index"] for g in gpus]
         limits = levers.Limits(max_gmu=self.max_gmu, allow_kv_quant=self.opts.allow_kv_quant,
                                fp8_supported=levers.fp8_supported([g for g in gpus if g["index"] in pinned]))
-        available = self.result.get("available_kv_gib")
+        available = self.result.available_kv_gib
         if available is None:
             return None, limits, gmu
         printed = [a.facts.kv_needed_gib for a in record.attempts if a.max_model_len == self.target
@@ -134,28 +134,28 @@ class LeverSearch:
         argv = list(self.booted_argv)
         if plan.gmu_needed is not None:
             child = self._try(levers.apply(argv, "gmu", plan.gmu_needed), "gmu", plan.gmu_needed)
-            if child.result.get("target_reached"):
+            if child.result.target_reached:
                 self._adopt(child, f"gpu-memory-utilization {plan.gmu_needed} reaches {target:,} tokens")
             else:
                 reach.explanation.append(f"gpu-memory-utilization {plan.gmu_needed} was predicted to reach the "
-                                         f"target but gave {child.result.get('ceiling')}")
+                                         f"target but gave {child.result.ceiling}")
             return argv
         gained = 0.0
         for lever in plan.measure:
             argv = levers.apply(argv, lever)
             child = self._try(argv, lever)
             r = child.result
-            if r.get("target_reached"):
+            if r.target_reached:
                 self._adopt(child, f"{lever.replace('_', '-')} reaches {target:,} tokens")
                 break
-            if r.get("available_kv_gib") is not None:
+            if r.available_kv_gib is not None:
                 gained = r.available_kv_gib - base.available_kv_gib
                 reach.explanation.append(f"{lever.replace('_', '-')} changed available KV by {gained:+.2f} GiB "
                                          f"(measured)")
             needed = levers.after_measurement(target, base, gained, limits)
             if needed is not None:
                 child = self._try(levers.apply(argv, "gmu", needed), "gmu", needed)
-                if child.result.get("target_reached"):
+                if child.result.target_reached:
                     self._adopt(child, f"{', '.join(plan.measure[:plan.measure.index(lever) + 1])} and "
                                        f"gpu-memory-utilization {needed} reach {target:,} tokens")
                 break
@@ -164,12 +164,12 @@ class LeverSearch:
     def _fp8(self, argv: list[str], limits, gmu) -> None:
         """The last lever: an fp8 KV cache, only where the GPU supports it and the user allowed it."""
         allowed, why = levers.fp8_kv_decision(
-            servecmd.with_config(self.booted_argv, self.record.command.get("cwd")), limits)
+            servecmd.with_config(self.booted_argv, self.record.command.cwd), limits)
         self.reach.explanation.append(why)
         if allowed:
             best = levers.apply(argv, "gmu", self.max_gmu) if gmu is not None else argv
             child = self._try(levers.apply(best, "kv_fp8"), "kv_fp8", "fp8")
-            if child.result.get("target_reached"):
+            if child.result.target_reached:
                 self._adopt(child, f"an fp8 KV cache reaches {self.target:,} tokens")
 
     def _best_within_limits(self, argv: list[str], gmu: float | None) -> None:
@@ -208,8 +208,8 @@ class LeverSearch:
                 links={"reach_of": self.record.run_id}), self.emit)
         r = child.result
         step = ReachStep(lever=lever, value=value, run_id=child.run_id, boots=len(child.attempts),
-                         verdict=r.verdict, ceiling=r.get("ceiling"), available_kv_gib=r.get("available_kv_gib"),
-                         duration_s=child.get("duration_s"))
+                         verdict=r.verdict, ceiling=r.ceiling, available_kv_gib=r.available_kv_gib,
+                         duration_s=child.duration_s)
         if earlier_state:
             step.before_interruption = earlier_state  # finished: taken as it was; interrupted: resumed
         self.reach.steps.append(step)
@@ -229,14 +229,14 @@ class LeverSearch:
         for key in ("available_kv_gib", "kv_cache_tokens", "max_concurrency"):
             if r.has(key):
                 setattr(result, key, getattr(r, key))
-                setattr(result, f"{key}_source", {**r.get(f"{key}_source", {}), "run": child.run_id})
-        if r.get("ranks"):  # the per-rank figures of the boot that reached it, not of the one before the levers
+                setattr(result, f"{key}_source", {**(getattr(r, f"{key}_source") or {}), "run": child.run_id})
+        if r.ranks:  # the per-rank figures of the boot that reached it, not of the one before the levers
             result.ranks = r.ranks
         verified = [a for a in child.attempts if a.outcome == strategy.VERIFIED]
-        if verified and (verified[-1].get("verification") or {}).get("reason"):
+        if verified and verified[-1].verification is not None and verified[-1].verification.reason:
             result.checked = {"run": child.run_id, "reason": verified[-1].verification.reason}
         result.drop("probe")  # a probe at the lower length says nothing of this one
-        if r.get("probe"):
+        if r.probe:
             result.probe = r.probe
         result.files = write_paste_ready(self.run_dir, self.record)
 
@@ -251,14 +251,14 @@ def best_of(record: RunRecord, children: list[RunRecord]) -> dict:
     result before the levers) and its lever runs; the run itself on a tie. Its command, what the
     levers changed in it, and its paste-ready files."""
     before = record.reach.before_levers if isinstance(record.reach.before_levers, Result) else record.result
-    mine = {"run_id": record.run_id, "ceiling": before.get("ceiling"), "argv": before.get("final_argv"),
-            "files": list(before.get("files") or [])}
+    mine = {"run_id": record.run_id, "ceiling": before.ceiling, "argv": before.final_argv,
+            "files": list(before.files or [])}
     best = mine
     for child in children:
         r = child.result
-        if r.get("verified") and isinstance(r.get("ceiling"), int) and r.ceiling > (best.get("ceiling") or 0):
-            best = {"run_id": child.run_id, "ceiling": r.ceiling, "argv": r.get("final_argv"),
-                    "files": list(r.get("files") or [])}
-    user = servecmd.with_config(booted_argv(record), record.command.get("cwd"))
+        if r.verified and isinstance(r.ceiling, int) and r.ceiling > (best.get("ceiling") or 0):
+            best = {"run_id": child.run_id, "ceiling": r.ceiling, "argv": r.final_argv,
+                    "files": list(r.files or [])}
+    user = servecmd.with_config(booted_argv(record), record.command.cwd)
     best["changed"] = levers.changed_flags(user, best.get("argv") or user)
     return best

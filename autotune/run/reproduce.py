@@ -67,7 +67,7 @@ def plan_reproduction(old: RunRecord, runs_dir: Path, env_now: dict[str, str], s
 
 def reproduce(old: RunRecord, plan_: ReproductionPlan, progress: Emit) -> tuple[RunRecord, rep.Reproduction]:
     """Re-tune (a new run is written) and compare it with the old run."""
-    new = RunRecord.from_json(tune_mod.tune(plan_.options, progress))  # tune's JSON form, nobody else's
+    new = tune_mod.tune(plan_.options, progress)
     verdict = rep.reproduce_verdict(old, new)
     verdict.new_files = {name: str(plan_.options.runs_dir / path) for name, path in verdict.new_files.items()}
     return new, verdict
@@ -78,7 +78,7 @@ def installed_version_finder(env_now: dict[str, str]) -> Callable[[RunRecord], s
     cache: dict[tuple, str | None] = {}
 
     def installed(record: RunRecord) -> str | None:
-        argv = list((record.command or {}).get("argv") or [])
+        argv = list((record.command.argv if record.command else None) or [])
         if not argv:
             return None
         key = versions.version_key(argv)  # the program (a replay's --profile too): one question each

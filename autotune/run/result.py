@@ -38,7 +38,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
     if verified and stop.ceiling is not None and stop.ceiling < target and stop.limit:
         result.limit = stop.limit
     if stop.verdict == "error" and record.attempts and not any(a.fact("vllm_version") for a in record.attempts) \
-            and not record.attempts[-1].get("error_kind"):
+            and not record.attempts[-1].error_kind:
         result.reason = NOT_VLLM.format(command=shlex.join(argv[:2]))
     if done:
         _from_last_boot(result, done[-1], verified)
@@ -72,10 +72,10 @@ def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:
             setattr(result, f"{key}_source", {"attempt": last.index, **provenance.get(key, {})})
     if last.error_kind or last.outcome in (strategy.FRONT_DOOR, strategy.HUNG):
         result.error_kind = last.error_kind
-        result.diagnosis = last.get("diagnosis")
+        result.diagnosis = last.diagnosis
     if last.probe:
         result.probe = last.probe
-    if last.error_kind and not verified and last.get("no_recovery"):
+    if last.error_kind and not verified and last.no_recovery:
         result.reason += f"; {last.no_recovery}"
 
 

@@ -31,7 +31,7 @@ from autotune.run import fixed_point
 # The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
 from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
                                      KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
-                                     VERIFIED, Verdict)
+                                     VERIFIED, Basis, Verdict)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
@@ -47,7 +47,7 @@ class AttemptSummary:
     ceiling: int | None = None  # what the log says fits, when it says (refusal estimate or auto-fit)
     ceiling_source: str = "none"  # estimate | ... (memory), or a LIMITS source: not memory
     error_kind: str | None = None
-    basis: str = "target"  # why this length was booted: target | start_at | ceiling | room | auto
+    basis: str = Basis.TARGET  # why this length was booted (a Basis)
     kv_cache_tokens: int | None = None  # the KV capacity the boot reported
     index: int | None = None  # the boot's number in its run (interrupted or recovered boots count too)
     limit: str = KV_CACHE  # what its ceiling is (LIMITS): an auto-fit at the model's (or a draft's) full length is not memory
@@ -61,7 +61,7 @@ class AttemptSummary:
 class Launch:
     max_model_len: int | str
     reason: str
-    basis: str = "target"
+    basis: str = Basis.TARGET
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
     if converging is not None:  # the pool shrinks as the length grows: the longest length that boots
         if converging.stop:
             return Stop(Verdict.VERIFIED, converging.length, converging.reason, KV_CACHE)
-        return Launch(converging.length, converging.reason, fixed_point.FIXED_POINT)
+        return Launch(converging.length, converging.reason, Basis.FIXED_POINT)
     if last.outcome == VERIFIED:
         if last.max_model_len == AUTO:
             fit = last.ceiling
@@ -103,7 +103,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         length = int(last.max_model_len)
         if length >= target:
             return Stop(Verdict.VERIFIED, target, "the target itself boots")
-        if last.basis == "pool":
+        if last.basis == Basis.POOL:
             return Stop(Verdict.VERIFIED, length, f"{length:,} is the longest request vLLM admits here: its KV pool "
                                             f"({length - target:+,} tokens against the target)", KV_CACHE)
         if last.basis in PREDICTED and last.kv_cache_tokens is not None:
@@ -113,7 +113,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
                 return room
         return Stop(Verdict.VERIFIED, length,
                     f"{length} is the largest length vLLM accepts here ({length - target:+d} tokens against the target {target})",
-                    attempts[-2].limit if last.basis == "ceiling" and n > 1 else KV_CACHE)
+                    attempts[-2].limit if last.basis == Basis.CEILING and n > 1 else KV_CACHE)
     if last.outcome == AUTOFIT_READ:
         if last.ceiling is None:
             return Stop(Verdict.ERROR, None, "the auto-fit boot stopped without a fitted length")
@@ -121,7 +121,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
             return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         nxt = min(last.ceiling, target)
         return Launch(nxt, f"vLLM's auto-fit length {last.ceiling}" + (" capped at the target" if nxt == target else "")
-                      + " (this vLLM does not serve an auto-fitted length itself)", "ceiling")
+                      + " (this vLLM does not serve an auto-fitted length itself)", Basis.CEILING)
     if last.outcome in (PROBE_FAILED, QUEUED):
         return _requests_failed(target, last, n, boot, max_boots, back_off)
     if last.outcome in (ERROR, EXITED, NOT_VERIFIED) and last.ceiling is not None and last.limit != KV_CACHE:
@@ -149,7 +149,7 @@ def next_step(target: int, attempts: list[AttemptSummary], max_boots: int = 6, p
         if n >= max_boots:
             return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         return Launch(nxt, f"the ceiling from boot {boot} ({_HOW.get(last.ceiling_source, last.ceiling_source)})",
-                      "computed" if last.ceiling_source == "computed_from_gib" else "ceiling")
+                      Basis.COMPUTED if last.ceiling_source == "computed_from_gib" else Basis.CEILING)
     return Stop(Verdict.ERROR, None, f"unexpected attempt outcome {last.outcome!r}")
 
 
@@ -157,12 +157,12 @@ def _first_launch(target: int, plan: str, start_at: int | None) -> Launch:
     if plan == "auto" and start_at is not None and start_at < target:
         # Only where the group's pool shrinks as the length grows (run/aim.py): auto would stop short.
         return Launch(start_at, "the group's fixed point (auto profiles at the full length and stops short)",
-                      "start_at")
+                      Basis.START_AT)
     if plan in ("auto", "auto_probe"):
-        return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", "auto")
+        return Launch(AUTO, "vLLM's --max-model-len auto fits the length in one boot", Basis.AUTO)
     if start_at is not None and start_at < target:
-        return Launch(start_at, "the predicted ceiling", "start_at")
-    return Launch(target, "the target", "target")
+        return Launch(start_at, "the predicted ceiling", Basis.START_AT)
+    return Launch(target, "the target", Basis.TARGET)
 
 
 def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_boots: int,
@@ -175,7 +175,7 @@ def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_b
         if n >= max_boots:
             return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
         return Launch(min(pool, target), f"boot {boot} booted at {int(served):,}, but a longer request than its "
-                                         f"KV pool ({pool:,} tokens) waits in vLLM's queue forever", "pool")
+                                         f"KV pool ({pool:,} tokens) waits in vLLM's queue forever", Basis.POOL)
     if not back_off or served is None:
         what = "waited in its queue forever" if last.outcome == QUEUED else "failed"
         return Stop(Verdict.NOT_VERIFIED, None, f"the server booted at {served} but a near-ceiling request {what}"
@@ -184,7 +184,7 @@ def _requests_failed(target: int, last: AttemptSummary, n: int, boot: int, max_b
         return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
     lower = int(int(served) * (1 - BACK_OFF))
     return Launch(min(lower, target), f"boot {boot} booted at {served} but its probe failed: backing off "
-                                      f"{int(served) - lower} tokens ({BACK_OFF:.0%})", "back_off")
+                                      f"{int(served) - lower} tokens ({BACK_OFF:.0%})", Basis.BACK_OFF)
 
 
 _LIMIT_TEXT = {"model_maximum": "the model's own maximum", "max_num_batched_tokens":
@@ -202,7 +202,7 @@ def _limit_step(target: int, last: AttemptSummary, boot: int, n: int, max_boots:
         return Stop(Verdict.MAX_BOOTS, None, f"gave up after {n} boots (--max-boots)")
     head = f"{what}, {ceiling:,}" + (" (capped at the target)" if nxt < ceiling else "")
     return Launch(nxt, f"{head}: vLLM {'lowered' if last.limit == 'draft_model' else 'refused'} "
-                       f"{asked if isinstance(asked, str) else format(asked, ',')} at boot {boot}", "ceiling")
+                       f"{asked if isinstance(asked, str) else format(asked, ',')} at boot {boot}", Basis.CEILING)
 
 
 def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int, max_boots: int,
@@ -220,22 +220,22 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
     pool = int(last.kv_cache_tokens)
     # A boot aimed at pool - slack that shows room again: the memory moved, or the slack does not hold
     # here; the pool itself is next (vLLM serves it, or refuses it with its own estimate).
-    trusted = slack is not None and pool - slack >= length and (last.basis != "room" or pool - slack == length)
+    trusted = slack is not None and pool - slack >= length and (last.basis != Basis.ROOM or pool - slack == length)
     fits = pool - slack if trusted else pool
     told = (f"{pool:,} tokens less vLLM's {slack:,}-token slack" if fits != pool else f"a pool of {pool:,} tokens")
     if length >= min(fits, target):
         return Stop(Verdict.VERIFIED, length, f"{length:,} boots and is the ceiling its KV pool shows ({told}; "
                                         f"{length - target:+,} against the target)", KV_CACHE)
-    if slack is not None and last.basis == "start_at" and pool - slack < length:
+    if slack is not None and last.basis == Basis.START_AT and pool - slack < length:
         # Closer to its pool than the group's slack: the slack was learnt a little too large (on a real
         # machine the pool moves by a few MiB between boots), and vLLM's ceiling lies between this boot
         # and its pool; booting the pool would only be refused and cost a third boot.
         return Stop(Verdict.VERIFIED, length, f"{length:,} boots, within the {slack:,}-token slack the group showed of its "
                                         f"{pool:,}-token pool ({length - target:+,} against the target)", KV_CACHE)
-    if last.basis == "computed" and pool <= length * (1 + ROOM_TOLERANCE):
+    if last.basis == Basis.COMPUTED and pool <= length * (1 + ROOM_TOLERANCE):
         return Stop(Verdict.VERIFIED, length, f"{length:,} boots and is within {ROOM_TOLERANCE:.0%} of the {pool:,} tokens "
                                         f"its KV pool shows ({length - target:+,} against the target)", KV_CACHE)
-    if last.basis == "room" and pool_before is not None and pool != pool_before \
+    if last.basis == Basis.ROOM and pool_before is not None and pool != pool_before \
             and abs(pool - pool_before) <= pool_before * ROOM_TOLERANCE:
         # Aimed at the last boot's pool, this boot's pool came out a little different: vLLM re-profiles
         # every boot, and on a real machine the pool moves by a few MiB between boots of one command
@@ -246,7 +246,7 @@ def _room_step(target: int, last: AttemptSummary, length: int, boot: int, n: int
     if n >= max_boots:
         return Stop(Verdict.VERIFIED, length, f"{length:,} boots; its KV pool ({told}) shows room for {fits:,}, "
                                         f"but --max-boots is reached", KV_CACHE)
-    return Launch(min(target, fits), f"boot {boot} at {length:,} showed {told}: {fits:,} fits", "room")
+    return Launch(min(target, fits), f"boot {boot} at {length:,} showed {told}: {fits:,} fits", Basis.ROOM)
 
 
 def sweep_plan(requested: str, auto_fit: str | None) -> tuple[str, str]:

@@ -139,7 +139,6 @@ def run(sweep_dir: Path, sweep: SweepRecord, runs_dir: Path, progress: Emit, say
                     _count_boots(sweep)
                     save(sweep_dir, sweep)
                     continue
-                record = RunRecord.from_json(record) if isinstance(record, dict) else record  # tune's JSON form
                 records.append(record)
                 outcome = sweep_plan.sweep_point_outcome(record, start_at)
                 result = record.result if isinstance(record.result, Result) else Result()
@@ -181,9 +180,9 @@ def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float,
     """The value whose run was interrupted: resume that run (or take it, if it finished just
     before the sweep could record it). Its own start_at stands: it was booted with it."""
     run_dir, record = member
-    start_at = (record.get("options") or {}).get("start_at")
+    start_at = record.options.start_at if record.options else None
     aim = aim if start_at is None else f"{aim} (as booted before the interruption)"
-    if record.get("state") == "finished":
+    if record.state == "finished":
         say(f"sweep {i}/{n}: gmu {gmu:g}: run {run_dir.name} had finished; taken as it is")
         return record, start_at, aim
     say(f"sweep {i}/{n}: gmu {gmu:g}: resuming run {run_dir.name}")
@@ -192,10 +191,10 @@ def _continue_member(member: tuple[Path, RunRecord], i: int, n: int, gmu: float,
 
 def _members(runs_dir: Path, sweep_id: str) -> dict[int, tuple[Path, RunRecord]]:
     """Each value's newest member run that is interrupted or finished (by sweep_index)."""
-    found: dict[int, tuple[Path, dict]] = {}
+    found: dict[int, tuple[Path, RunRecord]] = {}
     for run_dir, record in walk.linked(runs_dir, "sweep_id", sweep_id):
         index = record.link("sweep_index")
-        if isinstance(index, int) and index not in found and record.get("state") in ("interrupted", "finished"):
+        if isinstance(index, int) and index not in found and record.state in ("interrupted", "finished"):
             found[index] = (run_dir, record)
     return found
 

@@ -34,7 +34,7 @@ from autotune.host.signals import interruptible
 from autotune.run import strategy
 from autotune.store import artifact
 from autotune.server import leftovers
-from autotune.store.record import Command, RunRecord
+from autotune.store.record import RECORD_ORDER, Command, RunRecord
 from autotune.server import client
 from autotune.store import redact
 from autotune.store.redact import redact_env
@@ -47,34 +47,33 @@ RELEVANT_ENV_PREFIXES = ("VLLM_", "CUDA_", "HF_", "HUGGING", "TRANSFORMERS_", "T
                          "NCCL_", "OMP_", "TOKENIZERS_", "LD_PRELOAD")
 
 
-# run.json's keys in the order a person reads them (store/record.py keeps unknown ones after these).
-RECORD_ORDER = ["run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked", "model",
-                "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight", "options",
-                "owner", "plan", "vllm_version_detected", "prediction", "links", "machine", "vllm_version", "attempts",
-                "result"]
-
-
 def relevant_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(RELEVANT_ENV_PREFIXES)}
 
 
-def tune(opts: TuneOptions, emit: Emit) -> dict:
-    """Run the loop; return the final run record (also saved as run.json).
+def tune(opts: TuneOptions, emit: Emit) -> RunRecord:
+    """Run the loop; return the final run record (also saved as run.json), secrets scrubbed.
 
     SIGINT and SIGTERM raise Interrupted from the first line on: the server is stopped
     and the run marked interrupted before it propagates.
     """
     emit = redact.scrubbing(emit)  # no secret of the command reaches the screen (redact.py)
     with interruptible():
-        return redact.scrub(_tune(opts, emit).to_dict())
+        return scrubbed(_tune(opts, emit))
 
 
-def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> dict:
+def resume(run_dir: Path, emit: Emit, env: dict[str, str] | None = None) -> RunRecord:
     """Continue an interrupted tune or lever search from its run.json, without repeating
     finished attempts (or finished lever runs)."""
     emit = redact.scrubbing(emit)
     with interruptible():
-        return redact.scrub(_resume(Path(run_dir), emit, env).to_dict())
+        return scrubbed(_resume(Path(run_dir), emit, env))
+
+
+def scrubbed(record: RunRecord) -> RunRecord:
+    """The record as run.json holds it: every secret autotune has seen masked (redact.py); a new
+    record, typed from that JSON form, which nothing else holds."""
+    return RunRecord.from_json(redact.scrub(record.to_dict()))
 
 
 def _tune(opts: TuneOptions, emit: Emit) -> RunRecord:
@@ -128,8 +127,8 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
         plan=strategy_plan, vllm_version_detected=detected, links=dict(opts.links),
         machine=machine_facts(launcher.gpus_for(argv, env)), vllm_version=None, attempts=[], result=None)
     if kept_free is not None:
-        record.margin = kept_free.as_dict()
-    record.order = RECORD_ORDER
+        record.margin = kept_free.to_dict()
+    record.order = list(RECORD_ORDER)
     aimed = _first_boot_prediction(record, opts, serve_argv, emit)  # the refusal path starts at a prediction
     if aimed is not None:
         record.prediction = aimed.kept
@@ -177,7 +176,7 @@ def _after_loop(record: RunRecord, run_dir: Path, plan: RunPlan, emit: Emit) -> 
     # Levers buy memory: where the ceiling is the model's maximum, batched tokens or a draft model,
     # no boot of theirs can raise it (the card says what would).
     if (plan.options.reach and result.verified and result.ceiling < plan.target
-            and result.get("limit") in (None, strategy.KV_CACHE)):
+            and result.limit in (None, strategy.KV_CACHE)):
         reach.run_phase(record, run_dir, plan, emit, _tune, _resume)
     return record
 
@@ -186,15 +185,15 @@ def _resume(run_dir: Path, emit: Emit, env: dict[str, str] | None) -> RunRecord:
     clean_leftovers(run_dir.parent, emit)  # a SIGKILLed run's server goes first; its run becomes interrupted
     record = artifact.load(run_dir)
     if record.state != "interrupted":
-        raise artifact.ArtifactError(f"{run_dir}: state is {record.get('state')!r}; only an interrupted run can "
+        raise artifact.ArtifactError(f"{run_dir}: state is {record.state!r}; only an interrupted run can "
                                      "be resumed")
     plan = _resumed_plan(record, run_dir, env, emit)
     record.state = "running"
     record.owner = leftovers.owner_stamp()
-    record.resumed_at = [*(record.get("resumed_at") or []), artifact.iso(artifact.utc_now())]
-    if record.get("phase") == "reach":
+    record.resumed_at = [*(record.resumed_at or []), artifact.iso(artifact.utc_now())]
+    if record.phase == "reach":
         # The boots of the run itself are done and verified: continue the lever search.
-        if record.get("reach"):
+        if record.reach:
             record.reach.drop("interrupted")
         artifact.save_run(run_dir, record)
         emit("run_resumed", run_dir=str(run_dir), target=plan.target, attempts_done=len(record.attempts),
@@ -221,7 +220,7 @@ def _resumed_plan(record: RunRecord, run_dir: Path, env: dict[str, str] | None, 
     serve_argv = margin.applied(redact.prepare(opts.serve_argv, env), record.margin)  # ${VLLM_API_KEY}
     argv, port, port_chosen, in_use = _with_port(serve_argv, emit)
     return RunPlan(options=opts, target=record.target, serve_argv=serve_argv, argv=argv, port=port,
-                   port_chosen=port_chosen, port_in_use=in_use, env=env, strategy_plan=record.get("plan", "refusal"),
+                   port_chosen=port_chosen, port_in_use=in_use, env=env, strategy_plan=record.plan or "refusal",
                    start_at=opts.start_at, slack=opts.slack, max_gmu=opts.max_gmu)
 
 

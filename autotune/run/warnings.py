@@ -11,7 +11,7 @@ from __future__ import annotations
 from autotune.run import levers as lever_rules
 from autotune.run.preflight import RISKY_GMU
 from autotune.server import queue_watch, witness
-from autotune.store.outcomes import Outcome, Verdict, WarningKind
+from autotune.store.outcomes import Basis, Outcome, Verdict, WarningKind
 from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Reach, Recovery, Result,
                                    RunRecord, RunWarning, StopReport)
 from autotune.vllm import servecmd
@@ -55,7 +55,7 @@ def decide(record: RunRecord) -> list[RunWarning]:
     fresh = max((i for i, a in enumerate(attempts) if (a.recovery or Recovery()).figures_stale), default=-1)
     refusals = [a for a in attempts[fresh + 1:] if a.outcome == Outcome.REFUSED]
     if len(refusals) > 1 and result.verdict == Verdict.VERIFIED:
-        computed = any(a.basis == "computed" for a in refusals)
+        computed = any(a.basis == Basis.COMPUTED for a in refusals)
         warnings.append(RunWarning(
             kind=WarningKind.REFUSED_AGAIN,
             message=f"vLLM refused {len(refusals)} lengths before one booted",

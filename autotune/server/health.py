@@ -53,7 +53,7 @@ class FrontDoorRefused(ProbeError):
         self.kind = kind  # api_key | tls
         self.fix = fix
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"kind": self.kind, "cause": str(self), "fix": self.fix}
 
 
@@ -216,7 +216,7 @@ def check_serving(server: Server, expected_len: int | None,
     try:
         models = with_retries(lambda: served_models(server), "/v1/models", on_retry)
     except FrontDoorRefused as exc:
-        return False, str(exc), {"front_door": exc.as_dict()}
+        return False, str(exc), {"front_door": exc.to_dict()}
     except (OSError, ProbeError) as exc:
         return False, f"/v1/models failed: {exc}", {}
     evidence = {"models": [{"id": m.id, "max_model_len": m.max_model_len} for m in models]}

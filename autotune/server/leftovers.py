@@ -119,7 +119,7 @@ def mark_abandoned(runs_dir: Path) -> list[Cleaned]:
     """
     found = []
     for run_dir, record in walk.runs(runs_dir, walk.unnoticed):  # an unreadable run says nothing of its owner
-        if abandoned(record.get("state"), record.get("owner")):
+        if abandoned(record.state, record.owner):
             _mark_interrupted(run_dir, record=record)
             found.append(Cleaned(run_dir, record.owner.get("pid", -1), "marked_interrupted",
                                  "its autotune is gone; `autotune resume` continues it"))
@@ -150,7 +150,7 @@ def _mark_interrupted(run_dir: Path, marker: dict | None = None, cleaned: Cleane
             record = artifact.load(run_dir)
         except artifact.ArtifactError:
             return
-    if record.get("state") != "running":
+    if record.state != "running":
         return
     if not isinstance(record.attempts, list):
         record.attempts = []

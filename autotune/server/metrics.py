@@ -128,7 +128,7 @@ class CacheConfig:
             return None
         return self.num_gpu_blocks * self.block_size
 
-    def as_dict(self) -> dict:
+    def to_dict(self) -> dict:
         return {"engine": self.engine, "block_size": self.block_size, "num_gpu_blocks": self.num_gpu_blocks,
                 "pool_tokens": self.pool_tokens, "gpu_memory_utilization": self.gpu_memory_utilization,
                 "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
@@ -150,8 +150,8 @@ class ServerMetrics:
         """The first engine's (every engine of one server is configured alike)."""
         return self.cache_configs[0] if self.cache_configs else None
 
-    def as_dict(self) -> dict:
-        return {"cache_config": self.cache_config.as_dict() if self.cache_config else None,
+    def to_dict(self) -> dict:
+        return {"cache_config": self.cache_config.to_dict() if self.cache_config else None,
                 "engines": len(self.cache_configs), "requests_waiting": self.requests_waiting,
                 "requests_running": self.requests_running}
 

@@ -305,7 +305,7 @@ def probe(server: health.Server, max_model_len: int, mode: str, server_pid: int 
     }
     reader = MemoryReader(server_pid, gpu_indices)
     before = reader.read_bytes()
-    peak = None
+    peak, memory = None, {}
     try:
         with PeakSampler(reader) as sampler:
             try:
@@ -315,10 +315,10 @@ def probe(server: health.Server, max_model_len: int, mode: str, server_pid: int 
                 peak = sampler.peak
     finally:
         after = reader.read_bytes()
-        record["memory"] = memory_record(reader, before, after, peak)
+        record["memory"] = memory = memory_record(reader, before, after, peak)
         reader.close()
-    record["growth_gib"] = record["memory"]["growth_gib"]
-    record["growth_flagged"] = record["memory"]["growth_flagged"]
+    record["growth_gib"] = memory["growth_gib"]
+    record["growth_flagged"] = memory["growth_flagged"]
     record["duration_s"] = round(time.monotonic() - t0, 2)
     return record
 

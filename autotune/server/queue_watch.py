@@ -27,6 +27,7 @@ from autotune.server import client
 from autotune.server import metrics
 from autotune.server import health
 from autotune.host.signals import GATE
+from autotune.store.record import Attempt
 from autotune.vllm import versions
 
 STUCK_AFTER_S = 15.0  # running 0 and waiting >= 1 this long: the scheduler will not admit it
@@ -46,28 +47,28 @@ def waits_over_pool(pool: int | None, length: int, argv: list[str], version: str
     return bool(versions.admits_whole_prompts_only(argv, version))
 
 
-def pool_below_length(facts: dict, length: int, argv: list[str], version: str | None) -> str | None:
-    """Why a request of `length` tokens would wait forever, from the boot log alone; None when the
-    log does not say so (pure)."""
-    pool = facts.get("kv_cache_tokens")
+def pool_below_length(log_facts: dict, length: int, argv: list[str], version: str | None) -> str | None:
+    """Why a request of `length` tokens would wait forever, from the boot log alone (the parser's
+    facts); None when the log does not say so (pure)."""
+    pool = log_facts.get("kv_cache_tokens")
     if not waits_over_pool(pool, length, argv, version):
         return None
     return (f"its KV pool holds {pool:,} tokens (\"KV cache size\"), fewer than max-model-len {length:,}: a request "
             f"longer than the pool would wait in vLLM's queue forever. {WHY}")
 
 
-def card_warning(attempt) -> dict | None:
+def card_warning(attempt: Attempt) -> dict | None:
     """The card's warning for a boot whose full-length request would wait (or waited) forever."""
-    if attempt.get("outcome") != "queued":
+    if attempt.outcome != "queued":
         return None
     pool = attempt.fact("kv_cache_tokens")
-    length = attempt.get("max_model_len")
+    length = attempt.max_model_len
     length = attempt.fact("autofit_max_model_len") if not isinstance(length, int) else length
     queued = attempt.probe.queued if attempt.probe is not None else None
     seen = (f"its near-ceiling request waited {queued['stuck_s']:g} s in the queue with nothing running"
             if queued else f"its KV pool holds {pool:,} tokens" if isinstance(pool, int) else "")
     at_most = f"at most {pool:,} (the pool)" if isinstance(pool, int) else "at most what its KV pool holds"
-    return {"message": f"boot {attempt.get('index')} at {length:,} booted, but a request that long waits in vLLM's "
+    return {"message": f"boot {attempt.index} at {length:,} booted, but a request that long waits in vLLM's "
                        f"queue forever ({seen})" if isinstance(length, int) else "a boot's requests wait forever",
             "cause": WHY,
             "remedy": f"serve --max-model-len {at_most}, or add {versions.NO_FULL_ISL_FLAG} (vLLM 0.19+: a request "

@@ -20,7 +20,7 @@ GMU = "--gpu-memory-utilization"
 CONCURRENCY_TOLERANCE = 0.005 + 1e-9
 
 
-def read(server: health.Server, facts: dict, argv: list[str], version: str | None) -> dict:
+def read(server: health.Server, log_facts: dict, argv: list[str], version: str | None) -> dict:
     """What run.json keeps (attempt "metrics"): the cache configuration /metrics served and where it
     disagrees with the log and the command; or why /metrics could not be read. Never raises."""
     try:
@@ -30,8 +30,8 @@ def read(server: health.Server, facts: dict, argv: list[str], version: str | Non
     config = served.cache_config
     if config is None:
         return {"read": False, "why": f"GET {metrics.METRICS_PATH} serves no {metrics.CACHE_CONFIG_INFO}"}
-    return {"read": True, "cache_config": config.as_dict(), "engines": len(served.cache_configs),
-            "disagreements": disagreements(config, facts, asked(argv, version))}
+    return {"read": True, "cache_config": config.to_dict(), "engines": len(served.cache_configs),
+            "disagreements": disagreements(config, log_facts, asked(argv, version))}
 
 
 def asked(argv: list[str], version: str | None) -> dict:
@@ -52,7 +52,7 @@ def asked(argv: list[str], version: str | None) -> dict:
             "kv_cache_memory_bytes": kv_bytes}
 
 
-def disagreements(config: metrics.CacheConfig, facts: dict, asked_of: dict) -> list[dict]:
+def disagreements(config: metrics.CacheConfig, log_facts: dict, asked_of: dict) -> list[dict]:
     """Each figure /metrics and the log (or the command) both carry and that differ (pure):
     {figure, metrics, log | asked, text}."""
     out = []
@@ -63,11 +63,11 @@ def disagreements(config: metrics.CacheConfig, facts: dict, asked_of: dict) -> l
             out.append({"figure": figure, "metrics": served, "log" if where == log else "asked": other,
                         "text": f"{what}: {_fmt(other)} in {where}, {_fmt(served)} in /metrics"})
 
-    check("kv_cache_size_tokens", config.kv_cache_size_tokens, facts.get("kv_cache_tokens"), log,
+    check("kv_cache_size_tokens", config.kv_cache_size_tokens, log_facts.get("kv_cache_tokens"), log,
           "KV cache size (tokens)")
-    check("num_gpu_blocks", config.num_gpu_blocks, facts.get("engine_num_gpu_blocks", facts.get("gpu_blocks")),
+    check("num_gpu_blocks", config.num_gpu_blocks, log_facts.get("engine_num_gpu_blocks", log_facts.get("gpu_blocks")),
           log, "KV cache blocks")
-    check("kv_cache_max_concurrency", config.kv_cache_max_concurrency, facts.get("max_concurrency"), log,
+    check("kv_cache_max_concurrency", config.kv_cache_max_concurrency, log_facts.get("max_concurrency"), log,
           "maximum concurrency", lambda a, b: abs(a - b) <= CONCURRENCY_TOLERANCE)
     check("gpu_memory_utilization", config.gpu_memory_utilization, asked_of.get("gmu"), command,
           "--gpu-memory-utilization", lambda a, b: abs(a - b) < 1e-6)

@@ -20,6 +20,8 @@ from autotune import __version__
 from autotune.errors import AutotuneError
 from autotune.store import redact
 from autotune.store.record import RunRecord
+from autotune.store.record.part import P
+from autotune.store.record.shape import RecordShapeError
 from autotune.vllm.servecmd import model_slug
 
 SCHEMA_VERSION = 2
@@ -123,9 +125,10 @@ def read_json(path: Path, missing: str | None = None) -> object:
         raise ArtifactError(f"{path}: not valid JSON ({exc})") from None
 
 
-def schema_version_of(record: object, source: str, newest: int, what: str) -> int:
-    """The record's schema_version; ArtifactError when there is none or it is newer than `newest`."""
-    version = record.get("schema_version") if isinstance(record, dict) else None
+def schema_version_of(data: object, source: str, newest: int, what: str) -> int:
+    """A record file's schema_version, read from its JSON before it is typed; ArtifactError when
+    there is none or it is newer than `newest`."""
+    version = data.get("schema_version") if isinstance(data, dict) else None
     if not isinstance(version, int):
         raise ArtifactError(f"{source}: no integer schema_version; not an autotune {what} file")
     if version > newest:
@@ -163,8 +166,18 @@ def migrate(data: dict, source: str = "run.json") -> dict:
 
 
 def load(run_dir: Path) -> RunRecord:
-    """The one loader of run.json: read, check the version, migrate, type. Every reader uses it."""
-    return RunRecord.from_json(_read_run(run_dir))  # the parsed JSON is nobody else's: typed without a copy
+    """The one loader of run.json: read, check the version, migrate, type (each field's shape checked:
+    a wrong type is refused with the file and the field named). Every reader uses it."""
+    return typed(RunRecord, _read_run(run_dir), Path(run_dir) / RUN_FILE)
+
+
+def typed(kind: type[P], data: dict, path: Path) -> P:
+    """A record file's parsed JSON as its class (nobody else holds it: typed without a copy), or
+    ArtifactError naming the file and the field whose value has the wrong type."""
+    try:
+        return kind.from_json(data)
+    except RecordShapeError as exc:
+        raise ArtifactError(f"{path}: {exc}") from None
 
 
 def _read_run(run_dir: Path) -> dict:

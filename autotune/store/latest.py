@@ -20,6 +20,7 @@ A run folder named by its path or id is that folder, whatever its kind (resolve)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from autotune.store import artifact
@@ -32,7 +33,7 @@ LATEST = "latest"
 TUNE_KINDS = ("tune", "reproduce")
 
 
-def _records(runs_dir: Path):
+def _records(runs_dir: Path) -> Iterator[tuple[Path, RunRecord]]:
     """(folder, record) of the readable runs, newest first: what cannot be read names nothing."""
     return walk.runs(runs_dir, walk.unnoticed)
 
@@ -70,17 +71,17 @@ def shown(runs_dir: Path) -> tuple[Path, list[str]]:
         if newer.name <= folder.name:
             break
         if not artifact.booted(check) and check.link("verifies") != record.run_id:
-            url = (check.get("deployment") or {}).get("url") or "a server"
+            url = (check.deployment or {}).get("url") or "a server"
             notes.append(f"(verification {newer.name} of {url} is newer: `autotune show {newer.name}` shows it)")
     return folder, notes
 
 
 def command(runs_dir: Path) -> tuple[list[str], str] | None:
     """The serve command of the newest tune (TUNE_KINDS) that has one, and that run's id."""
-    for _, record in _records(runs_dir):
-        argv = record.command.get("argv") if record.get("command") else None
-        if argv and record.get("kind", "tune") in TUNE_KINDS:
-            return list(argv), record.run_id
+    for folder, record in _records(runs_dir):
+        argv = record.command.argv if record.command is not None else None
+        if argv and (record.kind or "tune") in TUNE_KINDS:
+            return list(argv), record.run_id or folder.name
     return None
 
 
@@ -91,7 +92,8 @@ def resumable(runs_dir: Path) -> tuple[str, Path, str | None]:
     folder and the search's run are older than their members, so the first interrupted thing
     met is what to continue). A fleet's leaf is left to its fleet (`autotune fleet resume`).
     Raises ArtifactError when nothing is interrupted."""
-    passed, fleets = 0, []
+    passed = 0
+    fleets: list[str] = []
     for folder in sorted([*artifact.list_runs(runs_dir), *sweeps.list_sweeps(runs_dir)], key=lambda p: p.name,
                          reverse=True):
         if (folder / sweeps.SWEEP_FILE).is_file():
@@ -111,7 +113,7 @@ def resumable(runs_dir: Path) -> tuple[str, Path, str | None]:
                                  f"sweep{hint}")
 
 
-def _interrupted_sweep(folder: Path) -> tuple[str, Path, None] | None:
+def _interrupted_sweep(folder: Path) -> tuple[str, Path, str | None] | None:
     try:
         return ("sweep", folder, None) if sweeps.load(folder).state == "interrupted" else None
     except artifact.ArtifactError:
@@ -127,8 +129,8 @@ def _interrupted_run(folder: Path, fleets: list[str]) -> tuple[str, Path, str | 
         return None
     if not artifact.booted(record):
         return None
-    interrupted = record.get("state") == "interrupted"
-    fleet = (record.get("fleet") or {}).get("fleet_id")
+    interrupted = record.state == "interrupted"
+    fleet = (record.fleet or {}).get("fleet_id")
     if fleet:
         fleets.extend([fleet] if interrupted and not record.link("tried_again_as") else [])
         return None
@@ -145,6 +147,6 @@ def member_of(folder: Path, record: RunRecord) -> tuple[str, Path, str] | None:
             return "sweep", sweep_dir, f"run {folder.name} is part of sweep {sweep_dir.name}: resuming the sweep"
     parent_dir = runs_dir / str(parent_id)
     if parent_id and (parent_dir / artifact.RUN_FILE).is_file():
-        if artifact.load(parent_dir).get("state") == "interrupted":
+        if artifact.load(parent_dir).state == "interrupted":
             return "run", parent_dir, f"run {folder.name} is a lever run of {parent_dir.name}: resuming its lever search"
     return None

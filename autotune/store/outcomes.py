@@ -6,7 +6,18 @@ decides with them (and re-exports them as strategy.VERIFIED and so on). Each is 
 a member equals its word, and run.json holds the word, so files read and written stay as they were.
 """
 
-from enum import StrEnum
+import sys
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 (pyproject's requires-python) has no StrEnum: the same, by hand (mypy found it)
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        """A str-valued enum whose str() is its word, as Python 3.11's."""
+
+        def __str__(self) -> str:
+            return str(self.value)
 
 
 class Outcome(StrEnum):
@@ -63,6 +74,8 @@ class Basis(StrEnum):
     ROOM = "room"  # aimed from a boot's KV pool
     COMPUTED = "computed"  # from a refusal's two-decimal GiB figures (vLLM 0.8.4-0.9.0.1 print no estimate)
     FIXED_POINT = "fixed_point"  # where the pool shrinks with the length: the line through two pools meets need
+    POOL = "pool"  # the boot's KV pool: a longer request would wait in vLLM's queue forever (queued)
+    BACK_OFF = "back_off"  # --back-off: 10% under a length whose probe failed
 
 
 # The bases of a length that is not vLLM's own number. Once such a boot verifies, its own pool

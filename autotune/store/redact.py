@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.store.record import Attempt, RunRecord
+from autotune.events import Emit
+from autotune.store.record import RunRecord
 
 MASK = "***"
 SECRET_PATTERNS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "*_TOKEN", "*_KEY", "*_SECRET", "*PASSWORD*")
@@ -169,7 +170,7 @@ class Scrubber:
         scrubbed = self.text(text)
         return data if scrubbed == text else scrubbed.encode("utf-8", "surrogateescape")
 
-    def obj(self, value):
+    def obj(self, value: Any) -> Any:
         if not self.secrets:
             return value
         if isinstance(value, str):
@@ -198,7 +199,7 @@ def remember_secret(value: str | None, name: str) -> None:
         _SEEN.add({value: name})
 
 
-def scrub(value):
+def scrub(value: Any) -> Any:
     """value (text, bytes or a record) with every remembered secret replaced by `${NAME}`."""
     if isinstance(value, bytes):
         return _SEEN.bytes(value)
@@ -212,10 +213,10 @@ def scrub_log_line(line: bytes) -> bytes:
     return _SEEN.bytes(line)
 
 
-def scrubbing(emit):
+def scrubbing(emit: Emit) -> Emit:
     """An event callback that passes every event on scrubbed (for the progress output)."""
-    def scrubbed(kind, **data):
-        return emit(kind, **scrub(data))
+    def scrubbed(kind: str, **data: Any) -> None:
+        emit(kind, **scrub(data))
     return scrubbed
 
 
@@ -223,8 +224,8 @@ def record_scrubber(record: RunRecord) -> Scrubber:
     """A scrubber for a record written by any autotune, from the secrets its own commands show
     (`show` uses it: records from before secrets were scrubbed are masked when read)."""
     found: dict[str, str] = {}
-    commands = [(record.get("command") or {}).get("argv"), (record.get("result") or {}).get("final_argv")]
-    commands += [a.get("argv") for a in record.get("attempts") or [] if isinstance(a, Attempt)]
+    commands = [record.command.argv if record.command else None, record.result.final_argv if record.result else None]
+    commands += [attempt.argv for attempt in record.attempts or []]
     for argv in commands:
         if isinstance(argv, list):
             found.update(find_secrets([str(a) for a in argv]))

@@ -29,7 +29,8 @@ def load(sweep_dir: Path) -> SweepRecord:
     path = Path(sweep_dir) / SWEEP_FILE
     sweep = artifact.read_json(path)
     artifact.schema_version_of(sweep, str(path), SCHEMA_VERSION, "sweep")  # a file that is no object fails here
-    return SweepRecord.from_json(sweep)  # the parsed JSON is nobody else's: typed without a copy
+    assert isinstance(sweep, dict)  # schema_version_of refused anything else
+    return artifact.typed(SweepRecord, sweep, path)  # a wrong type: the file and the field named
 
 
 def save(sweep_dir: Path, sweep: SweepRecord) -> None:

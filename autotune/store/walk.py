@@ -9,6 +9,7 @@ not (the ETA's median, a tune's first-boot prediction: background estimates that
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -36,7 +37,7 @@ def unnoticed(skipped: Unreadable) -> None:
     """For a walk whose reader is an estimate, not a person: a run that cannot be read is left out."""
 
 
-def runs(runs_dir: Path | str, on_unreadable: OnUnreadable, *, oldest_first: bool = False,
+def runs(runs_dir: Path | str | os.PathLike[str], on_unreadable: OnUnreadable, *, oldest_first: bool = False,
          limit: int | None = None, booted_only: bool = False) -> Iterator[tuple[Path, RunRecord]]:
     """(folder, record) of each readable run under runs_dir, newest first (oldest_first: in the order
     they ran); limit: at most this many folders looked at; booted_only: leave out verifications of
@@ -53,12 +54,14 @@ def runs(runs_dir: Path | str, on_unreadable: OnUnreadable, *, oldest_first: boo
         yield folder, record
 
 
-def records(runs_dir: Path | str, on_unreadable: OnUnreadable, **how) -> list[RunRecord]:
+def records(runs_dir: Path | str | os.PathLike[str], on_unreadable: OnUnreadable, *, oldest_first: bool = False,
+            limit: int | None = None, booted_only: bool = False) -> list[RunRecord]:
     """The records of runs() (the same options), as a list."""
-    return [record for _, record in runs(runs_dir, on_unreadable, **how)]
+    return [record for _, record in runs(runs_dir, on_unreadable, oldest_first=oldest_first, limit=limit,
+                                         booted_only=booted_only)]
 
 
-def linked(runs_dir: Path | str, key: str, value) -> list[tuple[Path, RunRecord]]:
+def linked(runs_dir: Path | str, key: str, value: object) -> list[tuple[Path, RunRecord]]:
     """The runs whose links[key] == value (a sweep's points, a lever search's steps, a run's
     verifications), newest first. An unreadable one belongs to nothing: it is left out."""
     return [(folder, record) for folder, record in runs(runs_dir, unnoticed) if record.link(key) == value]

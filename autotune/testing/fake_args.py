@@ -106,8 +106,8 @@ def _values(name: str, argv: Sequence[str], i: int, inline: str | None) -> tuple
 
 
 def parse(argv: Sequence[str]) -> tuple[str | None, dict]:
-    """(the positional model or None, the options by long name); raises UsageError."""
-    model, options, unknown = None, {}, []
+    """(the positional model or None, the flags (options) by long name); raises UsageError."""
+    model, flags, unknown = None, {}, []
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -118,14 +118,14 @@ def parse(argv: Sequence[str]) -> tuple[str | None, dict]:
             if name is None:
                 unknown.append(token)
                 continue
-            options[name], i = _values(name, argv, i, inline if eq else None)
+            flags[name], i = _values(name, argv, i, inline if eq else None)
         elif token.startswith("-") and not _is_value(token):
             alias, eq, inline = token.partition("=")
             if re.fullmatch(r"-O\d?", alias):  # -O3: FlexibleArgumentParser's optimization level
-                options["optimization-level"] = inline or alias[2:] or "3"
+                flags["optimization-level"] = inline or alias[2:] or "3"
             elif alias[1:] in serve_options.SHORT and alias in servecmd.SHORT_OPTIONS:
                 name = servecmd.SHORT_OPTIONS[alias]
-                options[name], i = _values(name, argv, i, inline if eq else None)
+                flags[name], i = _values(name, argv, i, inline if eq else None)
             else:
                 unknown.append(token)
         elif model is None:
@@ -134,9 +134,9 @@ def parse(argv: Sequence[str]) -> tuple[str | None, dict]:
             unknown.append(token)
     if unknown:
         raise UsageError(f"unrecognized arguments: {' '.join(unknown)}")
-    if isinstance(options.get("model"), str):
-        model = options.pop("model")
-    return model, options
+    if isinstance(flags.get("model"), str):
+        model = flags.pop("model")
+    return model, flags
 
 
 def _number(options: dict, name: str, kind, default):

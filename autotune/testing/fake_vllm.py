@@ -371,7 +371,8 @@ def run(req: Request, stop: threading.Event, out=None) -> int:
     boot = ReplayedBoot(req, out)
     taken: list[HTTPServer] = []
     try:
-        host = req.options.get("host")
+        flags = req.options  # the serve flags it was started with, by long name
+        host = flags.get("host")
         outcome = boot.run(bind=lambda: taken.append(bind(req.port, host if isinstance(host, str) else None)))
         if isinstance(outcome, int):
             boot.sleep(min(boot.p.shutdown_s, 3.0))  # the teardown after a failure (log-formats.md 10)

@@ -75,7 +75,7 @@ class Pool:
     max_model_len_fits: bool
     notes: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -97,7 +97,7 @@ def _group_size(counts: list[int]) -> int:
 
 def _unified(shape: KVShape, block_size: int) -> tuple[int, int, list[str]]:
     """(attention block size, page bytes) once pages are unified; notes on what changed."""
-    notes = []
+    notes: list[str] = []
     attention = [g for g in shape.groups if g.kind != "linear"]
     states = [g.state_bytes for g in shape.groups if g.kind == "linear"]
     per_token = max((g.bytes_per_token for g in attention), default=0)

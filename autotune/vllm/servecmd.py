@@ -228,7 +228,7 @@ class VllmCommand:
     options: list[tuple[str, object]] = field(default_factory=list)  # (long name, str | True | list[str])
     typed: list[str] = field(default_factory=list)  # each option as the user typed its name ("-q", "--max_num_seqs")
 
-    def option(self, name: str):
+    def option(self, name: str) -> object:
         found = None
         for key, value in self.options:
             if key == name:

@@ -343,11 +343,11 @@ def replays(argv: Sequence[str]) -> bool:
     return list(argv[1:3]) == ["-m", FAKE_VLLM_MODULE]
 
 
-def version_key(argv: Sequence[str]) -> tuple:
+def version_key(argv: Sequence[str]) -> tuple[str | None, ...]:
     """What decides which vLLM a serve command starts, so one answer stands for every command with the
     same key: its program (python -m vllm..., a `vllm` script: that environment's vLLM), and for the
     replaying vLLM its --profile too (each profile replays its own version)."""
-    key = tuple(argv[:3])
+    key: tuple[str | None, ...] = tuple(argv[:3])
     if replays(argv):
         key += (servecmd.flag_value(list(argv), "--profile"),)
     return key
@@ -444,7 +444,7 @@ def batch_defaults(version: str | Version | None, device_name: str, memory_gib: 
     large = _large_tier(parsed, name, memory, compute_capability)
     batched, seqs, rule = {
         "huge": (16384, 1024, ">= 160 GiB"), "large": (8192, 1024, _LARGE_WORDS[_rule_since(parsed)]),
-    }.get(large, (2048, 1024 if parsed < (0, 8, 4) else 256, "the small tier"))
+    }.get(large or "", (2048, 1024 if parsed < (0, 8, 4) else 256, "the small tier"))
     if platform == "tpu" and device_name.upper() in _TPU_BATCHED:
         batched, rule = _TPU_BATCHED[device_name.upper()], f"TPU {device_name.upper()}"
     return BatchDefaults(batched, seqs, rule)

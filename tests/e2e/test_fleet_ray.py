@@ -106,7 +106,7 @@ leaves:
     h100 = node_of_label(cluster, "H100")
     for entry, label in zip(state.data["leaves"], ["RTX-3090", "RTX-3090", "H100", "H100"]):
         record = artifact.load(runs / entry["run_id"])
-        section = record.get("fleet")
+        section = record.fleet
         assert section["backend"] == "ray" and section["gpu"]["accelerator_type"] == label
         assert (section["node"]["node_id"] == h100) == (label == "H100")
         assert section["gpu"]["ids"] and section["node"]["hostname"]
@@ -154,7 +154,7 @@ grid:
     assert len(retried) == 1 and retried[0]["tries"][0]["infra"] and retried[0]["tries"][1]["infra"] is None
     assert all(e["verdict"] == "verified" for e in state.data["leaves"])  # the table is complete
     assert "(try 2)" in out and "lost to the infrastructure" in err
-    assert artifact.load(runs / retried[0]["run_id"]).get("fleet")["tries"][0]["infra"]
+    assert artifact.load(runs / retried[0]["run_id"]).fleet["tries"][0]["infra"]
     assert gone_s < 30
 
 

@@ -57,7 +57,7 @@ def replay(tmp_path_factory):
                                     env={"VLLM_API_KEY": SECRET, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                                          "CUDA_VISIBLE_DEVICES": "0,1"}, catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).get("kind") == "tune")
+    parent = next(d for d in artifact.list_runs(runs_dir) if artifact.load(d).kind == "tune")
     return SimpleNamespace(runs_dir=runs_dir, run_dir=parent, record=artifact.load(parent))
 
 
@@ -553,7 +553,7 @@ def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
 
     rec = gpu_record()
     kept = Margin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
-    rec["margin"] = kept.as_dict()
+    rec["margin"] = kept.to_dict()
     rec["result"]["final_argv"] = [("0.9583" if a == "0.95" else a) for a in rec["result"]["final_argv"]]
     record = RunRecord.from_dict(rec)
     clause = "--gpu-memory-utilization 0.9583 keeps 1 GiB of 24 GiB free (--margin 1 GiB)"

@@ -26,7 +26,7 @@ def test_the_pod_kserve_runs_is_the_verified_vllm(record):
     checks.validate_kserve(service)
     container = checks.kserve_container(service)
     assert container["image"] == dep.image  # runtimeVersion (and the CPU build's image) pin it
-    assert service["spec"]["predictor"]["model"]["runtimeVersion"] == f"v{record.get('vllm_version').split('+')[0]}"
+    assert service["spec"]["predictor"]["model"]["runtimeVersion"] == f"v{record.vllm_version.split('+')[0]}"
     for kind in ("requests", "limits"):
         assert container["resources"][kind]["memory"] == "16Gi" and container["resources"][kind]["cpu"] == "4"
     probe = container["startupProbe"]

@@ -97,8 +97,8 @@ def test_the_entry_is_a_recipes_hardware_override(h100):
     for pid, _, count in recipe.HARDWARE_PROFILES:
         assert taxonomy[pid]["gpu_count"] == count, pid
     real_recipe = yaml.safe_load((RECIPES / "Llama-3.1-8B-Instruct.yaml").read_text())
-    assert real_recipe["model"]["model_id"] == record.get("model")
-    assert f"merge these keys into models/{record.get('model')}.yaml" in text
+    assert real_recipe["model"]["model_id"] == record.model
+    assert f"merge these keys into models/{record.model}.yaml" in text
 
 
 def test_the_recipes_site_gives_an_h100_user_the_verified_command(h100):

@@ -104,7 +104,7 @@ def test_local_fleet_runs_each_leaf_as_a_normal_run_and_shows_the_table(tmp_path
     for entry in state.data["leaves"]:
         record = artifact.load(runs / entry["run_id"])  # a normal run folder, with the fleet's section
         assert record.result.verdict == "verified" and record.result.ceiling == entry["ceiling"]
-        assert record.get("fleet")["leaf"] == entry["id"] and record.get("fleet")["node"]["hostname"]
+        assert record.fleet["leaf"] == entry["id"] and record.fleet["node"]["hostname"]
         assert (runs / entry["run_id"] / "command.sh").is_file() and (runs / entry["run_id"] / "autotune.log").is_file()
     seed = [e["ceiling"] for e in state.data["leaves"][:2]]
     assert seed[0] < seed[1]  # more gmu, more context: the seed's figures, not a copy of one
@@ -202,7 +202,7 @@ def test_a_killed_leaf_is_retried_and_its_server_reaped(tmp_path):
     tries = state.data["leaves"][0]["tries"]
     assert [t["infra"] is not None for t in tries] == [True, False]
     assert "SIGKILL" in tries[0]["infra"]
-    assert artifact.load(runs / state.data["leaves"][0]["run_id"]).get("fleet")["try"] == 2
+    assert artifact.load(runs / state.data["leaves"][0]["run_id"]).fleet["try"] == 2
     assert fakes("fleet-kill") == []
 
 

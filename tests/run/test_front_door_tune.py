@@ -20,7 +20,7 @@ def run_tune(tmp_path, *extra, env=None):
     opts = tune_mod.TuneOptions(target=4096, runs_dir=tmp_path / "runs", strategy="refusal", max_boots=1, probe="none",
                                 env=env or {"PATH": "/usr/bin:/bin"},
                                 serve_argv=[sys.executable, str(HELPER), "--resets", "0", "--model", "m", *extra])
-    record = tune_mod.tune(opts, lambda kind, **d: events.append((kind, d)))
+    record = tune_mod.tune(opts, lambda kind, **d: events.append((kind, d))).to_dict()
     return record, events
 
 

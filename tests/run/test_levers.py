@@ -94,12 +94,12 @@ def test_fp8_kv_is_the_last_lever_and_needs_permission_and_a_capable_gpu():
 
 def test_a_command_above_max_gmu_is_not_told_to_raise_it_to_less():
     # the seed at gmu 0.98 with the default --max-gmu 0.95: it said "raising gpu-memory-utilization to 0.95"
-    plan = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.95))
+    plan = levers.plan_levers(131072, ARGV, RTX3090, Limits(max_gmu=0.95))
     said = " ".join(plan.explanation)
     assert "raising" not in said and plan.gmu_needed is None and plan.gmu_gain_max_gib == 0
     assert "gpu-memory-utilization is 0.98 already, above --max-gmu 0.95: no room to raise it" in said
-    short = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.99))  # room left, not enough
+    short = levers.plan_levers(131072, ARGV, RTX3090, Limits(max_gmu=0.99))  # room left, not enough
     assert "raising gpu-memory-utilization from 0.98 to 0.99 (--max-gmu) would give ~0.24 GiB: not enough" in \
         " ".join(short.explanation)
-    at = levers.plan(131072, ARGV, RTX3090, Limits(max_gmu=0.98))
+    at = levers.plan_levers(131072, ARGV, RTX3090, Limits(max_gmu=0.98))
     assert "gpu-memory-utilization is 0.98 already, at --max-gmu 0.98: no room to raise it" in " ".join(at.explanation)

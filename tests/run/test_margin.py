@@ -32,7 +32,7 @@ def test_a_margin_on_a_gpu_is_the_gmu_that_leaves_it_free_rounded_down():
                                "unused (replacing the command's 0.98)")
     assert margin.apply(["vllm", "serve", "m", "--gpu-memory-utilization=0.98"], kept) == \
         ["vllm", "serve", "m", "--gpu-memory-utilization", "0.9583"]
-    record = kept.as_dict()
+    record = kept.to_dict()
     assert (record["asked_gib"], record["gmu"], record["device"], record["device_total_gib"]) == \
         (1.0, 0.9583, "gpu", 24.0)
 
@@ -120,7 +120,7 @@ def test_a_resumed_margin_run_and_its_lever_search_boot_the_margins_gmu(monkeypa
     run_dir = next(tmp_path.iterdir())
     record = RunRecord.from_dict(json.loads((run_dir / "run.json").read_text()))
     monkeypatch.setattr("autotune.analysis.device_memory.node_memory_bytes", lambda: 99 * GIB)  # not read again
-    plan = tune_mod._resumed_plan(record, run_dir, None)
+    plan = tune_mod._resumed_plan(record, run_dir, None, lambda *_, **__: None)
     assert _gmu(record.command.argv) == "0.98"
     assert _gmu(plan.serve_argv) == _gmu(plan.argv) == _gmu(reach.booted_argv(record)) == "0.9791"
     assert plan.max_gmu == 0.95 and plan.target == 65536

@@ -146,3 +146,10 @@ def test_no_default_of_the_request_is_spelled_twice_in_cli_or_run():
         if path.name != "options.py" or path.parent.name != "run":
             found.update({f"{path.relative_to(ROOT)}: {where}": 1 for where in spelled_again(path.read_text())})
     assert not found, "defaults spelled again (take them from run/options.py):\n" + "\n".join(found)
+
+
+def test_each_kept_option_is_a_field_of_the_record_part_that_keeps_it():
+    """from_record reads each kept option as an attribute of KeptOptions (run.json's "options")."""
+    from autotune.store.record import KeptOptions
+
+    assert KEPT <= {f.name for f in dataclasses.fields(KeptOptions)}

@@ -185,7 +185,7 @@ def test_planted_uuid_is_translated_then_checked_on_the_right_gpu():
 def test_problem_renders_saw_why_fix():
     problem = Problem("gmu_risky", "--gpu-memory-utilization 1", "why text", "fix text")
     assert problem.render() == "gmu_risky:\n  saw: --gpu-memory-utilization 1\n  why: why text\n  fix: fix text"
-    assert problem.as_dict() == {"kind": "gmu_risky", "saw": "--gpu-memory-utilization 1", "why": "why text",
+    assert problem.to_dict() == {"kind": "gmu_risky", "saw": "--gpu-memory-utilization 1", "why": "why text",
                                  "fix": "fix text"}
 
 

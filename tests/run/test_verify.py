@@ -94,7 +94,7 @@ def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
         target=4096, runs_dir=tmp_path, strategy="refusal", probe="none",
         serve_argv=[sys.executable, str(HELPER), "--resets", "2", "--max-model-len", "4096", "--model", "m"])
     # The helper takes --max-model-len as vLLM does; the tune sets it to the target.
-    record = tune_mod.tune(opts, lambda kind, **d: events.append((kind, d)))
+    record = tune_mod.tune(opts, lambda kind, **d: events.append((kind, d))).to_dict()
     assert record["result"]["verdict"] == "verified", record["result"]
     (attempt,) = record["attempts"]
     assert [r["try"] for r in attempt["http_retries"]] == [1, 2]
@@ -111,7 +111,7 @@ def test_a_tune_whose_health_never_recovers_is_not_verified(tmp_path, monkeypatc
     opts = tune_mod.TuneOptions(
         target=4096, runs_dir=tmp_path, strategy="refusal", probe="none", max_boots=1,
         serve_argv=[sys.executable, str(HELPER), "--resets", "1000", "--max-model-len", "4096"])
-    record = tune_mod.tune(opts, lambda kind, **d: None)
+    record = tune_mod.tune(opts, lambda kind, **d: None).to_dict()
     (attempt,) = record["attempts"]
     assert attempt["outcome"] == "booted_not_verified"
     assert len(attempt["http_retries"]) == health.HTTP_RETRIES
@@ -135,7 +135,7 @@ def test_a_port_held_by_a_socket_that_never_answers_is_not_retried_before_the_se
             target=4096, runs_dir=tmp_path, strategy="refusal", probe="none", max_boots=1,
             serve_argv=[sys.executable, "-c", "import time; print('importing', flush=True); time.sleep(6)",
                         "--port", str(port)])
-        record = tune_mod.tune(opts, lambda kind, **d: None)
+        record = tune_mod.tune(opts, lambda kind, **d: None).to_dict()
     (attempt,) = record["attempts"]
     assert "http_retries" not in attempt
     assert attempt["outcome"] == "exited"

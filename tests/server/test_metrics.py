@@ -24,7 +24,7 @@ def test_the_real_032_cpu_servers_pool_and_queue():
     assert (figures.requests_waiting, figures.requests_running) == (0.0, 0.0)
     # every label is kept as served, "None" included
     assert cache.labels["num_cpu_blocks"] == "None" and cache.labels["cache_dtype"] == "auto"
-    assert figures.as_dict()["cache_config"]["pool_tokens"] == 16384
+    assert figures.to_dict()["cache_config"]["pool_tokens"] == 16384
 
 
 def test_waiting_by_reason_is_not_the_waiting_gauge():

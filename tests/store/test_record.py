@@ -143,3 +143,15 @@ def test_a_nested_part_set_from_its_json_form_is_typed():
     assert isinstance(run.attempts[0], Attempt) and run.attempts[0].outcome == "verified"
     assert run.to_dict() == {"result": {"verdict": "verified", "ceiling": 9},
                              "attempts": [{"index": 1, "outcome": "verified"}]}
+
+
+def test_a_new_run_json_orders_only_fields_of_the_run_record():
+    from autotune.store.record import RECORD_ORDER
+
+    assert len(set(RECORD_ORDER)) == len(RECORD_ORDER) and set(RECORD_ORDER) <= names(RunRecord)
+
+
+def test_a_record_has_no_get_it_is_read_by_its_attributes():
+    record = RunRecord.from_dict({"result": {"ceiling": 1}, "mine": 2})
+    assert not hasattr(record, "get") and not hasattr(record.result, "get")
+    assert (record.result.ceiling, record.other["mine"]) == (1, 2)

@@ -14,7 +14,7 @@ from autotune.store.record.attempt import Attempt
 from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeResult, Recovery, StopReport,
                                               Verification)
 from autotune.store.record.part import Part, copy_json, given
-from autotune.store.record.run import RESULT_FIGURES, Command, Reach, ReachStep, Result, RunRecord
+from autotune.store.record.run import RECORD_ORDER, RESULT_FIGURES, Command, Reach, ReachStep, Result, RunRecord
 from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin, RunWarning
 from autotune.store.record.sweep import SweepPoint, SweepRecord
 
@@ -22,6 +22,6 @@ RECORD_CLASSES = (RunRecord, Command, Attempt, Result, Reach, ReachStep, SweepPo
                   ProbeResult, Recovery, StopReport, Verification, AimPrediction, GpuPlan, KeptOptions, Machine,
                   Margin, RunWarning)
 
-__all__ = ["RECORD_CLASSES", "RESULT_FIGURES", "AimPrediction", "Attempt", "BootFacts", "BootPrediction", "Command",
+__all__ = ["RECORD_CLASSES", "RECORD_ORDER", "RESULT_FIGURES", "AimPrediction", "Attempt", "BootFacts", "BootPrediction", "Command",
            "GpuPlan", "KeptOptions", "Machine", "Margin", "Part", "ProbeResult", "Reach", "ReachStep", "Recovery",
            "Result", "RunRecord", "RunWarning", "StopReport", "SweepPoint", "SweepRecord", "Verification", "copy_json", "given"]

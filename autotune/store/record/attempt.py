@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeResult, Recovery, StopReport,
                                               Verification)
@@ -55,13 +55,16 @@ class Attempt(Part):
                               "prediction": (BootPrediction, False)}
 
     @classmethod
-    def interrupted(cls, index: int, log: str | None, argv, pid, **how) -> "Attempt":
+    def interrupted(cls, index: int, log: str | None, argv: list | None, pid: int | None, **how: Any) -> Attempt:
         """A boot an interruption cut short (stop: how autotune stopped it; cleanup: how a later
         autotune cleaned up after a killed one)."""
         attempt = cls(index=index, outcome="interrupted", log=log, argv=argv, pid=pid, **how)
         attempt.order = ["index", "outcome", "log", "argv", "pid", *how]
         return attempt
 
-    def fact(self, key: str, default=None):
+    def fact(self, key: str, default: Any = None) -> Any:
         """A figure of the boot log, modelled or not (default: the log did not say)."""
-        return self.facts.get(key, default) if self.facts is not None else default
+        if self.facts is None:
+            return default
+        value = getattr(self.facts, key) if self.facts.has_field(key) else self.facts.other.get(key)
+        return default if value is None else value

@@ -66,6 +66,7 @@ class ProbeResult(Part):
     queued: dict | None = None  # stuck_s, ...: the near-ceiling request waited in vLLM's queue with nothing running
     memory: dict | None = None  # device memory before, during and after (server/probe_memory.py)
     repeat_ttft_ratio: float | None = None
+    requests: list | None = None  # each request sent: prompt_tokens, ttft_s, ... (server/probe.py)
 
 
 @dataclass(init=False)
@@ -77,6 +78,8 @@ class Verification(Part):
     reason: str | None = None
     models: Any = None
     probe: ProbeResult | None = None
+    front_door: dict | None = None  # what turned autotune away: cause, fix (server/health.py)
+    door: dict | None = None  # the front door autotune used: url, scheme, where its key came from
 
     NESTED = {"probe": (ProbeResult, False)}
 
@@ -110,3 +113,4 @@ class BootPrediction(Part):
     warning: str | None = None
     matches: bool | None = None
     kv_cache_tokens: dict | None = None  # predicted, vllm
+    kinds: list | None = None  # the model's attention kinds (full, sliding, linear)

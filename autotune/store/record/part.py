@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
+from autotune.store.record.shape import RecordShapeError, shapes_of
+
 P = TypeVar("P", bound="Part")
 
 _MACHINERY = ("other", "order", "present")
@@ -28,9 +30,9 @@ class Part:
     present: set = field(default_factory=set, repr=False)  # the modelled keys the part holds
 
     # field name -> (class, is a list of them) for the nested parts
-    NESTED: ClassVar[dict[str, tuple[type, bool]]] = {}
+    NESTED: ClassVar[dict[str, tuple[type[Part], bool]]] = {}
 
-    def __init__(self, **values) -> None:
+    def __init__(self, **values: Any) -> None:
         cls = type(self)
         unknown = sorted(set(values) - _name_set(cls))
         if unknown:
@@ -42,7 +44,7 @@ class Part:
         for key, value in values.items():
             setattr(self, key, value)
 
-    def __setattr__(self, name: str, value) -> None:
+    def __setattr__(self, name: str, value: Any) -> None:
         if name in _name_set(type(self)):
             value = _nested(type(self), name, value, _as_is)
             self.present.add(name)
@@ -63,12 +65,14 @@ class Part:
     @classmethod
     def _typed(cls: type[P], data: Mapping, take: Callable[[Any], Any]) -> P:
         """The part of data, each value passed through `take` (a copy or the value itself)."""
-        names, nested = _name_set(cls), cls.NESTED
+        shapes, nested = shapes_of(cls), cls.NESTED
         state = dict(_nones(cls))  # built in place, not through __init__ and __setattr__: loading is hot
         other, present = {}, set()
         for key, value in data.items():
-            if key in names:
-                state[key] = _nested(cls, key, value, take) if key in nested else take(value)
+            shape = shapes.get(key)
+            if shape is not None:
+                shape.check(key, value)  # a wrong type is the record's error, with the field named
+                state[key] = _read_nested(nested[key], key, value, take) if key in nested else take(value)
                 present.add(key)
             else:
                 other[key] = take(value)
@@ -81,7 +85,9 @@ class Part:
         return key in self.present or key in self.other
 
     def to_dict(self) -> dict:
-        """The JSON form, a copy: changing it changes nothing in the part."""
+        """The JSON form, a copy: changing it changes nothing in the part. `to_dict` is the package's one
+        serialiser name (tests/test_structure.py): it pairs with from_dict and says it gives a dict, the
+        JSON object, not JSON text as a `to_json` would suggest."""
         out = {}
         for key in _field_names(type(self)):
             if key in self.present:
@@ -90,10 +96,11 @@ class Part:
             out[key] = copy_json(value)
         return _in_order(out, self.order)
 
-    def get(self, key: str, default=None):
-        """A field or an unmodelled key by its JSON name; default when absent or null."""
-        value = getattr(self, key) if key in _name_set(type(self)) else self.other.get(key)
-        return default if value is None else value
+    @classmethod
+    def has_field(cls, key: str) -> bool:
+        """Does this class model the key (an attribute), or would the part keep it in `other`?
+        (There is no get(key): a record is read by its attributes, a key it does not model from `other`.)"""
+        return key in _name_set(cls)
 
     def drop(self, key: str) -> None:
         """Remove a key (it will be absent from the file)."""
@@ -104,12 +111,12 @@ class Part:
             self.other.pop(key, None)
 
 
-def given(value) -> bool:
+def given(value: object) -> bool:
     """Is this field set to something (not absent, not null)?"""
     return value is not None
 
 
-def _nested(cls, key: str, value, take: Callable[[Any], Any]):
+def _nested(cls: type[Part], key: str, value: Any, take: Callable[[Any], Any]) -> Any:
     """A field's value as the part holds it: a nested part typed from its dict (a list of them from
     a list of dicts), anything else through `take`."""
     nested = cls.NESTED.get(key)
@@ -124,28 +131,54 @@ def _nested(cls, key: str, value, take: Callable[[Any], Any]):
     return value if isinstance(value, Part) else take(value)
 
 
-def _nones(cls) -> dict:
+def _read_nested(nested: tuple[type[Part], bool], key: str, value: Any, take: Callable[[Any], Any]) -> Any:
+    """A nested part read from its JSON form (a list of them), its shape checked (a list of objects,
+    an object); an error inside it names the path from here (attempts[1].facts.kv_cache_tokens)."""
+    if value is None:
+        return None
+    kind, many = nested
+    if not many:
+        try:
+            return kind._typed(value, take)
+        except RecordShapeError as exc:
+            raise exc.under(key) from None
+    parts = []
+    for i, item in enumerate(value):
+        where = f"{key}[{i}]"
+        if type(item) is not dict:
+            raise RecordShapeError(where, "an object", item)
+        try:
+            parts.append(kind._typed(item, take))
+        except RecordShapeError as exc:
+            raise exc.under(where) from None
+    return parts
+
+
+# Per class, computed once: loading is hot.
+_NONES: dict[type, dict[str, None]] = {}
+_NAMES: dict[type, tuple[str, ...]] = {}
+_NAME_SETS: dict[type, frozenset[str]] = {}
+
+
+def _nones(cls: type[Part]) -> dict[str, None]:
     """Every field of cls holding None (a part with nothing in it)."""
-    cached = cls.__dict__.get("_nones")
+    cached = _NONES.get(cls)
     if cached is None:
-        cached = dict.fromkeys(_field_names(cls))
-        cls._nones = cached
+        cached = _NONES[cls] = dict.fromkeys(_field_names(cls))
     return cached
 
 
-def _field_names(cls) -> tuple[str, ...]:
-    cached = cls.__dict__.get("_names")
+def _field_names(cls: type[Part]) -> tuple[str, ...]:
+    cached = _NAMES.get(cls)
     if cached is None:
-        cached = tuple(f.name for f in fields(cls) if f.name not in _MACHINERY)
-        cls._names = cached
+        cached = _NAMES[cls] = tuple(f.name for f in fields(cls) if f.name not in _MACHINERY)
     return cached
 
 
-def _name_set(cls) -> frozenset[str]:
-    cached = cls.__dict__.get("_name_set")
+def _name_set(cls: type[Part]) -> frozenset[str]:
+    cached = _NAME_SETS.get(cls)
     if cached is None:
-        cached = frozenset(_field_names(cls))
-        cls._name_set = cached
+        cached = _NAME_SETS[cls] = frozenset(_field_names(cls))
     return cached
 
 
@@ -153,7 +186,7 @@ def _name_set(cls) -> frozenset[str]:
 _SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
-def copy_json(value):
+def copy_json(value: Any) -> Any:
     """A deep copy of a JSON value, several times quicker than copy.deepcopy on one (no memo);
     what is not plain JSON (a dict subclass, a tuple, a part) goes through copy.deepcopy."""
     kind = type(value)
@@ -166,7 +199,7 @@ def copy_json(value):
     return copy.deepcopy(value)
 
 
-def _as_is(value):
+def _as_is(value: Any) -> Any:
     return value
 
 
@@ -179,7 +212,7 @@ def _in_order(out: dict, order: list) -> dict:
     return ordered
 
 
-def _plain(value):
+def _plain(value: Any) -> Any:
     """A field's JSON form, a copy (parts as their dicts)."""
     if type(value) in _SCALARS:
         return value

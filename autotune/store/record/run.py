@@ -86,7 +86,7 @@ class ReachStep(Part):
 class Reach(Part):
     """The lever search of --reach (run.json "reach")."""
 
-    steps: list | None = None  # ReachStep
+    steps: list[ReachStep] | None = None
     reached: bool | None = None
     before_levers: Result | None = None  # the result before the search, which a resumed search starts from
     need_gib: float | None = None
@@ -101,6 +101,14 @@ class Reach(Part):
     interrupted: dict | None = None  # at, by: while the search is interrupted
 
     NESTED: ClassVar[dict] = {"steps": (ReachStep, True), "before_levers": (Result, False)}
+
+
+# A new run.json's keys in the order a person reads them (the keys after these, and those of a file read
+# back, keep their own order: part.py).
+RECORD_ORDER = ("run_id", "kind", "state", "started_at", "ended_at", "duration_s", "target", "target_asked", "model",
+                "command", "margin", "environment", "environment_added_by_autotune", "gpus", "preflight", "options",
+                "owner", "plan", "vllm_version_detected", "prediction", "links", "machine", "vllm_version", "attempts",
+                "result")
 
 
 @dataclass(init=False)
@@ -133,7 +141,7 @@ class RunRecord(Part):
     links: dict | None = None  # sweep_id, sweep_index, reproduces, reach_of, verifies, tried_again_as
     machine: Machine | None = None
     vllm_version: str | None = None
-    attempts: list | None = None  # Attempt
+    attempts: list[Attempt] | None = None
     result: Result | None = None
     reach: Reach | None = None
     resumed_at: list | None = None
@@ -148,7 +156,7 @@ class RunRecord(Part):
                               "prediction": (AimPrediction, False), "machine": (Machine, False),
                               "warnings": (RunWarning, True)}
 
-    def link(self, key: str):
+    def link(self, key: str) -> Any:
         return self.links.get(key) if isinstance(self.links, dict) else None
 
     def boots_done(self) -> list:

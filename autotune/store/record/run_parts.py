@@ -37,7 +37,7 @@ class KeptOptions(Part):
     stall_timeout_s: float | None = None
     max_boots: int | None = None
     probe: str | None = None
-    back_off: float | None = None
+    back_off: bool | None = None  # --back-off: a failed probe retries 10% lower
     keep_serving: bool | None = None
     strategy: str | None = None
     start_at: int | None = None

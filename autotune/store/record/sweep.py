@@ -47,7 +47,7 @@ class SweepRecord(Part):
     gmu_values: list | None = None
     options: dict | None = None  # run/sweep.py SweepOptions, as started
     owner: dict | None = None
-    points: list | None = None  # SweepPoint, one per finished value
+    points: list[SweepPoint] | None = None  # one per finished value
     boots_used: int | None = None
     boots_without_predictions: int | None = None
     boots_2k: int | None = None

@@ -490,7 +490,7 @@ class _Figures(dict):
 
     missing = False
 
-    def __missing__(self, key):
+    def __missing__(self, key: str) -> str:
         self.missing = True
         return ""
 

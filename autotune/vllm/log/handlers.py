@@ -80,7 +80,7 @@ class LineHandlers:
                 self._served_model(line, at, value)
         found = P.ENGINE_VERSION_RE.match(line, begins)
         if found is not None and "with config" in line:
-            self.record.set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+            self.record.set("vllm_version", (found.group(1) or "").rstrip(".,"), found.span(1))
             model = P.ENGINE_MODEL_RE.search(line, found.end())  # vLLM's default when the command named none
             if model is not None:
                 self.record.set("model", model.group(1), model.span(1))
@@ -108,7 +108,7 @@ class LineHandlers:
     def on_version(self, line: str, start: int) -> None:
         found = version_at(line, start)
         if found is not None:
-            self.record.set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+            self.record.set("vllm_version", (found.group(1) or "").rstrip(".,"), found.span(1))
         served = P.SERVING_MODEL_RE.search(line, start)
         if served is not None:
             self._add_models([served.group(1)])
@@ -119,7 +119,7 @@ class LineHandlers:
         # "Initializing an LLM engine (v0.5.4) with config" with the config on the next lines.
         found = at_message(P.ENGINE_VERSION_RE, line, start)
         if found is not None:
-            self.record.set("vllm_version", found.group(1).rstrip(".,"), found.span(1))
+            self.record.set("vllm_version", (found.group(1) or "").rstrip(".,"), found.span(1))
 
     def _engine_settings(self, line: str, start: int) -> None:
         """What the engine resolved where a flag was left to vLLM (V1 0.8+ config line):
@@ -147,7 +147,7 @@ class LineHandlers:
         generic = at_message(P.BACKEND_GENERIC_RE, line, start)
         if generic is None or "attention_backend" in self.record.boot.facts:
             return
-        name = generic.group(1).strip()
+        name = (generic.group(1) or "").strip()
         if P.NOT_ATTENTION_RE.search(name):
             return
         # Forced backend prints the enum repr: "AttentionBackendEnum.FLASH_ATTN" -> FLASH_ATTN.
@@ -158,7 +158,7 @@ class LineHandlers:
     def on_fallback(self, line: str, start: int) -> None:
         found = at_message(P.FALLBACK_FA2_RE, line, start) or at_message(P.FALLBACK_FA_VERSION_RE, line, start)
         if found is not None:
-            self.record.set("attention_fallback_reason", found.group(0).rstrip(), found.span())
+            self.record.set("attention_fallback_reason", (found.group(0) or "").rstrip(), found.span())
 
     def on_took(self, line: str, start: int) -> None:
         found = at_message(P.WEIGHTS, line, start)
@@ -188,7 +188,7 @@ class LineHandlers:
     def on_concurrency(self, line: str, start: int) -> None:
         self._concurrency(at_message(P.CONCURRENCY, line, start))
 
-    def _concurrency(self, found: re.Match[str] | None) -> None:
+    def _concurrency(self, found: re.Match[str] | CutMatch | None) -> None:
         if found is not None and "max_concurrency" not in self.record.boot.facts:
             self.record.set_num("max_concurrency_tokens", found, 1)
             self.record.set_num("max_concurrency", found, 2)
@@ -197,7 +197,7 @@ class LineHandlers:
         found = at_message(P.BLOCKS_RE, line, start)
         if found is None:
             return
-        if found.group(1).upper() == "CPU":
+        if (found.group(1) or "").upper() == "CPU":
             # CPU backend: the first number is the KV pool ("# CPU blocks: N" alone in <=0.6,
             # "# CPU blocks: N, # CPU blocks: 0" in 0.7-0.9 where the second is swap).
             self.record.set_num("cpu_blocks", found, 2)

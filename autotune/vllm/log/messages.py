@@ -10,7 +10,11 @@ thousands separators.
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 import re
+from collections.abc import Iterable
+from typing import Any
 
 from autotune.vllm.log.wording import Either, Fig, Maybe, Re, Wording
 
@@ -188,10 +192,8 @@ _TYPICAL_TEXT = (
 )
 PREFILTER_WINDOW = 5
 
-try:
-    from re import _parser as _sre_parse  # Python 3.11+
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+# Python's regex parser (re._parser from 3.11, sre_parse before): private, its stubs do not cover what is read here.
+_sre_parse: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 
 @functools.lru_cache(maxsize=None)  # the catalog's patterns are read twice at import
@@ -223,7 +225,7 @@ def _window(literal: str) -> str:
     return literal[start : start + width]
 
 
-def prefilter(literals) -> re.Pattern[str]:
+def prefilter(literals: Iterable[str]) -> re.Pattern[str]:
     """A regex found in every line that holds any of ``literals`` (and in some others): its search
     returning None proves that none of them is in the line. An empty literal makes it match all."""
     literals = list(literals)

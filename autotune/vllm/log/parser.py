@@ -50,6 +50,7 @@ Stdlib only; no I/O except ``parse_file`` / ``parse_stream``.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import BinaryIO, Iterable
 
@@ -392,7 +393,7 @@ def parse_stream(handle: BinaryIO) -> BootLogParser:
     return parser
 
 
-def parse_file(path) -> BootLogParser:
+def parse_file(path: str | os.PathLike[str]) -> BootLogParser:
     """Parse a log file (plain or gzip-compressed) in bounded memory: read in binary, line by
     line; a line longer than MAX_LINE_BYTES is cut there and the rest of it skipped."""
     with open_log(path) as handle:

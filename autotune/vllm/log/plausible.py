@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TypeGuard
 
 __all__ = ["ceiling_from", "implausible", "MAX_DEVICE_GIB", "MAX_TOKENS"]
 
@@ -131,9 +132,9 @@ def limit_from(result: dict) -> tuple[int | None, str]:
 _HALF_CENT = Fraction(1, 200)  # a GiB figure printed with two decimals is within this of the true one
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import gzip
 import io
-from typing import BinaryIO, Iterator
+import os
+from typing import Any, BinaryIO, Iterator
 
 __all__ = ["MAX_LINE_BYTES", "open_log", "read_lines"]
 
@@ -19,7 +20,7 @@ _BLOCK = 1 << 16
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
-def open_log(path) -> BinaryIO:
+def open_log(path: str | os.PathLike[str]) -> BinaryIO:
     """Open a log for reading in binary; a gzip file (by its magic bytes, whatever its name)
     is decompressed on the fly."""
     handle = open(path, "rb")
@@ -77,7 +78,7 @@ class _Prepended(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[override]
+    def readinto(self, buffer: Any) -> int:  # io.RawIOBase's buffer: a writable bytes-like object
         if self._head:
             n = min(len(buffer), len(self._head))
             buffer[:n] = self._head[:n]

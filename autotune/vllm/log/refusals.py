@@ -102,7 +102,7 @@ class RefusalReader:
             self._message = message._replace(blanks=message.blanks + 1)
 
     # -- readers (line, message start) -----------------------------------------------------------
-    def _refusal_goes_on(self, found) -> bool:
+    def _refusal_goes_on(self, found: re.Match[str] | CutMatch) -> bool:
         """This refusal is the one read so far (or the first): the same length refused."""
         fact = self.record.boot.facts.get("max_model_len_requested")
         return fact is None or found.group(1) is not None and fact.value == read_number(found.group(1))

@@ -119,9 +119,9 @@ class RowJoiner:
         if self._parts and not self._in_record:
             self._flush_parts()  # a line's parts whose last record never came (a cut log)
         text = unwrap(text)
-        records = collapsed_records(text)
-        if records is not None:  # a paste that collapsed its newlines: its records, each a line at this number
-            self._carried(Carried(records, True, whole=True), cut)
+        collapsed = collapsed_records(text)
+        if collapsed is not None:  # a paste that collapsed its newlines: its records, each a line at this number
+            self._carried(Carried(collapsed, True, whole=True), cut)
             return
         if cut:
             self.record.touch()

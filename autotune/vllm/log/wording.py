@@ -19,7 +19,9 @@ in order. Stdlib only.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 __all__ = ["Fig", "Either", "Maybe", "Re", "Wording", "CutMatch"]
 
@@ -53,7 +55,7 @@ class Re:
     pattern: str
 
 
-def _source(parts) -> str:
+def _source(parts: Sequence[Any]) -> str:
     out = []
     for part in parts:
         if isinstance(part, str):
@@ -107,7 +109,7 @@ _LEAD_MIN = 8  # characters of a message's leading text a line must end with to 
 class Wording:
     """One message of vLLM's log as parts (str literals, ``Fig``, ``Either``, ``Maybe``, ``Re``)."""
 
-    def __init__(self, *parts) -> None:
+    def __init__(self, *parts: Any) -> None:
         self.parts = parts
         self.regex = re.compile(_source(parts), re.ASCII)
         self._compiled: dict[str, re.Pattern[str]] = {}
@@ -122,14 +124,14 @@ class Wording:
         self._tail_lead = tail[0] if tail and isinstance(tail[0], str) else ""
         self.match = self.regex.match  # the whole message only (a caller tries it first: no Python call)
 
-    def _collect(self, parts) -> None:
+    def _collect(self, parts: Sequence[Any]) -> None:
         for part in parts:
             if isinstance(part, (Fig, Re)):
                 self._compiled[part.pattern] = re.compile(part.pattern, re.ASCII)
             elif isinstance(part, Maybe):
                 self._collect(part.parts)
 
-    def read(self, line: str, at: int, found: re.Match[str] | None | bool = False) -> re.Match[str] | CutMatch | None:
+    def read(self, line: str, at: int, found: re.Match[str] | None | Literal[False] = False) -> re.Match[str] | CutMatch | None:
         """The message at ``at``: whole, or cut by the end of the line (its figures before the cut).
         ``found``: what ``match`` found there (None: nothing), when the caller tried it already."""
         if found is False:
@@ -171,7 +173,7 @@ class Wording:
                 return None
         return self.read(line, begin)
 
-    def _walk(self, parts, line: str, pos: int, group: int, spans: dict) -> tuple[str, int, int]:
+    def _walk(self, parts: Sequence[Any], line: str, pos: int, group: int, spans: dict) -> tuple[str, int, int]:
         """(status, position, next group number) after ``parts`` from ``pos``."""
         end = len(line)
         for part in parts:
@@ -234,7 +236,7 @@ class Wording:
         return False
 
 
-def _groups(parts) -> int:
+def _groups(parts: Sequence[Any]) -> int:
     count = 0
     for part in parts:
         if isinstance(part, Fig):

@@ -76,7 +76,7 @@ def test_a_refusal_line_cut_by_the_tunes_line_limit_gives_no_shortened_estimate(
                                 probe="none",
                                 serve_argv=[sys.executable, str(script), str(tmp_path / "refusal.txt")])
     events = []
-    record = tune_mod.tune(opts, lambda kind, **data: events.append((kind, data)))
+    record = tune_mod.tune(opts, lambda kind, **data: events.append((kind, data))).to_dict()
     facts = record["attempts"][0]["facts"]
     assert facts["max_model_len_requested"] == 1048576 and facts["line_cut"] == 2
     assert facts.get("estimated_max_model_len") != 181
