@@ -6,18 +6,7 @@ decides with them (and re-exports them as strategy.VERIFIED and so on). Each is 
 a member equals its word, and run.json holds the word, so files read and written stay as they were.
 """
 
-import sys
-
-if sys.version_info >= (3, 11):
-    from enum import StrEnum
-else:  # Python 3.10 (pyproject's requires-python) has no StrEnum: the same, by hand (mypy found it)
-    from enum import Enum
-
-    class StrEnum(str, Enum):
-        """A str-valued enum whose str() is its word, as Python 3.11's."""
-
-        def __str__(self) -> str:
-            return str(self.value)
+from enum import StrEnum  # Python 3.11: pyproject's requires-python (tests/cli/test_python_version.py)
 
 
 class Outcome(StrEnum):

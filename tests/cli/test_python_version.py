@@ -71,6 +71,7 @@ def test_pyproject_ruff_and_the_readme_name_one_lowest_python():
     major, minor = lowest()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert config["tool"]["ruff"]["target-version"] == f"py{major}{minor}"
+    assert config["tool"]["mypy"]["python_version"] == f"{major}.{minor}"
     claims = re.findall(r"Python (\d+\.\d+)\+", (ROOT / "README.md").read_text())
     assert claims and set(claims) == {f"{major}.{minor}"}, claims
 
