@@ -16,7 +16,7 @@ from autotune.run.preflight import RISKY_GMU
 from autotune.export import targets as deploy_targets
 from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Margin, ProbeResult, Reach,
                                    Recovery, Result, RunRecord, StopReport, Verification)
-from autotune.vllm import servecmd
+from autotune.vllm import extensible, servecmd, versions
 from autotune.vllm.log import LIMIT_SOURCES
 from autotune.store.outcomes import Outcome, Verdict
 
@@ -146,7 +146,8 @@ def _levers(record: RunRecord) -> str:
     elif (kept := record.margin) and kept.asked_gib:  # --margin set the gmu: it is the lever
         levers.append(f"keep less of the device free: a smaller --margin (now {kept.asked_gib:g} GiB, which set "
                       f"--gpu-memory-utilization {kept.gmu})")
-    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
+    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")) and not _gmu_at_full(record, argv,
+                                                                                                        gmu):
         where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
         levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
     pinned = (record.gpus or GpuPlan()).indices
@@ -154,6 +155,16 @@ def _levers(record: RunRecord) -> str:
     if servecmd.flag_value(argv, "--kv-cache-dtype") in (None, "auto") and lever_rules.fp8_supported(used):
         levers.append("use --kv-cache-dtype fp8 (about twice the tokens per GiB; --reach --allow-kv-quant tries it)")
     return "; ".join(levers)
+
+
+def _gmu_at_full(record: RunRecord, argv: list[str], gmu: str | None) -> bool:
+    """vLLM 0.34+ with the extensible KV cache and no gmu flag: the default is 1.0, nothing to raise."""
+    if gmu is not None:
+        return False
+    said = next((a.fact("extensible_kv_cache") for a in reversed(_attempts_of(record))
+                 if a.fact("extensible_kv_cache") is not None), None)
+    on = None if said is None else said == "on"
+    return (extensible.resolved_gmu(argv, record.vllm_version, extensible=on) or 0.0) >= versions.EXTENSIBLE_GMU
 
 
 def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str | Path | None) -> list[str]:

@@ -166,7 +166,9 @@ FLAGS_SINCE: dict[str, tuple[Version, str]] = {
     "--cache-aware-admission-window": ((0, 34, 0), "drop it"),
     "--cache-aware-admission-threshold": ((0, 34, 0), "drop it"),
     "--checkpoint-prepare-on-startup": ((0, 34, 0), "drop it"),
+    "--no-checkpoint-prepare-on-startup": ((0, 34, 0), "drop it"),
     "--shuffle-safetensors-files": ((0, 34, 0), "drop it"),
+    "--no-shuffle-safetensors-files": ((0, 34, 0), "drop it"),
 }
 MAX_MODEL_LEN_AUTO_SINCE: Version = (0, 14, 0)  # `--max-model-len auto` (or -1); before, not a number
 NULL_BLOCK_CHECKED_SINCE: Version = (0, 29, 0)  # the check and auto-fit leave out the null block

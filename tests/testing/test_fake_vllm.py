@@ -78,8 +78,10 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
         outcome, result, _ = boot(*args[:2], "--max-model-len", str(ceiling), *args[4:])
         if outcome != 1:
             break
-        assert source == "computed_from_gib"
-        ceiling, _ = ceiling_from(result)
+        # Refused again: a ceiling computed from GiB figures, or 0.34's estimate against the upper bound
+        # refused after CUDA-graph capture and warmup (once: that refusal is against the measured pool).
+        assert source == "computed_from_gib" or result.get("refusal_stage") == "after_warmup"
+        ceiling, source = ceiling_from(result)
     served, tokens = outcome
     # The pool holds the ceiling, except a sliding-window model's: its boot check counts the windowed
     # layers at their window (tests/server/test_queue_watch.py: its longer requests wait forever).
