@@ -320,6 +320,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("h100-0.34.0-qwen14b-1m", "0.34 on one H100 with the extensible KV cache: the first refusal's estimate "
             "(against the upper bound) is refused again after CUDA-graph capture and warmup", "0.34.0", "v1_034",
             _V034, **_QWEN14B_1M),
+    Profile("h100-0.33.0-qwen14b-1m", "the same H100 and model on 0.33 (gmu 0.92, the CUDA-graph estimate, 16-token "
+            "blocks): the run an upgrade to 0.34 reproduces", "0.33.0", "v1_033",
+            ("log-formats.md 2.2(g), 8 and 11.J",), **{**_QWEN14B_1M, "block_size": 16}),
     Profile("h100-0.34.0-qwen14b-1m-no-vmm", "0.34 on an H100 whose driver has no VMM: \"Disabling the extensible KV "
             "cache\", profiling estimates, gmu unset is 0.92", "0.34.0", "v1_034", _V034,
             vmm_unavailable="GPU driver error 801: operation not supported", **_QWEN14B_1M),

@@ -77,3 +77,25 @@ def test_a_tune_on_034_ends_at_the_longest_length_that_boots_with_both_refusals_
     stages = [(a["outcome"], (a.get("facts") or {}).get("refusal_stage")) for a in record["attempts"]]
     assert stages == [("refused", "before_warmup"), ("refused", "after_warmup"), ("verified", None)], stages
     assert record["attempts"][-1]["facts"]["extensible_kv_cache"] == "on"
+
+
+def _tune(profile: str, runs) -> dict:
+    with replaying_in_process():
+        CliRunner().invoke(cli, ["tune", "--quiet", "--probe", "none", "--runs-dir", str(runs), "--target",
+                                 "1010000", "--", *fake(profile)], catch_exceptions=False)
+    return artifact.load(artifact.list_runs(runs)[0])
+
+
+def test_an_upgrade_from_033_to_034_is_explained_by_what_changed(tmp_path):
+    from autotune.analysis import reproduce, run_row
+
+    old, new = _tune("h100-0.33.0-qwen14b-1m", tmp_path / "a"), _tune(H100, tmp_path / "b")
+    o, n = run_row.run_row(old), run_row.run_row(new)
+    assert (o.gmu, n.gmu) == (0.92, 1.0)  # compare shows the resolved value and that it was unset
+    assert n.gmu_source == "vLLM 0.34.0 default (unset: 1 with the extensible KV cache)"
+    found = reproduce.reproduce_verdict(old, new)
+    assert new.result.ceiling > old.result.ceiling
+    assert found.verdict == "changed" and found.exit_code == 0, found.reason  # was "better"
+    assert any("default --gpu-memory-utilization changed" in c for c in found.causes)
+    assert any("after CUDA-graph capture and warmup" in c for c in found.causes)
+    assert any("blocks of 64 tokens (were 16)" in c for c in found.causes)
