@@ -19,7 +19,8 @@ from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
 from autotune.export.verified import (
     CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, absolute, clients_line, cwd_of, image_tag,
-    is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, verified_on)
+    is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name, unset_gmu,
+    verified_on)
 from autotune.vllm import servecmd, versions
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.
@@ -152,6 +153,10 @@ def effective_pins(given: dict, record: RunRecord, gpu: dict | None, engine_flag
             pins[on if engine_flags[key] else off] = (True, ENGINE_LINE)
     if engine_flags.get("load_format") and "load-format" not in given:
         pins["load-format"] = (str(engine_flags["load_format"]), ENGINE_LINE)
+    gmu = unset_gmu(record) if not {"gpu-memory-utilization", "device-memory-utilization",
+                                     "kv-cache-memory-bytes"} & set(given) else None
+    if gmu is not None:
+        pins["gpu-memory-utilization"] = gmu
     if "max-num-batched-tokens" in given and "max-num-seqs" in given or gpu is None:
         return pins
     chunked = engine_flags.get("enable_chunked_prefill", "no-enable-chunked-prefill" not in given)
