@@ -157,6 +157,18 @@ def _levers(record: RunRecord) -> str:
     return "; ".join(levers)
 
 
+def _extensible_words(attempts: list) -> str:
+    """vLLM 0.34's extensible KV cache, a setting of the run: on (the pool measured after CUDA-graph capture),
+    or off and vLLM's reason ("" before 0.34, or where the log did not say)."""
+    said = next((a for a in reversed(attempts) if a.fact("extensible_kv_cache") is not None), None)
+    if said is None:
+        return ""
+    if said.fact("extensible_kv_cache") == "on":
+        return " (extensible KV cache on: the pool measured after CUDA-graph capture and warmup)"
+    why = said.fact("extensible_kv_cache_off_reason")
+    return " (extensible KV cache off" + (f": {why}" if why else "") + ")"
+
+
 def _gmu_at_full(record: RunRecord, argv: list[str], gmu: str | None) -> bool:
     """vLLM 0.34+ with the extensible KV cache and no gmu flag: the default is 1.0, nothing to raise."""
     if gmu is not None:
@@ -410,7 +422,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
             lines.append(f"  retries:  boot {a.index}: {len(retries)} broken answer(s) from {endpoints} "
                          f"asked again (first: {retries[0].get('error')})")
     if record.vllm_version:
-        lines.append(f"  vLLM:     {record.vllm_version}")
+        lines.append(f"  vLLM:     {record.vllm_version}{_extensible_words(attempts)}")
     if r.serving:
         lines.append(_serving_line(r.serving, record.run_id))
     for w in summary_warnings(record):

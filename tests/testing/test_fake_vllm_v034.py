@@ -77,6 +77,7 @@ def test_a_tune_on_034_ends_at_the_longest_length_that_boots_with_both_refusals_
     stages = [(a["outcome"], (a.get("facts") or {}).get("refusal_stage")) for a in record["attempts"]]
     assert stages == [("refused", "before_warmup"), ("refused", "after_warmup"), ("verified", None)], stages
     assert record["attempts"][-1]["facts"]["extensible_kv_cache"] == "on"
+    assert "vLLM:     0.34.0 (extensible KV cache on: the pool measured after CUDA-graph capture" in out.output
 
 
 def _tune(profile: str, runs) -> dict:
