@@ -199,7 +199,8 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         kv_cache_dtype=str(options.get("kv-cache-dtype") or "auto"),
         kv_cache_memory_bytes=_number(options, "kv-cache-memory-bytes", _human_readable_int, None),
         tp=_number(options, "tensor-parallel-size", int, 1),
-        reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)))
+        reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)),
+        gmu_given=any(k in options for k in ("gpu-memory-utilization", "device-memory-utilization")))
     # As vLLM prints them: by argparse's dest (`--no-X` sets X to False).
     shown = {(k[3:] if k.startswith("no-") and k[3:] in serve_options.LONG else k).replace("-", "_"):
              (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(k, v))

@@ -86,6 +86,7 @@ class Settings:
     kv_cache_memory_bytes: int | None = None
     tp: int = 1
     reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
+    gmu_given: bool = True  # the command sets the gmu (0.34+ leaves it unset otherwise: its metrics say "None")
 
 
 # The V0 profile's activation figure is fitted at 2,048 batched tokens; vLLM 0.6.4 itself profiles

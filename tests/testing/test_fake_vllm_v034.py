@@ -100,3 +100,14 @@ def test_an_upgrade_from_033_to_034_is_explained_by_what_changed(tmp_path):
     assert any("default --gpu-memory-utilization changed" in c for c in found.causes)
     assert any("after CUDA-graph capture and warmup" in c for c in found.causes)
     assert any("blocks of 64 tokens (were 16)" in c for c in found.causes)
+
+
+def test_the_metrics_say_none_for_an_unset_gmu_on_034():
+    from autotune.testing import fake_args, fake_metrics
+
+    unset = fake_args.read_request(["--profile", H100], {})
+    given = fake_args.read_request(["--profile", H100, "--gpu-memory-utilization", "0.9"], {})
+    old = fake_args.read_request(["--profile", "h100-0.33.0-qwen14b-1m"], {})
+    labels = [fake_metrics.cache_config_labels(r.profile, r.settings, 1000, 1024)["gpu_memory_utilization"]
+              for r in (unset, given, old)]
+    assert labels == ["None", "0.9", "0.92"]
