@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from autotune.analysis import upgrade
 from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED
 from autotune.analysis.run_groups import TOLERANCE_FRACTION, tolerance_for
 from autotune.analysis.run_row import run_row
@@ -77,12 +78,13 @@ class Reproduction:
     attention_backend: list[str | None]
     flags_no_longer_shown: list[str]  # in the old boot's non-default args, not in the new one's
     changes: list[dict]  # {"what", "before", "after", "delta", "expected", "unexplained", "tolerance", "status"}
-    verdict: str  # same | better | regression | error
+    verdict: str  # same | better | changed (by what the upgrade changed in sizing: `causes`) | regression | error
     reason: str
     exit_code: int
     target: int | None = None  # the old run's target, which the reproduce tuned toward
     probe: ProbeComparison = field(default_factory=ProbeComparison)
     new_files: dict = field(default_factory=dict)  # the new run's paste-ready files: name -> path (runs dir/run/name)
+    causes: list = field(default_factory=list)  # what the upgrade changed in sizing (analysis/upgrade.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.probe, dict):  # a reproduction read back from its --json form
@@ -122,10 +124,21 @@ def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
     probe, timing = probe_changes(old_run, new_run)
     changes.extend(timing)
     verdict, reason = _verdict(new, changes, probe)
-    if budget_moved and verdict != "error":
+    why = upgrade.causes(o, n, o_facts.extensible_kv_cache, n_facts.extensible_kv_cache)
+    moved = [c for c in changes if c["delta"]]
+    if why and verdict in ("better", "regression", "same") and (verdict != "same" or budget_moved or moved) \
+            and probe.ok[1] is not False:
+        # The figures moved with what the upgrade changed in sizing: name that, not "better" or "regression".
+        figures = "; ".join(f"{c['what']} {_num(c['before'])} -> {_num(c['after'])}" for c in moved) or reason
+        verdict, reason = "changed", f"{figures}, as the upgrade changed sizing: " + "; ".join(why)
+    if budget_moved and verdict != "error" and o.gmu != n.gmu:
+        reason += (f"; the budget moved {budget_moved:+.2f} GiB with the gmu in force ({o.gmu:g} -> {n.gmu:g}), "
+                   "which is not held against vLLM")
+    elif budget_moved and verdict != "error":
         reason += (f"; the memory vLLM budgets from moved {o.device_memory_gib} -> {n.device_memory_gib} GiB "
                    f"({budget_moved:+.2f} GiB at gmu {o.gmu:g}), which is not held against vLLM")
-    code = {"same": EXIT_SAME_OR_BETTER, "better": EXIT_SAME_OR_BETTER, "regression": EXIT_REGRESSION,
+    code = {"same": EXIT_SAME_OR_BETTER, "better": EXIT_SAME_OR_BETTER, "changed": EXIT_SAME_OR_BETTER,
+            "regression": EXIT_REGRESSION,
             "error": EXIT_ERROR}[verdict]
     return Reproduction(
         old_run=o.run_id, new_run=n.run_id, vllm_version=[o.vllm_version, n.vllm_version],
@@ -135,7 +148,7 @@ def reproduce_verdict(old: RunRecord, new: RunRecord) -> Reproduction:
         attention_backend=[o_facts.attention_backend, n_facts.attention_backend],
         flags_no_longer_shown=gone, changes=changes, verdict=verdict, reason=reason, exit_code=code,
         target=target, probe=probe,
-        new_files={name: f"{n.run_id}/{name}" for name in (new.result or Result()).files or []})
+        new_files={name: f"{n.run_id}/{name}" for name in (new.result or Result()).files or []}, causes=why)
 
 
 def _verdict(new: RunRecord, changes: list[dict], probe: ProbeComparison) -> tuple[str, str]:

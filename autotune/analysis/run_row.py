@@ -151,11 +151,15 @@ def version_tuple(version: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts) if parts else None
 
 
-def default_gmu(vllm_version: str | None) -> tuple[float | None, str]:
-    """vLLM's default gmu for a version, and how it was decided."""
-    gmu = versions.default_gmu(vllm_version)  # the one rule (0.9, 0.92 from 0.20)
+def default_gmu(vllm_version: str | None, extensible: bool | None = None) -> tuple[float | None, str]:
+    """vLLM's default gmu for a version, and how it was decided (0.34+: unset, resolved by the extensible
+    KV cache's state, `extensible`: the run's, None when unknown, then on as on CUDA and ROCm)."""
+    gmu = versions.default_gmu(vllm_version, extensible)  # the one rule (0.9, 0.92 from 0.20, unset from 0.34)
     if gmu is None:
         return None, "no --gpu-memory-utilization and the vLLM version is unknown, so its default is too"
+    if versions.gmu_is_unset_by_default(vllm_version):
+        how = "with the extensible KV cache" if gmu == versions.EXTENSIBLE_GMU else "without the extensible KV cache"
+        return gmu, f"vLLM {vllm_version} default (unset: {gmu:g} {how})"
     other = "0.9 before 0.20" if gmu == versions.HIGHEST_DEFAULT_GMU else "0.92 from 0.20"
     return gmu, f"vLLM {vllm_version} default ({gmu}; {other})"
 
@@ -266,7 +270,8 @@ def run_row(record: RunRecord) -> Row:
         gmu = _float(flag)
         gmu_source = "flag" if gmu is not None else f"unreadable {GMU_FLAG} {flag!r}"
     else:
-        gmu, gmu_source = default_gmu(version)
+        said = facts.extensible_kv_cache  # 0.34+: what the boot log said of it
+        gmu, gmu_source = default_gmu(version, None if said is None else said == "on")
     gmu_sets_kv, gmu_note = True, None
     on_cpu = device.startswith("cpu")
     known = versions.profile(version)

@@ -62,6 +62,8 @@ def reproduce_cmd(run, runs_dir, outdated, probe, stall_timeout, json_, quiet):
       0 same or better (or, with --outdated, nothing recorded on another vLLM)
      10 --outdated: for some run, which vLLM its command starts now could not be told
         (a wrapper script, a container): it was not checked (`reproduce RUN` re-tunes it)
+      0 also where the figures moved with what the upgrade changed in sizing ("Changed by the upgrade": vLLM
+        0.34's unset gmu of 1.0, its pool measured after CUDA-graph capture, its 64-token blocks)
       7 regression beyond tolerance (less KV, fewer tokens, a lower ceiling, a failed probe,
         or a probe 1.5x slower)
       3 the re-tune failed (did not boot, hung, not verified)
@@ -143,6 +145,7 @@ def _reproduce_one(old: RunRecord, runs_dir, env_now: dict, stall_timeout: float
 
 def render_reproduction(v: rep_mod.Reproduction) -> str:
     head = {"same": "Same: " + v.reason + ".", "better": "Better: " + v.reason + ".",
+            "changed": "Changed by the upgrade: " + v.reason + ".",
             "regression": "Regression: " + v.reason + ".", "error": "Error: " + v.reason + "."}[v.verdict]
     lines = [head, f"  run {v.old_run} -> {v.new_run} (reproduces {v.old_run}"
              + (f"; both tuned toward the target {v.target:,})" if v.target else ")")]

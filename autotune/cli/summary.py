@@ -13,7 +13,8 @@ from autotune.run import levers as lever_rules
 from autotune.run import strategy
 from autotune.run import warnings as run_warnings
 from autotune.export import targets as deploy_targets
-from autotune.store.record import Attempt, Margin, ProbeResult, Reach, Recovery, Result, RunRecord, Verification
+from autotune.store.record import (Attempt, Margin, ProbeResult, Reach,
+                                   Recovery, Result, RunRecord, Verification)
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
 from autotune.store.outcomes import Basis, Verdict
@@ -45,6 +46,18 @@ def _boot_list(attempts: list[Attempt]) -> str:
         named = LIMIT_SOURCES.get(a.ceiling_source)  # refused above a limit vLLM named, not a failure
         parts.append(f"{shown}{f'above {named}' if named else a.outcome or '?'}{took}")
     return ", ".join(parts)
+
+
+def _extensible_words(attempts: list[Attempt]) -> str:
+    """vLLM 0.34's extensible KV cache, a setting of the run: on (the pool measured after CUDA-graph capture),
+    or off and vLLM's reason ("" before 0.34, or where the log did not say)."""
+    said = next((a for a in reversed(attempts) if a.fact("extensible_kv_cache") is not None), None)
+    if said is None:
+        return ""
+    if said.fact("extensible_kv_cache") == "on":
+        return " (extensible KV cache on: the pool measured after CUDA-graph capture and warmup)"
+    why = said.fact("extensible_kv_cache_off_reason")
+    return " (extensible KV cache off" + (f": {why}" if why else "") + ")"
 
 
 def _unknown_failure_lines(result: Result, attempts: list[Attempt], run_dir: str | Path | None) -> list[str]:
@@ -302,7 +315,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
             lines.append(f"  retries:  boot {a.index}: {len(retries)} broken answer(s) from {endpoints} "
                          f"asked again (first: {retries[0].get('error')})")
     if record.vllm_version:
-        lines.append(f"  vLLM:     {record.vllm_version}")
+        lines.append(f"  vLLM:     {record.vllm_version}{_extensible_words(attempts)}")
     if r.serving:
         lines.append(_serving_line(r.serving, record.run_id))
     for w in run_warnings.of(record):  # decided as the run ended (run/warnings.py): the card only shows them

@@ -114,7 +114,9 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
     except (OSError, artifact.ArtifactError) as exc:
         raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
     say = sayer(quiet)
-    say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in gmu_values)}; target {target:,}; "
+    unset = f" (with {sweep_mod.options_of(sweep).unset_gmu:g} as vLLM's own default: the flag left unset)" \
+        if sweep_mod.options_of(sweep).unset_gmu is not None else ""
+    say(f"sweep {sweep_dir}: gmu {', '.join(f'{g:g}' for g in sweep.gmu_values)}{unset}; target {target:,}; "
         f"strategy {sweep.strategy}: {sweep.strategy_reason}")
     run_sweep(lambda progress: sweep_mod.run(sweep_dir, sweep, runs_dir, progress, say, warn),
               sweep_dir, json_, quiet)

@@ -21,6 +21,7 @@ from autotune.export import verified
 from autotune.export.verified import (
     CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, HUB_TOKEN, HUB_TOKEN_WHY, absolute, clients_line, cwd_of,
     image_tag, is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name,
+    unset_gmu,
     verified_on)
 from autotune.vllm import servecmd, versions
 
@@ -156,6 +157,10 @@ def effective_pins(given: dict, record: RunRecord, gpu: dict | None, engine_flag
             pins[on if engine_flags[key] else off] = (True, ENGINE_LINE)
     if engine_flags.get("load_format") and "load-format" not in given:
         pins["load-format"] = (str(engine_flags["load_format"]), ENGINE_LINE)
+    gmu = unset_gmu(record) if not {"gpu-memory-utilization", "device-memory-utilization",
+                                     "kv-cache-memory-bytes"} & set(given) else None
+    if gmu is not None:
+        pins["gpu-memory-utilization"] = gmu
     if "max-num-batched-tokens" in given and "max-num-seqs" in given or gpu is None:
         return pins
     chunked = engine_flags.get("enable_chunked_prefill", "no-enable-chunked-prefill" not in given)

@@ -18,7 +18,7 @@ from autotune import __version__
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 from autotune.store.redact import is_secret
-from autotune.vllm import servecmd
+from autotune.vllm import servecmd, versions
 from autotune.host import launcher
 from autotune.vllm.servecmd import VllmCommand
 
@@ -156,7 +156,32 @@ def provenance_line(record: RunRecord) -> str:
     return (f"verified by autotune {record.autotune_version or __version__} with vLLM "
             f"{record.vllm_version or 'unknown'} on {verified_on(record)} (run {record.run_id}); "
             f"--max-model-len {fmt_int(record.result.ceiling if record.result else None)}; {margin_clause(record)}"
+            f"{gmu_clause(record)}"
             "numbers age: re-check after upgrading vLLM, the driver or the model")
+
+
+def unset_gmu(record: RunRecord) -> tuple[str, str] | None:
+    """(value, why): the gmu the run verified where its command left it to vLLM 0.34+, which leaves it unset
+    (1.0 with the extensible KV cache, 0.92 without): a pod whose vLLM sizes differently (another runtime, no
+    extensible KV cache) would size another pool. None where the command sets it (or the pool in bytes) or the
+    version keeps a fixed default."""
+    version = record.vllm_version
+    argv = (record.result.final_argv if record.result else None) or []
+    if not versions.gmu_is_unset_by_default(version) or any(
+            servecmd.has_flag(argv, f) for f in ("--gpu-memory-utilization", "--device-memory-utilization",
+                                                 "--kv-cache-memory-bytes")):
+        return None
+    attempts = record.attempts or []
+    said = attempts[-1].fact("extensible_kv_cache") if attempts else None
+    gmu = versions.default_gmu(version, None if said is None else said == "on")
+    how = "with the extensible KV cache" if gmu == versions.EXTENSIBLE_GMU else "without the extensible KV cache"
+    return f"{gmu:g}", f"vLLM {version} left it unset: {gmu:g} {how}, the value this run verified"
+
+
+def gmu_clause(record: RunRecord) -> str:
+    """The gmu the run verified, where the command left it unset on vLLM 0.34+ ("" otherwise)."""
+    found = unset_gmu(record)
+    return f"--gpu-memory-utilization {found[0]} ({found[1]}); " if found else ""
 
 
 def margin_clause(record: RunRecord) -> str:

@@ -23,7 +23,7 @@ from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
 from autotune.analysis import run_row
 from autotune.analysis import sweep_plan
-from autotune.vllm import servecmd
+from autotune.vllm import extensible, servecmd
 from autotune.vllm import versions as vllminfo
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
@@ -50,13 +50,23 @@ class SweepOptions:
     max_boots: int = default("max_boots")
     plot: str | None = None  # where to write the PNG; None: sweep.png in the sweep folder
     probe: str = "none"  # each value's probe (quick | full | none): a 100K+ token prefill on a CPU takes minutes
+    # vLLM 0.34+ leaves gmu unset by default (1.0 with the extensible KV cache): the sweep runs that value with
+    # the flag left out, as the command's own default (None: no such point).
+    unset_gmu: float | None = None
 
 
 def create(runs_dir: Path, argv: list[str], opts: SweepOptions) -> tuple[Path, SweepRecord]:
     """The sweep folder and its first sweep.json (state running, no points yet)."""
     model = servecmd.model_of(argv)
     strategy, strategy_reason = strategy_mod.sweep_plan(
-        opts.strategy, vllminfo.auto_fit_mode(launcher.detect_version(argv, dict(os.environ))))
+        opts.strategy, vllminfo.auto_fit_mode(launcher.detect_version(argv, dict(os.environ))))  # (asked once more below)
+    version = launcher.detect_version(argv, dict(os.environ))
+    on, _ = extensible.extensible_kv_cache(argv, version)
+    if vllminfo.gmu_is_unset_by_default(version) and on:
+        # 0.34: the default is no value at all; what a pod without the flag gets is a point of its own.
+        opts.unset_gmu = vllminfo.default_gmu(version, True)
+        if opts.unset_gmu not in opts.gmu_values:
+            opts.gmu_values = [*opts.gmu_values, opts.unset_gmu]
     sweep_dir = new_dir(Path(runs_dir), model)
     sweep = SweepRecord(
         kind="sweep", sweep_id=sweep_dir.name, autotune_version=__version__, state="running",
@@ -121,7 +131,8 @@ def run(sweep_dir: Path, sweep: SweepRecord, runs_dir: Path, progress: Emit, say
                     else:
                         _say_plan(say, i, n, gmu, prediction, start_at, aim, opts.strategy)
                         record = tune_mod.tune(tune_mod.TuneOptions(
-                            target=opts.target, serve_argv=servecmd.with_flag(argv, run_row.GMU_FLAG, gmu),
+                            target=opts.target, serve_argv=argv if gmu == opts.unset_gmu else
+                            servecmd.with_flag(argv, run_row.GMU_FLAG, gmu),
                             runs_dir=runs_dir, stall_timeout_s=opts.stall_timeout_s, max_boots=opts.max_boots,
                             start_at=start_at, slack=planned.slack_tokens, probe=opts.probe,
                             kind="sweep-point", strategy=opts.strategy, gpu=opts.gpu,

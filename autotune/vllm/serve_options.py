@@ -106,6 +106,14 @@ use-fp64-gumbel use-replayssm use-tqdm-on-load uvicorn-log-level video-pruning-m
 watermark watermark-config weight-transfer-config worker-cls worker-extension-cls
 """.split())
 
+# Came with vLLM 0.34.0 (its vllm/engine/arg_utils.py; versions.FLAGS_SINCE refuses them before): the
+# booleans as argparse's BooleanOptionalAction gives them (--X and --no-X).
+_NEW_IN_034_FLAGS = frozenset("""
+enable-extensible-kv-cache no-enable-extensible-kv-cache checkpoint-prepare-on-startup
+no-checkpoint-prepare-on-startup shuffle-safetensors-files no-shuffle-safetensors-files
+""".split())
+LONG = LONG | _NEW_IN_034_FLAGS | {"max-num-inflight-kv-loads", "cache-aware-admission-window",
+                                   "cache-aware-admission-threshold"}
 # Every short option (`-tp`); servecmd.SHORT_OPTIONS names their long forms.
 SHORT = frozenset("""
 ac asc cc dc dcp dp dpa dpb dpe dph dpl dpm dpn dpp dpr ep h n pcp pp q r sc tp
@@ -161,6 +169,7 @@ sleep-mode-offload-cudagraph specialize-active-lora swa-bounded-replay tokens-on
 trust-request-chat-template trust-request-mm-kwargs use-fp64-gumbel use-replayssm use-tqdm-on-load
 """.split())
 
+NO_VALUE = NO_VALUE | _NEW_IN_034_FLAGS
 # Long options that take one or more values (nargs + or *).
 MANY_VALUES = frozenset("""
 allowed-media-domains api-key collect-detailed-traces cpu-offload-params cudagraph-capture-sizes

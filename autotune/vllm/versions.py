@@ -5,11 +5,20 @@ The facts, each with the release that changed it (sources: docs/log-formats.md,
 which names the commit and the sdists it was verified in):
 
 - default --gpu-memory-utilization: 0.9, 0.92 from 0.20 (commit 96a85c575, together with
-  CUDA-graph memory profiling becoming the default);
+  CUDA-graph memory profiling becoming the default); from 0.34 unset (None), which resolves to 1.0
+  with the extensible KV cache and 0.92 without (vllm/config/cache.py
+  CacheConfig.resolved_gpu_memory_utilization in the 0.34.0 sdist);
+- the extensible KV cache (0.34+, on by default on CUDA and ROCm: vllm/config/vllm.py
+  _resolve_extensible_kv_cache): the pool is measured after CUDA-graph capture and warmup, so
+  "Available KV cache memory" is an upper bound and a length that passes the first check may be
+  refused after warmup (extensible_kv_cache below);
+- the default KV block: 16 tokens, 64 from 0.34 (CacheConfig.DEFAULT_BLOCK_SIZE);
+- Model Runner V1 removed in 0.34 (VLLM_USE_V2_MODEL_RUNNER=0 is an error: vllm/platforms/
+  interface.py validate_environ);
 - auto-fit (docs/how-it-works.md): none before 0.14; 0.14-0.19 `auto_probe` (`--max-model-len
   auto` fits, but the fitted length is not passed to the API server, so requests above it
   hang, vLLM PR #39102: autotune only reads the number and relaunches); `auto` from 0.20;
-- flags (FLAGS_SINCE, the one table of which version has which flag): `--no-enable-chunked-prefill`
+- flags (FLAGS_SINCE in vllm/flags_since.py, the one table of which version has which flag): `--no-enable-chunked-prefill`
   since 0.8.5 (before, `--enable-chunked-prefill False`), `--kv-cache-memory-bytes` since 0.10.2,
   `--max-model-len auto` since 0.14, `--[no-]scheduler-reserve-full-isl` since 0.19,
   `--device-memory-utilization` (an alias of --gpu-memory-utilization, servecmd.ALIASES) since 0.31
@@ -58,6 +67,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from autotune.vllm import servecmd
+from autotune.vllm.flags_since import FLAGS_SINCE
 
 Version = tuple[int, int, int]
 
@@ -137,22 +147,11 @@ def parse_version(text: str | None) -> Version | None:
     return int(major), int(minor), int(patch or 0)
 
 
-# Flags that came with a release, where autotune's behaviour depends on them: the first version
-# whose vllm/engine/arg_utils.py has each (absent from the release before: 0.8.4, 0.10.1, 0.18.1,
-# 0.30.0). An older vLLM's argparse refuses them (exit 2); the replaying vLLM too (testing/
-# fake_args.py). Each with what to do instead. None of the flags autotune reads or writes has left
-# vLLM yet (0.33).
-FLAGS_SINCE: dict[str, tuple[Version, str]] = {
-    "--no-enable-chunked-prefill": ((0, 8, 5), "write --enable-chunked-prefill False"),
-    "--kv-cache-memory-bytes": ((0, 10, 2), "size the KV cache with --gpu-memory-utilization"),
-    "--scheduler-reserve-full-isl": ((0, 19, 0), "drop it: before 0.19 a request is admitted when its first "
-                                                 "chunk fits"),
-    "--no-scheduler-reserve-full-isl": ((0, 19, 0), "drop it: before 0.19 a request is admitted when its first "
-                                                    "chunk fits"),
-    "--device-memory-utilization": ((0, 31, 0), "write --gpu-memory-utilization"),
-}
 MAX_MODEL_LEN_AUTO_SINCE: Version = (0, 14, 0)  # `--max-model-len auto` (or -1); before, not a number
 NULL_BLOCK_CHECKED_SINCE: Version = (0, 29, 0)  # the check and auto-fit leave out the null block
+EXTENSIBLE_KV_CACHE_SINCE: Version = (0, 34, 0)  # the extensible KV cache, on by default; gmu unset
+EXTENSIBLE_GMU = 1.0  # what an unset gmu resolves to with the extensible KV cache (0.34+)
+MODEL_RUNNER_V1_REMOVED_SINCE: Version = (0, 34, 0)
 
 
 def _since(flag: str) -> Version:
@@ -188,6 +187,10 @@ class VersionProfile:
     draft_lowers_max_model_len: bool = False
     # The boot check and auto-fit plan lengths against the pool less the null block (0.29+).
     check_holds_back_null_block: bool = False
+    # 0.34+: the extensible KV cache is on by default on CUDA/ROCm; gpu_memory_utilization defaults to
+    # unset (1.0 with it, default_gmu without); the default KV block is 64 tokens.
+    extensible_kv_cache: bool = False
+    kv_block_size: int = 16
 
     def has_flag(self, flag: str) -> bool:
         """Does this version's argparse know the flag (`--x-y` or `--x_y`, FLAGS_SINCE)? Flags not in
@@ -212,7 +215,9 @@ def profile(version: str | Version | None) -> VersionProfile | None:
                           device_memory_alias=parsed >= _since("--device-memory-utilization"),
                           reserves_full_isl=parsed >= _since("--scheduler-reserve-full-isl"),
                           draft_lowers_max_model_len=parsed >= (0, 33, 0),
-                          check_holds_back_null_block=parsed >= NULL_BLOCK_CHECKED_SINCE)
+                          check_holds_back_null_block=parsed >= NULL_BLOCK_CHECKED_SINCE,
+                          extensible_kv_cache=parsed >= EXTENSIBLE_KV_CACHE_SINCE,
+                          kv_block_size=64 if parsed >= EXTENSIBLE_KV_CACHE_SINCE else 16)
 
 
 def check_holds_back_null_block(version: str | Version | None) -> bool:
@@ -229,19 +234,31 @@ def flags_unknown_to(argv: Sequence[str], version: str | Version | None) -> list
     return [a for a in argv if a.startswith("--") and not found.has_flag(a)] if found else []
 
 
-def default_gmu(version: str | Version | None) -> float | None:
-    """vLLM's default --gpu-memory-utilization for a version: 0.9, 0.92 from 0.20; None when unknown
-    (then LOWEST_DEFAULT_GMU / HIGHEST_DEFAULT_GMU bound it)."""
+def default_gmu(version: str | Version | None, extensible: bool | None = None) -> float | None:
+    """vLLM's default --gpu-memory-utilization for a version: 0.9, 0.92 from 0.20; from 0.34 unset,
+    which resolves to 1.0 with the extensible KV cache (`extensible` None: on, its default on CUDA and
+    ROCm) and 0.92 without. None when unknown (then LOWEST_DEFAULT_GMU / HIGHEST_DEFAULT_GMU bound it)."""
     found = profile(version)
-    return found.default_gmu if found else None
+    if found is None:
+        return None
+    return EXTENSIBLE_GMU if found.extensible_kv_cache and extensible is not False else found.default_gmu
+
+
+def gmu_is_unset_by_default(version: str | Version | None) -> bool:
+    """Does this vLLM leave --gpu-memory-utilization unset when the command does (0.34+: its
+    cache_config_info label then says "None", and the value depends on the extensible KV cache)?"""
+    found = profile(version)
+    return bool(found and found.extensible_kv_cache)
 
 
 def default_gmu_rule() -> str:
-    """The default gmu by version, in words: "0.9 before 0.20, 0.92 from 0.20"."""
+    """The default gmu by version, in words: "0.9 before 0.20, 0.92 from 0.20, unset from 0.34 ..."."""
     (_, oldest), *later = _GMU_DEFAULTS
     since = [f"{first[0]}.{first[1]}" for first, _ in later]
     return ", ".join([f"{oldest:g} before {since[0]}" if later else f"{oldest:g}",
-                      *(f"{gmu:g} from {v}" for v, (_, gmu) in zip(since, later))])
+                      *(f"{gmu:g} from {v}" for v, (_, gmu) in zip(since, later)),
+                      f"unset from {_dotted(EXTENSIBLE_KV_CACHE_SINCE)} (1.0 with the extensible KV cache, "
+                      f"{later[-1][1] if later else oldest:g} without)"])
 
 
 def default_gmu_values() -> tuple[float, ...]:

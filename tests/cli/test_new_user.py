@@ -116,7 +116,8 @@ def test_defaults_of_many_vllm_versions_share_one_footnote_mark():
     text = render_report(cmp.compare(typed(records)))
     assert "**" not in text  # it was 0.92****** by the sixth version
     assert text.count("  * gmu not on the command line: vLLM's default for the run's version "
-                      "(0.9 before 0.20, 0.92 from 0.20)") == 1
+                      "(0.9 before 0.20, 0.92 from 0.20, unset from 0.34 (1.0 with the extensible KV cache, "
+                      "0.92 without))") == 1
     unknown = render_report(cmp.compare(typed([*records, record("run-07", kv=3.0, version=None)])))
     assert "?** " in unknown and "  ** gmu not on the command line: no --gpu-memory-utilization and the vLLM " \
                                   "version is unknown" in unknown

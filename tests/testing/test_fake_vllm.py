@@ -65,7 +65,8 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
     p = profiles.by_name(name)
     gmu = "0.6" if p.tp > 1 else str(versions.default_gmu(p.version))  # two 3090s hold the whole 262,144 at 0.92
     if truth(["--profile", name, "--gpu-memory-utilization", gmu, "--max-num-seqs", "8"]).limit == "model_maximum":
-        gmu = "0.3"  # an H100 holds the whole 131,072 at the default
+        # an H100 holds the whole 131,072 at the default; an MI300X's 70B weights need more than 0.3 of it
+        gmu = "0.3" if p.gpu_memory_gib * 0.3 > p.weights_gib / p.tp + 2 else "0.75"
     args = ["--profile", name, "--max-model-len", str(p.derived_max_len), "--max-num-seqs", "8",
             "--tensor-parallel-size", str(p.tp), "--gpu-memory-utilization", gmu]
     outcome, result, _ = boot(*args)
@@ -78,8 +79,10 @@ def test_every_profile_refuses_above_its_ceiling_and_autotune_reads_the_ceiling(
         outcome, result, _ = boot(*args[:2], "--max-model-len", str(ceiling), *args[4:])
         if outcome != 1:
             break
-        assert source == "computed_from_gib"
-        ceiling, _ = ceiling_from(result)
+        # Refused again: a ceiling computed from GiB figures, or 0.34's estimate against the upper bound
+        # refused after CUDA-graph capture and warmup (once: that refusal is against the measured pool).
+        assert source == "computed_from_gib" or result.get("refusal_stage") == "after_warmup"
+        ceiling, source = ceiling_from(result)
     served, tokens = outcome
     # The pool holds the ceiling, except a sliding-window model's: its boot check counts the windowed
     # layers at their window (tests/server/test_queue_watch.py: its longer requests wait forever).

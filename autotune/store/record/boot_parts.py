@@ -47,6 +47,15 @@ class BootFacts(Part):
     cpu_worker_requested_gib: float | None = None  # what the CPU backend reserved (its gmu in force)
     kv_cache_device: str | None = None  # CPU for vLLM's CPU backend
     compile_cache: str | None = None  # cold | warm: the torch.compile cache at this boot
+    # vLLM 0.34+: the extensible KV cache (on | off, and vLLM's reason for off), a setting of the run; the
+    # "Available KV cache memory" upper bound where the pool was measured after warmup (available_kv_gib is
+    # then the measured pool); which check refused (before_warmup | after_warmup); the explicit-gmu warning.
+    extensible_kv_cache: str | None = None
+    extensible_kv_cache_off_reason: str | None = None
+    kv_upper_bound_gib: float | None = None
+    refusal_stage: str | None = None
+    autofit_tentative_max_model_len: int | None = None
+    gmu_withheld_gib: float | None = None
 
 
 @dataclass(init=False)

@@ -405,7 +405,59 @@ CATALOG: tuple[FailureKind, ...] = (
             "the GPU, then relaunch"
         ),
     ),
+    FailureKind(
+        kind="model_runner_v1_removed",
+        patterns=(
+            # 0.34+ (vllm/platforms/interface.py validate_environ): "VLLM_USE_V2_MODEL_RUNNER=0 is no longer
+            # supported: Model Runner V1 has been removed. Unset this variable."
+            r"Model Runner V1 has been removed\. Unset this variable",
+        ),
+        fatal=True,
+        cause="VLLM_USE_V2_MODEL_RUNNER asks for Model Runner V1, which vLLM 0.34 removed (on GPU and CPU)",
+        fix="unset VLLM_USE_V2_MODEL_RUNNER (the V2 runner is the only one), or pin vLLM 0.33 to keep V1",
+    ),
     # --- not fatal by itself ----------------------------------------------------
+    FailureKind(
+        kind="extensible_kv_cache_disabled",
+        patterns=(
+            # 0.34+ (vllm/v1/executor/abstract.py): "Disabling the extensible KV cache: %s. The KV cache will be
+            # sized from profiling estimates instead of measured memory."
+            r"Disabling the extensible KV cache: ",
+        ),
+        fatal=False,
+        cause=(
+            "vLLM 0.34 could not use the extensible KV cache on this machine (the reason follows the colon), so "
+            "it sizes the pool from profiling estimates: an unset --gpu-memory-utilization is 0.92, not 1.0, "
+            "and the CUDA-graph estimate comes off the pool"
+        ),
+        fix=(
+            "nothing, if the pool is enough; else fix the reason (a driver or container without CUDA VMM, a KV "
+            "connector that needs legacy IPC) to get the measured pool back, or raise --gpu-memory-utilization"
+        ),
+        detail="{extensible_kv_cache_off_reason}: fix that to size the KV cache from measured memory again, or "
+               "raise --gpu-memory-utilization (unset is 0.92 without the extensible KV cache)",
+    ),
+    FailureKind(
+        kind="gmu_caps_extensible_kv_cache",
+        patterns=(
+            # 0.34+ (vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_blocks), an explicit 0.7 < gmu < 1.0
+            # keeping >= 1 GiB away: "gpu_memory_utilization=%s caps this instance at %s GiB, keeping %s GiB of
+            # free device memory out of the KV cache. ..."
+            r"gpu_memory_utilization=\S{1,20} caps this instance at",
+        ),
+        fatal=False,
+        cause=(
+            "an explicit --gpu-memory-utilization below 1.0 caps the extensible KV cache, which is already "
+            "sized from the memory measured after warmup and CUDA-graph capture: the headroom is not needed "
+            "for vLLM's own use"
+        ),
+        fix=(
+            "drop --gpu-memory-utilization (vLLM 0.34 then uses all the memory left) unless something vLLM does "
+            "not measure shares the GPU (another process, weight-transfer buffers, a KV connector's buffers)"
+        ),
+        detail="drop --gpu-memory-utilization {gmu_explicit} to give the KV cache the {gmu_withheld_gib} GiB it "
+               "keeps out (unless another process shares the GPU)",
+    ),
     FailureKind(
         kind="fa2_unavailable_low_cc",
         patterns=(

@@ -285,6 +285,22 @@ class LineHandlers:
             self.refusals.piece(found)
 
     def on_autofit(self, line: str, start: int) -> None:
+        if P.AUTOFIT_TENTATIVE in line:  # 0.34, extensible: fitted to the upper bound; the final length follows
+            self._autofit_tentative(line, start)
+            return
+        reduced = at_message(P.AUTOFIT_FINAL, line, start)
+        final = reduced or at_message(P.AUTOFIT_USING, line, start)
+        if final is not None:  # 0.34: the length served (after warmup, or the non-extensible fit)
+            group = 2 if reduced is not None else 1
+            if reduced is not None:
+                self.record.set_num("autofit_from", final, 1)
+            if final.group(group) is not None:
+                self.record.set("autofit_max_model_len", read_number(final.group(group)), final.span(group),
+                                replace=True)
+            self._autofit_available(line, final.end() - 1, replace=True)
+            if P.AUTOFIT_SHORT in line[final.end():]:
+                self.record.set("autofit_short", True, final.span())
+            return
         found = at_message(P.AUTOFIT_REDUCED, line, start)
         if found is not None:
             self.record.set_num("autofit_from", found, 1)
@@ -294,9 +310,72 @@ class LineHandlers:
             if found is not None:
                 self.record.set_num("autofit_max_model_len", found, 1)
         if found is not None:
-            available = P.AUTOFIT_AVAILABLE_RE.search(line, found.end())
-            if available is not None:
-                self.record.set_num("autofit_available_kv_gib", available, 1)
+            self._autofit_available(line, found.end())
+
+    def _autofit_available(self, line: str, at: int, replace: bool = False) -> None:
+        available = P.AUTOFIT_AVAILABLE_RE.search(line, at)
+        if available is not None:
+            self.record.set("autofit_available_kv_gib", read_number(available.group(1)), available.span(1),
+                            replace=replace)
+
+    def _autofit_tentative(self, line: str, start: int) -> None:
+        """0.34's first fit under the extensible KV cache: to the upper bound, not the length served."""
+        found = at_message(P.AUTOFIT_REDUCED, line, start)
+        if found is not None:
+            self.record.set_num("autofit_from", found, 1)
+            self.record.set_num("autofit_tentative_max_model_len", found, 2)
+        else:
+            found = at_message(P.AUTOFIT_FULL, line, start)
+            if found is not None:
+                self.record.set_num("autofit_tentative_max_model_len", found, 1)
+        if found is not None:
+            self._extensible(True, "", found.span())
+
+    # -- the extensible KV cache (0.34+) -------------------------------------------------------------
+    def _extensible(self, on: bool, why: str, span: tuple[int, int]) -> None:
+        """The extensible KV cache's state, a setting of the run: the first word the log gives wins."""
+        if "extensible_kv_cache" in self.record.boot.facts:
+            return
+        self.record.set("extensible_kv_cache", "on" if on else "off", span)
+        if why:
+            self.record.set("extensible_kv_cache_off_reason", why, span)
+
+    def on_extensible(self, line: str, start: int) -> None:
+        off = P.EXTENSIBLE_OFF_RE.search(line, start) or P.EXTENSIBLE_OFF_IMEX_RE.search(line, start)
+        if off is not None:
+            self._extensible(False, off.group(1), off.span(1))
+            return
+        found = at_message(P.MEMORY_AFTER_WARMUP, line, start)
+        if found is not None and found.group(7) is not None:
+            # The pool is measured after CUDA-graph capture and warmup: "Available KV cache memory" was its
+            # upper bound (kv_upper_bound_gib), this is the KV memory vLLM keeps.
+            self._extensible(True, "", found.span(7))
+            upper = self.record.boot.facts.get("available_kv_gib")
+            if upper is not None and "kv_upper_bound_gib" not in self.record.boot.facts:
+                self.record.set("kv_upper_bound_gib", upper.value, found.span(8))
+            self.record.set_num("warmup_free_gib", found, 1)
+            self.record.set_num("warmup_transient_gib", found, 3)
+            self.record.set_num("warmup_peak_gib", found, 4)
+            self.record.set_num("warmup_kv_blocks", found, 6)
+            self.record.set("available_kv_gib", read_number(found.group(7)), found.span(7), replace=True)
+            self.record.set_num("requested_memory_gib", found, 8)
+            return
+        found = at_message(P.EXTENDED, line, start)
+        if found is not None:
+            self._extensible(True, "", found.span(1))
+            self.record.set_num("extended_kv_blocks", found, 1)
+            self.record.set_num("extended_kv_gib", found, 2)
+            return
+        found = at_message(P.REMAPPED, line, start)
+        if found is not None:
+            self.record.set_num("remapped_kv_blocks_from", found, 1)
+
+    def on_gmu_caps(self, line: str, start: int) -> None:
+        found = at_message(P.GMU_CAPS, line, start)
+        if found is not None:
+            self.record.set_num("gmu_explicit", found, 1)
+            self.record.set_num("gmu_caps_gib", found, 2)
+            self.record.set_num("gmu_withheld_gib", found, 3)
 
     def on_bad_flag(self, line: str, start: int) -> None:
         """argparse refused the command line: the flag (and the value) it names."""

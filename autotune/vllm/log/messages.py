@@ -97,6 +97,46 @@ CPU_KVCACHE_SPACE_DEFAULT = Wording(Maybe(("Environment variable ",)), "VLLM_CPU
 AUTOFIT_REDUCED = Wording("Auto-fit max_model_len: reduced from ", Fig(r"\d+"), " to ", Fig(r"\d+"), " to fit")
 AUTOFIT_FULL = Wording("Auto-fit max_model_len: full model context length ", Fig(r"\d+"), " fits")
 AUTOFIT_ATTN_FREE_RE = _re(r"Auto-fit max_model_len: attention-free model, using derived max_model_len=(\d+)")
+# 0.34 (vllm/v1/core/kv_cache_planning.py _auto_fit_max_model_len): under the extensible KV cache the
+# first fit is tentative ("...; the final length is set after CUDA graph capture and warmup"); the final
+# length is "--max-model-len auto reduced max_model_len from %d to %d (%s)." (a WARNING below 8,192
+# tokens, then "Requests longer than %d tokens will be rejected. ...") or, where the tentative length
+# still fits, "Auto-fit max_model_len: using max_model_len=%d, which fits in the KV cache memory left
+# after CUDA graph capture and warmup (%s)." The non-extensible path (and 0.34's CPU) logs the first form.
+AUTOFIT_TENTATIVE = "; the final length is set after CUDA graph capture and warmup"
+AUTOFIT_FINAL = Wording("--max-model-len auto reduced max_model_len from ", Fig(r"\d+"), " to ", Fig(r"\d+"), " (")
+AUTOFIT_USING = Wording("Auto-fit max_model_len: using max_model_len=", Fig(r"\d+"), ", which fits")
+AUTOFIT_SHORT = "Requests longer than "  # the WARNING form's second sentence (AUTO_FIT_SHORT_MAX_MODEL_LEN)
+
+# The extensible KV cache, 0.34+ (vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_blocks and
+# extend_kv_cache; vllm/v1/executor/abstract.py disable_extensible_kv_cache; vllm/config/vllm.py
+# _resolve_extensible_kv_cache). "Available KV cache memory" is then an upper bound; the pool is here:
+# "Memory after warmup: %s GiB free, %s GiB committed to the KV cache, %s GiB kept for transient
+# activations (%s GiB allocated at peak, %s GiB of torch reservation growth); %d KV cache blocks (%s GiB)
+# fit within the requested %s GiB. Torch may reserve up to %s GiB."
+MEMORY_AFTER_WARMUP = Wording(
+    "Memory after warmup: ", Fig(NUM), " GiB free, ", Fig(NUM), " GiB committed to the KV cache, ", Fig(NUM),
+    " GiB kept for transient activations (", Fig(NUM), " GiB allocated at peak, ", Fig(NUM),
+    " GiB of torch reservation growth); ", Fig(r"\d+"), " KV cache blocks (", Fig(NUM), " GiB) fit within the requested ",
+    Fig(NUM), " GiB.",
+)
+REMAPPED = Wording("Remapping the KV cache from ", Fig(r"\d+"), " to ", Fig(r"\d+"), " blocks")
+EXTENDED = Wording("Extended KV cache to ", Fig(r"\d+"), " blocks (", Fig(NUM), " GiB).")
+# "Disabling the extensible KV cache: %s. The KV cache will be sized from profiling estimates instead of
+# measured memory." (WARNING); its reason may hold periods ("the HIP runtime (7.0) rejects ...").
+EXTENSIBLE_OFF_RE = _re(r"Disabling the extensible KV cache: (.{1,600}?)\. The KV cache will be sized from")
+# "Extensible KV cache off: without an IMEX channel, KV transfers within a host ... --enable-extensible-kv-cache."
+EXTENSIBLE_OFF_IMEX_RE = _re(r"Extensible KV cache off: (without an IMEX channel)")
+# "gpu_memory_utilization=%s caps this instance at %s GiB, keeping %s GiB of free device memory out of
+# the KV cache. ..." (WARNING, an explicit 0.7 < gmu < 1.0 withholding >= 1 GiB).
+GMU_CAPS = Wording("gpu_memory_utilization=", Fig(NUM), " caps this instance at ", Fig(NUM), " GiB, keeping ",
+                   Fig(NUM), " GiB of free device memory out of the KV cache")
+# The refusal's advice (0.34, _more_kv_cache_memory_hint): which check refused, and whether the extensible
+# KV cache was on. After warmup: "... after the model, its activations, CUDA graphs and warmup ...".
+REFUSAL_AFTER_WARMUP_RE = _re(r"the model, its activations, CUDA graphs and warmup")
+REFUSAL_EXTENSIBLE_RE = _re(r"The extensible KV cache already takes all device memory left after|"
+                            r"The KV cache gets what is left after the model")
+REFUSAL_NOT_EXTENSIBLE_RE = _re(r"despite its name\)\. Decreasing `max_model_len` also reduces what is needed")
 
 # Refusals. V1 0.7-0.8.2 "GB" and "models's"; 0.8.3+ GiB; 0.14+ format_gib ("16.0");
 # after 0.21 "model's". vLLM prints a stray "(" before the needed figure ("(196608), (23.25 GiB KV
@@ -159,7 +199,10 @@ STARTUP_COMPLETE_RE = _re(r"Application startup complete")
 ESTIMATE_AFTER = Wording(".", Re(r"\s{0,3}"), "Based on the available memory,", Re(r"\s{0,3}"),
                          "the estimated maximum model length is ", Fig(r"\d+"), ".")
 # Auto-fit's KV figure: "(5.23 GiB available for KV cache)" (0.14-0.21), "memory (5.1 GiB GPU)" (after 0.21).
-AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU)?\)")
+# 0.34: "(5.1 GiB GPU available for the KV cache)", "(5.1 GiB GPU left for the KV cache after CUDA graph
+# capture and warmup)".
+AUTOFIT_AVAILABLE_RE = _re(r"\((" + NUM + r") GiB(?: available for KV cache| GPU(?: available for the KV cache|"
+                           r" left for the KV cache after CUDA graph capture and warmup)?)?\)")
 # argparse, before vLLM starts (exit 2): "api_server.py: error: unrecognized arguments: --max-modle-len",
 # "error: argument --kv-cache-dtype: invalid choice: 'fp9' (choose from 'auto', ...)" (the value is a repr),
 # "error: ambiguous option: --max could match --max-model-len, --max-num-seqs".

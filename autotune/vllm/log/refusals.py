@@ -119,6 +119,7 @@ class RefusalReader:
                 estimate = None if isinstance(found, CutMatch) else P.ESTIMATE_AFTER.read(line, found.end())
                 if estimate is not None:
                     self.record.set_num("estimated_max_model_len", estimate, 1)
+                self._stage(line, found.end())
                 # The estimate sentence may follow on the next lines (0.9.1+; a line that ends here or inside it).
                 self.piece(estimate or found, estimate is None and not line[found.end():].strip(". "))
             return
@@ -127,6 +128,22 @@ class RefusalReader:
             self.record.set_num("max_model_len_requested", found, 1)
             self.record.set_num("kv_cache_max_tokens", found, 2)
             self.piece(found)
+
+    def _stage(self, line: str, at: int) -> None:
+        """0.34's advice says which check refused: against the upper bound before CUDA-graph capture and
+        warmup, or against the pool measured after them; and whether the extensible KV cache was on."""
+        if P.REFUSAL_AFTER_WARMUP_RE.search(line, at) is not None:
+            self.record.set("refusal_stage", "after_warmup", (at, len(line)))
+            on = True
+        elif P.REFUSAL_EXTENSIBLE_RE.search(line, at) is not None:
+            self.record.set("refusal_stage", "before_warmup", (at, len(line)))
+            on = True
+        elif P.REFUSAL_NOT_EXTENSIBLE_RE.search(line, at) is not None:
+            on = False
+        else:
+            return
+        if "extensible_kv_cache" not in self.record.boot.facts:
+            self.record.set("extensible_kv_cache", "on" if on else "off", (at, len(line)))
 
     def on_above_derived(self, line: str, start: int) -> None:
         found = P.ABOVE_DERIVED.find(line, start)

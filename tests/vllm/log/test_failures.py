@@ -35,6 +35,9 @@ REQUIRED_KINDS = (
     "tp_heads_not_divisible",
     "vllm_package_metadata_missing",
     "unknown_flag",
+    "model_runner_v1_removed",
+    "extensible_kv_cache_disabled",
+    "gmu_caps_extensible_kv_cache",
     "engine_died",
 )
 
@@ -144,6 +147,23 @@ QUOTED_LINES = (
     ("vllm serve: error: unrecognized arguments: --max-modle-len 32768", "unknown_flag"),
     ("vllm serve: error: ambiguous option: --max could match --max-model-len, --max-num-seqs, --max-num-batched-tokens", "unknown_flag"),
     ("api_server.py: error: argument --tensor-parallel-size/-tp: invalid choice: 'two' (choose from 1, 2)", "unknown_flag"),
+    # the vLLM 0.34.0 sdist: vllm/platforms/interface.py validate_environ, vllm/v1/executor/abstract.py,
+    # vllm/v1/worker/extensible_kv_cache.py measure_kv_cache_blocks, vllm/v1/core/kv_cache_planning.py
+    ("(APIServer pid=1) ValueError: VLLM_USE_V2_MODEL_RUNNER=0 is no longer supported: Model Runner V1 has been "
+     "removed. Unset this variable.", "model_runner_v1_removed"),
+    ("(EngineCore pid=2) WARNING 11-17 10:00:00 [abstract.py:176] Disabling the extensible KV cache: GPU driver "
+     "error 801: operation not supported. The KV cache will be sized from profiling estimates instead of measured "
+     "memory.", "extensible_kv_cache_disabled"),
+    ("(Worker_TP0 pid=3) WARNING 11-17 10:00:00 [extensible_kv_cache.py:662] gpu_memory_utilization=0.9 caps this "
+     "instance at 71.27 GiB, keeping 6.92 GiB of free device memory out of the KV cache. The extensible KV cache is "
+     "sized from the memory measured after warmup and CUDA graph capture, so vLLM's own use needs no headroom below "
+     "1.0.", "gmu_caps_extensible_kv_cache"),
+    ("(EngineCore pid=2) ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB "
+     "KV cache is needed, which is larger than the available KV cache memory (9.8 GiB). Based on the available "
+     "memory, the estimated maximum model length is 80256. The extensible KV cache already takes all device memory "
+     "left after the model, its activations, CUDA graphs and warmup; decrease `max_model_len` or `max_num_seqs`, or "
+     "the model needs a device with more memory. CUDA graphs take less with fewer or smaller capture sizes in the "
+     "compilation config. Decreasing `max_model_len` also reduces what is needed.", "kv_cache_insufficient"),
     # huggingface_hub, gated repo without a token
     ("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-x) Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/resolve/main/config.json.", "model_not_found"),
 )
@@ -215,9 +235,12 @@ def test_lines_that_are_not_failures(line: str):
     assert match(line) is None
 
 
+WARNINGS = ("fa2_unavailable_low_cc", "extensible_kv_cache_disabled", "gmu_caps_extensible_kv_cache")
+
+
 def test_fatal_flags():
     for entry in CATALOG:
-        assert entry.fatal == (entry.kind != "fa2_unavailable_low_cc"), entry.kind
+        assert entry.fatal == (entry.kind not in WARNINGS), entry.kind
 
 
 def test_order_specific_before_engine_died():
@@ -320,7 +343,7 @@ def test_every_detail_names_only_parser_keys():
     produced = {"estimated_max_model_len", "refusal_available_kv_gib", "max_model_len_requested", "kv_needed_gib",
                 "kv_cache_max_tokens", "startup_free_gib", "startup_total_gib", "derived_max_model_len",
                 "mamba_cache_blocks", "max_num_seqs_refused", "bad_flag", "bad_value", "vllm_version",
-                "batched_tokens_limit"}
+                "batched_tokens_limit", "gmu_explicit", "gmu_withheld_gib", "extensible_kv_cache_off_reason"}
     assert keys <= produced | {"startup_free_fraction"}
     readers = " ".join(p.read_text() for p in Path(failures.__file__).parent.glob("*.py") if p.name != "failures.py")
     for key in produced:
