@@ -11,7 +11,7 @@ from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.store.record import Attempt, RunRecord
 from autotune.analysis import pool_slope
-from autotune.vllm import servecmd, versions
+from autotune.vllm import length_memory, servecmd, versions
 
 
 # --target max when the model's files are not here to say its maximum: far more than any model has,
@@ -146,7 +146,9 @@ def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
                                    attempt.get("index"), limit_of(attempt),
                                    pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
                                    grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
-                                   pool_moves=pool_slope.cause_of(attempt.facts))
+                                   pool_moves=pool_slope.cause_of(attempt.facts) or length_memory.cause_in_command(
+                                       list(attempt.get("argv") or []), attempt.fact("vllm_version")),
+                                   concurrency=attempt.fact("max_concurrency"))
 
 
 def limit_of(attempt: Attempt) -> str:
