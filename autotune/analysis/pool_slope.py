@@ -12,11 +12,11 @@ memory" differs) teaches none, the same rule as the slack.
 
 from __future__ import annotations
 
-from autotune.vllm import kv_pool, versions
+from autotune.vllm import kv_pool, length_memory, versions
 
 CPU_LENGTH_BUFFERS = "cpu_length_buffers"
 CAUSES = {CPU_LENGTH_BUFFERS: "the CPU runner's max_num_seqs x max_model_len token buffers (int32 + bool), "
-                              "resident before vLLM measures the pool"}
+                              "resident before vLLM measures the pool", **length_memory.CAUSES}
 
 
 def pool_fits(kv_cache_tokens: int, length: int, grid: int, holds_null: bool) -> int:
@@ -44,10 +44,19 @@ def grid_of(facts, block_flag: str | None = None) -> int:
     return kv_pool.CPU_BLOCK_SIZE if on_cpu else kv_pool.GPU_BLOCK_SIZE
 
 
+def cause_of_attempt(attempt) -> str | None:
+    """Why a recorded boot's pool shrinks as the length grows: its log's cause, else its command's on
+    a GPU (vllm/length_memory.py)."""
+    facts = attempt.facts
+    if facts is None:
+        return None
+    return cause_of(facts) or length_memory.cause_in_command(list(attempt.argv or []), facts.vllm_version)
+
+
 def point_of(attempt) -> tuple[int, int] | None:
     """(the length the pool was measured at, the longest length it holds) for one recorded attempt."""
     facts = attempt.facts
-    if facts is None or cause_of(facts) is None:
+    if cause_of_attempt(attempt) is None:
         return None
     length, ceiling = attempt.max_model_len, attempt.ceiling
     if attempt.outcome == "refused" and attempt.ceiling_source == "estimate" and isinstance(ceiling, int):
@@ -65,12 +74,13 @@ def point_of(attempt) -> tuple[int, int] | None:
 def slope_of_run(attempts) -> tuple[float, str] | None:
     """(pool tokens lost per token of length, its cause) from one run's boots; None where they show
     none, or where their memory moved."""
-    points, requested = [], set()
+    points, requested, causes = [], set(), []
     for attempt in attempts:
         found = point_of(attempt)
         if found is not None:
             points.append(found)
             requested.add(attempt.facts.cpu_worker_requested_gib)
+            causes.append(cause_of_attempt(attempt))
     lengths = {length for length, _ in points}
     if len(lengths) < 2 or len(requested) != 1:
         return None
@@ -79,4 +89,4 @@ def slope_of_run(attempts) -> tuple[float, str] | None:
     mean_f = sum(p[1] for p in points) / n
     spread = sum((p[0] - mean_l) ** 2 for p in points)
     slope = -sum((p[0] - mean_l) * (p[1] - mean_f) for p in points) / spread
-    return (slope, CPU_LENGTH_BUFFERS) if slope > 0 else None
+    return (slope, causes[-1]) if slope > 0 else None

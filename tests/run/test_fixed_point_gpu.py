@@ -85,3 +85,27 @@ def test_a_stop_is_still_a_stop():
     top = AttemptSummary(52032, VERIFIED, basis="fixed_point", kv_cache_tokens=52048, concurrency=1.0,
                          pool_moves="spec_token_history")
     assert isinstance(next_step(T, [REFUSED_AT_T, AT_ESTIMATE, top]), Stop)
+
+
+@pytest.mark.usefixtures("replay_in_process")
+@pytest.mark.parametrize("strategy", ["refusal", "auto"])
+def test_a_groups_gpu_slope_makes_a_second_run_at_another_gmu_shorter(tmp_path, strategy):
+    """History: the first run's boots teach the slope and its cause (the command's n-gram decoding),
+    so a run at another gmu boots the fixed point first."""
+    tune(strategy, "--gpu-memory-utilization", "0.3", *NGRAM, runs=tmp_path)
+    flags = ["--gpu-memory-utilization", "0.35", *NGRAM]
+    second = tune(strategy, *flags, runs=tmp_path)
+    alone = tune(strategy, *flags, runs=tmp_path / "alone")
+    assert second["result"]["ceiling"] == alone["result"]["ceiling"] == truth(fake(H100, *flags)).ceiling
+    assert second["attempts"][0]["basis"] == "start_at"
+    assert len(second["attempts"]) < len(alone["attempts"]), [(a["max_model_len"], a["outcome"]) for a in second["attempts"]]
+
+
+@pytest.mark.usefixtures("replay_in_process")
+def test_the_card_names_the_commands_cause(tmp_path):
+    result = CliRunner().invoke(cli, ["tune", "--quiet", "--probe", "none", "--strategy", "refusal", "--runs-dir",
+                                      str(tmp_path), "--target", str(T), "--",
+                                      *fake(H100, "--gpu-memory-utilization", "0.3", *NGRAM)], catch_exceptions=False)
+    card = result.output
+    assert "vLLM's own figure was 49,552 (+5.0%)" in card, card
+    assert "slope:    the pool loses 0.0" in card and "n-gram speculative decoding keeps a dense" in card, card
