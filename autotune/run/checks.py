@@ -144,11 +144,20 @@ def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
                                    attempt.get("ceiling_source", "none"), attempt.get("error_kind"),
                                    attempt.get("basis", "target"), attempt.fact("kv_cache_tokens"),
                                    attempt.get("index"), limit_of(attempt),
-                                   pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
+                                   pool_at=_pool_at(attempt),
                                    grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
                                    pool_moves=pool_slope.cause_of(attempt.facts) or length_memory.cause_in_command(
                                        list(attempt.get("argv") or []), attempt.fact("vllm_version")),
                                    concurrency=attempt.fact("max_concurrency"))
+
+
+def _pool_at(attempt: Attempt):
+    """The length a boot's pool was measured at: auto's, the full length it profiled (the one it
+    resolved where it failed before fitting)."""
+    if attempt.max_model_len != strategy.AUTO:
+        return attempt.max_model_len
+    failed = attempt.outcome in (strategy.ERROR, strategy.EXITED)
+    return attempt.fact("autofit_from") or (attempt.fact("max_model_len_resolved") if failed else None)
 
 
 def limit_of(attempt: Attempt) -> str:

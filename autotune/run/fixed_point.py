@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.analysis.pool_slope import pool_fits
-from autotune.store.outcomes import REFUSED, VERIFIED, Basis
+from autotune.store.outcomes import ERROR, EXITED, REFUSED, VERIFIED, Basis
 
 AUTO = "auto"
 KV_CACHE = "kv_cache"
@@ -62,6 +62,8 @@ def bracket(attempts, grid: int) -> Bracket:
             points.append((int(a.max_model_len), a.ceiling))
             estimate = a.ceiling if estimate is None else estimate
             refused = int(a.max_model_len) if refused is None else min(refused, int(a.max_model_len))
+        elif overran(a) and isinstance(a.pool_at, int):
+            refused = a.pool_at if refused is None else min(refused, a.pool_at)
     return Bracket(verified, verified_fits, refused, tuple(points), estimate, grid)
 
 
@@ -141,12 +143,39 @@ class Step:
     reason: str
 
 
+# A boot whose profile run took more than the budget (chunked prefill off: a batch of max_model_len
+# tokens): vLLM prints a negative "Available KV cache memory" and stops, or the GPU runs out of memory.
+OVERRUN_KINDS = ("negative_available_kv", "cuda_oom")
+PROFILE_BATCH = "profile_batch_is_length"  # vllm/length_memory.py's cause
+
+
+def overran(a) -> bool:
+    """Did this boot fail because memory that grows with the length overran the budget?"""
+    return a.outcome in (ERROR, EXITED) and a.error_kind in OVERRUN_KINDS and a.pool_moves == PROFILE_BATCH
+
+
+def _after_overrun(target: int, attempts, n: int, max_boots: int) -> Step | None:
+    """The profile batch at this length overran the budget, and is shorter at a shorter length:
+    halfway down to the longest length that booted (no figure says more)."""
+    b = bracket(attempts, max(a.grid for a in attempts))
+    if b.refused is None or n >= max_boots:
+        return None
+    low = b.verified or 0
+    length = (low + min(b.refused, target)) // 2 // b.grid * b.grid
+    if length <= low:
+        return None
+    return Step(False, length, f"the profile batch of max_model_len tokens overran the memory at {b.refused:,}: "
+                               "halfway down (it shrinks with the length)")
+
+
 def next_step(target: int, attempts, n: int, max_boots: int) -> Step | None:
     """The next boot or the end; None: not this module's case (the pool does not move, or the last
     boot ended on something else than the KV pool)."""
     if not attempts or not moving(attempts):
         return None
     last = attempts[-1]
+    if overran(last):
+        return _after_overrun(target, attempts, n, max_boots)
     if last.limit != KV_CACHE or last.outcome not in (VERIFIED, REFUSED):
         return None
     grid = max(a.grid for a in attempts)  # a refused boot's log may not name the device

@@ -346,12 +346,13 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             **{**_LLAMA, "cudagraph_gib": 0.61}),
     Profile("v1-0.33.0", "after 0.21: \"model's\", one merged KV line, auto-fit names the device", "0.33.0",
             "v1_033", ("log-formats.md 2.2(g), 8 and 11.J", "cpu-0.32.0/ready-max-model-len-auto.log",
-                       "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61}),
+                       "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61},
+            profile_batch_is_length=True),
     Profile("h100-0.33.0-llama-8b", "0.33 on one H100 80GB: the whole 128K context fits, so the model's own maximum "
             "is the ceiling, not memory; an fp8 KV cache works (cc 9.0)", "0.33.0", "v1_033",
             ("log-formats.md 2.2(g), 8 and 11.J", "real-logs/017-v014-h100-gpt-oss-120b-ansi-color-prefix.log (the GPU)"),
             **{**_LLAMA, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gib": 79.19, "compute_capability": "9.0",
-               "cudagraph_gib": 0.61, "prefill_tokens_per_s": 20000.0}),
+               "cudagraph_gib": 0.61, "prefill_tokens_per_s": 20000.0}, profile_batch_is_length=True),
     Profile("seed-3090-qwen3.6-27b", "the seed machine: vLLM 0.20.2, one RTX 3090, Qwen3.6-27B AWQ, hybrid "
             "(147 MiB of linear-attention state per sequence)", "0.20.2", "v1_020",
             ("issue 12 (the seed's figures)", "log-formats.md 11.I",

@@ -109,3 +109,16 @@ def test_the_card_names_the_commands_cause(tmp_path):
     card = result.output
     assert "vLLM's own figure was 49,552 (+5.0%)" in card, card
     assert "slope:    the pool loses 0.0" in card and "n-gram speculative decoding keeps a dense" in card, card
+
+
+@pytest.mark.usefixtures("replay_in_process")
+@pytest.mark.parametrize("strategy", ["refusal", "auto"])
+@pytest.mark.parametrize("gmu,ceiling,boots", [("0.5", 115024, 3), ("0.3", 35904, 5)])
+def test_chunked_prefill_off_on_the_h100_reaches_the_longest_length_that_boots(tmp_path, strategy, gmu, ceiling, boots):
+    """The profile batch is max_model_len tokens: at gmu 0.5 vLLM's estimate at 131,072 is 104,752
+    (9 % short); at gmu 0.3 the batch at 131,072 (and auto's, at the full length) overruns the memory
+    (a negative "Available KV cache memory"), so the next boot is halfway down."""
+    flags = ["--gpu-memory-utilization", gmu, "--no-enable-chunked-prefill"]
+    record = tune(strategy, *flags, runs=tmp_path)
+    assert record["result"]["ceiling"] == truth(fake(H100, *flags)).ceiling == ceiling
+    assert len(record["attempts"]) == boots, [(a["max_model_len"], a["outcome"]) for a in record["attempts"]]

@@ -57,3 +57,15 @@ def test_a_budget_overrun_prints_its_negative_figure_as_vllm_does():
     assert status == 1
     assert any("Available KV cache memory: -3.86 GiB" in line for line in lines), lines
     assert result["available_kv_gib"] == -3.86
+
+
+def test_chunked_prefill_off_profiles_a_batch_of_max_model_len_tokens_on_0_33():
+    flags = ["--profile", "h100-0.33.0-llama-8b", "--gpu-memory-utilization", "0.5", "--no-enable-chunked-prefill"]
+    req = fake_args.read_request(flags, {})
+    p, s = req.profile, req.settings
+    assert profiles.batched_tokens(p, s, 131072) == 131072 and profiles.batched_tokens(p, s, 4096) == 8192
+    assert truth(flags).ceiling == 115024
+    refused, result, _ = boot(*flags, "--max-model-len", "131072")
+    assert refused == 1 and result["estimated_max_model_len"] == 104752
+    fixed = fake_args.read_request([*flags, "--max-num-batched-tokens", "8192"], {})
+    assert not profiles.pool_moves(fixed.profile, fixed.settings)  # the user's batch: nothing moves

@@ -232,7 +232,9 @@ def boot_bound(record: dict) -> int:
     limits = sum(1 for a in attempts if a.get("ceiling_source") in strategy.LIMITS)
     computed = any(a.get("ceiling_source") == "computed_from_gib" for a in attempts)
     moving = any(a.get("basis") == "fixed_point" for a in attempts)
-    return (3 + computed + moving) * pools + limits + recoveries
+    # chunked prefill off: a profile batch of max_model_len tokens that overran the memory, halved
+    overruns = sum(1 for a in attempts if a.get("error_kind") in ("negative_available_kv", "cuda_oom"))
+    return (3 + computed + moving) * pools + limits + recoveries + overruns
 
 
 def check(case: Case, exit_code: int, output: str, record: dict | None, target: int, found: Truth,
