@@ -13,11 +13,11 @@ memory" differs) teaches none, the same rule as the slack.
 from __future__ import annotations
 
 from autotune.store.record import Attempt, BootFacts
-from autotune.vllm import kv_pool, versions
+from autotune.vllm import kv_pool, length_memory, versions
 
 CPU_LENGTH_BUFFERS = "cpu_length_buffers"
 CAUSES = {CPU_LENGTH_BUFFERS: "the CPU runner's max_num_seqs x max_model_len token buffers (int32 + bool), "
-                              "resident before vLLM measures the pool"}
+                              "resident before vLLM measures the pool", **length_memory.CAUSES}
 
 
 def pool_fits(kv_cache_tokens: int, length: int, grid: int, holds_null: bool) -> int:
@@ -42,13 +42,25 @@ def grid_of(facts: BootFacts | None, block_flag: str | None = None) -> int:
     on_cpu = facts is not None and (any(getattr(facts, name, None) is not None for name in (
         "cpu_kv_gib", "cpu_node_total_gib", "cpu_worker_requested_gib", "cpu_kvcache_space_gib"))
         or str(getattr(facts, "kv_cache_device", "") or "").upper() == "CPU")
-    return kv_pool.CPU_BLOCK_SIZE if on_cpu else kv_pool.GPU_BLOCK_SIZE
+    if on_cpu:
+        return kv_pool.CPU_BLOCK_SIZE
+    found = versions.profile(facts.vllm_version) if facts is not None else None
+    return found.kv_block_size if found is not None else kv_pool.GPU_BLOCK_SIZE  # 64 from 0.34
+
+
+def cause_of_attempt(attempt: Attempt) -> str | None:
+    """Why a recorded boot's pool shrinks as the length grows: its log's cause, else its command's on
+    a GPU (vllm/length_memory.py)."""
+    facts = attempt.facts
+    if facts is None:
+        return None
+    return cause_of(facts) or length_memory.cause_in_command(list(attempt.argv or []), facts.vllm_version)
 
 
 def point_of(attempt: Attempt) -> tuple[int, int] | None:
     """(the length the pool was measured at, the longest length it holds) for one recorded attempt."""
     facts = attempt.facts
-    if facts is None or cause_of(facts) is None:
+    if facts is None or cause_of_attempt(attempt) is None:
         return None
     length, ceiling = attempt.max_model_len, attempt.ceiling
     if attempt.outcome == "refused" and attempt.ceiling_source == "estimate" and isinstance(ceiling, int) \
@@ -67,12 +79,13 @@ def point_of(attempt: Attempt) -> tuple[int, int] | None:
 def slope_of_run(attempts: list[Attempt]) -> tuple[float, str] | None:
     """(pool tokens lost per token of length, its cause) from one run's boots; None where they show
     none, or where their memory moved."""
-    points, requested = [], set()
+    points, requested, causes = [], set(), []
     for attempt in attempts:
-        found = point_of(attempt)
-        if found is not None and attempt.facts is not None:  # a point has facts
+        found, cause = point_of(attempt), cause_of_attempt(attempt)
+        if found is not None and attempt.facts is not None and cause is not None:  # a point has both
             points.append(found)
             requested.add(attempt.facts.cpu_worker_requested_gib)
+            causes.append(cause)
     lengths = {length for length, _ in points}
     if len(lengths) < 2 or len(requested) != 1:
         return None
@@ -81,4 +94,4 @@ def slope_of_run(attempts: list[Attempt]) -> tuple[float, str] | None:
     mean_f = sum(p[1] for p in points) / n
     spread = sum((p[0] - mean_l) ** 2 for p in points)
     slope = -sum((p[0] - mean_l) * (p[1] - mean_f) for p in points) / spread
-    return (slope, CPU_LENGTH_BUFFERS) if slope > 0 else None
+    return (slope, causes[-1]) if slope > 0 else None

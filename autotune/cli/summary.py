@@ -350,7 +350,7 @@ def _slope_line(attempts: list[Attempt]) -> list[str]:
     slope, cause = found
     argv = list(attempts[-1].argv or [])
     also = ("; and with chunked prefill off vLLM profiles a batch of max_model_len tokens"
-            if servecmd.has_flag(argv, "--no-enable-chunked-prefill")
+            if cause == pool_slope.CPU_LENGTH_BUFFERS and servecmd.has_flag(argv, "--no-enable-chunked-prefill")
             and not servecmd.has_flag(argv, "--max-num-batched-tokens") else "")
     return [f"  slope:    the pool loses {slope:.3f} tokens per token of --max-model-len: "
             f"{pool_slope.CAUSES[cause]}{also}"]

@@ -160,9 +160,22 @@ def summary_of(attempt: Attempt) -> strategy.AttemptSummary:
                                    attempt.ceiling_source or "none", attempt.error_kind,
                                    attempt.basis or "target", attempt.fact("kv_cache_tokens"),
                                    attempt.index, limit_of(attempt),
-                                   pool_at=attempt.fact("autofit_from") if length == strategy.AUTO else length,
+                                   pool_at=_pool_at(attempt),
                                    grid=grid, holds_null=versions.check_holds_back_null_block(attempt.fact("vllm_version")),
-                                   pool_moves=pool_slope.cause_of(attempt.facts))
+                                   pool_moves=pool_slope.cause_of_attempt(attempt),
+                                   concurrency=attempt.fact("max_concurrency"))
+
+
+def _pool_at(attempt: Attempt):
+    """The length a boot's pool was measured at: auto's, the full length it profiled (the one it
+    resolved where it failed before fitting). None for vLLM 0.34's first check, refused before CUDA-graph
+    capture and warmup: its estimate is of an upper bound, not of a pool the boot keeps."""
+    if attempt.fact("refusal_stage") == "before_warmup":
+        return None
+    if attempt.max_model_len != strategy.AUTO:
+        return attempt.max_model_len
+    failed = attempt.outcome in (strategy.ERROR, strategy.EXITED)
+    return attempt.fact("autofit_from") or (attempt.fact("max_model_len_resolved") if failed else None)
 
 
 def limit_of(attempt: Attempt) -> str:

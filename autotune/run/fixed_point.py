@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.analysis.pool_slope import pool_fits
-from autotune.store.outcomes import REFUSED, VERIFIED
+from autotune.store.outcomes import ERROR, EXITED, REFUSED, VERIFIED
 
 AUTO = "auto"
 KV_CACHE = "kv_cache"
@@ -61,15 +61,57 @@ def bracket(attempts, grid: int) -> Bracket:
             points.append((int(a.max_model_len), a.ceiling))
             estimate = a.ceiling if estimate is None else estimate
             refused = int(a.max_model_len) if refused is None else min(refused, int(a.max_model_len))
+        elif overran(a) and isinstance(a.pool_at, int):
+            refused = a.pool_at if refused is None else min(refused, a.pool_at)
     return Bracket(verified, verified_fits, refused, tuple(points), estimate, grid)
 
 
 def moving(attempts) -> bool:
     """Does this run's pool move with the length? Where a boot's log names a cause (the CPU
-    backend's pool is what gmu reserves less the process's memory). A boot at vLLM's own estimate
-    whose pool shows more is not enough alone: a sliding-window or hybrid model's "KV cache size" is
-    concurrency x length, not the pool."""
-    return any(a.pool_moves for a in attempts)
+    backend's pool is what gmu reserves less the process's memory) or its command does (on a GPU:
+    chunked prefill off without --max-num-batched-tokens, n-gram speculative decoding:
+    vllm/length_memory.py), or where two boots' pools, read at different lengths, differ. A boot
+    at vLLM's own estimate whose "KV cache size" shows more is not enough alone: a sliding-window
+    model's is not its pool in lengths (its concurrency says so, and it is not counted then)."""
+    return any(a.pool_moves for a in attempts) or pools_differ(attempts)
+
+
+POOLS_DIFFER = 0.01  # of the pool: more than the few MiB re-profiling moves it between boots
+
+
+def pools_differ(attempts) -> bool:
+    """Do two boots' pools, each read as the longest length it holds at the length it was measured
+    at, differ by more than two steps and POOLS_DIFFER? A refusal's estimate, auto's reduced fit,
+    and a verified boot's "KV cache size" where its concurrency is that pool over the length (every
+    layer full attention: a sliding-window model's concurrency is far above it)."""
+    grid = max(a.grid for a in attempts)
+    seen: dict[int, int] = {}
+    for a in attempts:
+        point = _pool_point(a, grid)
+        if point is not None:
+            seen.setdefault(*point)
+    if len(seen) < 2:
+        return False
+    top, low = max(seen.values()), min(seen.values())
+    return top - low > max(2 * grid, POOLS_DIFFER * top)
+
+
+def _pool_point(a, grid: int) -> tuple[int, int] | None:
+    if a.limit != KV_CACHE:
+        return None
+    if a.outcome == REFUSED and isinstance(a.ceiling, int) and a.ceiling_source == "estimate":
+        return int(a.max_model_len), a.ceiling
+    if a.outcome != VERIFIED:
+        return None
+    if a.max_model_len == AUTO:
+        reduced = isinstance(a.pool_at, int) and isinstance(a.ceiling, int) and a.ceiling < a.pool_at
+        return (a.pool_at, a.ceiling) if reduced else None
+    if not a.kv_cache_tokens or not a.concurrency or not isinstance(a.max_model_len, int):
+        return None
+    blocks_per_request = -(-a.max_model_len // grid)
+    if abs(a.concurrency * blocks_per_request * grid - a.kv_cache_tokens) > max(2 * grid, 0.01 * a.kv_cache_tokens):
+        return None  # not the pool in lengths (a sliding-window model), or another step than thought
+    return a.max_model_len, pool_fits(a.kv_cache_tokens, a.max_model_len, grid, a.holds_null)
 
 
 def _secant(points: tuple[tuple[int, int], ...], grid: int) -> float | None:
@@ -100,12 +142,39 @@ class Step:
     reason: str
 
 
+# A boot whose profile run took more than the budget (chunked prefill off: a batch of max_model_len
+# tokens): vLLM prints a negative "Available KV cache memory" and stops, or the GPU runs out of memory.
+OVERRUN_KINDS = ("negative_available_kv", "cuda_oom")
+PROFILE_BATCH = "profile_batch_is_length"  # vllm/length_memory.py's cause
+
+
+def overran(a) -> bool:
+    """Did this boot fail because memory that grows with the length overran the budget?"""
+    return a.outcome in (ERROR, EXITED) and a.error_kind in OVERRUN_KINDS and a.pool_moves == PROFILE_BATCH
+
+
+def _after_overrun(target: int, attempts, n: int, max_boots: int) -> Step | None:
+    """The profile batch at this length overran the budget, and is shorter at a shorter length:
+    halfway down to the longest length that booted (no figure says more)."""
+    b = bracket(attempts, max(a.grid for a in attempts))
+    if b.refused is None or n >= max_boots:
+        return None
+    low = b.verified or 0
+    length = (low + min(b.refused, target)) // 2 // b.grid * b.grid
+    if length <= low:
+        return None
+    return Step(False, length, f"the profile batch of max_model_len tokens overran the memory at {b.refused:,}: "
+                               "halfway down (it shrinks with the length)")
+
+
 def next_step(target: int, attempts, n: int, max_boots: int) -> Step | None:
     """The next boot or the end; None: not this module's case (the pool does not move, or the last
     boot ended on something else than the KV pool)."""
     if not attempts or not moving(attempts):
         return None
     last = attempts[-1]
+    if overran(last):
+        return _after_overrun(target, attempts, n, max_boots)
     if last.limit != KV_CACHE or last.outcome not in (VERIFIED, REFUSED):
         return None
     grid = max(a.grid for a in attempts)  # a refused boot's log may not name the device

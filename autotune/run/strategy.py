@@ -54,7 +54,8 @@ class AttemptSummary:
     pool_at: int | None = None  # the length its pool was measured at (auto: the full length it profiled)
     grid: int = 16  # vLLM's step of lengths here: the KV block size
     holds_null: bool = True  # vLLM keeps one block of the pool back (0.29+)
-    pool_moves: str | None = None  # why this boot's pool shrinks as the length grows, where its log says
+    pool_moves: str | None = None  # why this boot's pool shrinks as the length grows, where its log or command says
+    concurrency: float | None = None  # vLLM's "Maximum concurrency" at this length (the pool over one request)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Sequence
 
 from autotune.testing import profiles, sizing_v034
 from autotune.testing.profiles import Profile, Settings
-from autotune.vllm import serve_options, servecmd, versions
+from autotune.vllm import length_memory, serve_options, servecmd, versions
 
 DEFAULT_TIME_SCALE = 0.01
 # The replaying vLLM's own options, with how many values each takes.
@@ -201,7 +201,8 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
         tp=_number(options, "tensor-parallel-size", int, 1),
         reserve_full_isl=bool(versions.admits_whole_prompts_only(argv, profile.version)),
         chunked_prefill=not options.get("no-enable-chunked-prefill"),
-        gmu_given=any(k in options for k in ("gpu-memory-utilization", "device-memory-utilization")))
+        gmu_given=any(k in options for k in ("gpu-memory-utilization", "device-memory-utilization")),
+        speculative_method=length_memory.speculative_method(_text(options.get("speculative-config"))))
     # As vLLM prints them: by argparse's dest (`--no-X` sets X to False).
     shown = {(k[3:] if k.startswith("no-") and k[3:] in serve_options.LONG else k).replace("-", "_"):
              (False if k.startswith("no-") and k[3:] in serve_options.LONG else _shown(k, v))
@@ -213,6 +214,10 @@ def read_request(argv: Sequence[str], env: dict) -> Request:
                    _number(env, TIME_SCALE_ENV, float, _number(options, "time-scale", float, DEFAULT_TIME_SCALE)),
                    shown,
                    env.get("CUDA_VISIBLE_DEVICES"), options, _number(env, BUSY_ENV, float, 0.0))
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _max_model_len(raw, profile: Profile) -> int | str | None:

@@ -71,9 +71,10 @@ def kv(boot, length: int):
 
 
 def _without(boot, length: int):
-    """0.34 without the extensible KV cache: profiling estimates (the CUDA-graph one too), one check."""
+    """0.34 without the extensible KV cache: profiling estimates (the CUDA-graph one too), one check, at
+    this boot's length (what grows with it: profiles.length_bytes)."""
     p, s, req = boot.p, boot.req.settings, boot.req
-    available = profiles.available_kv_bytes(p, s)
+    available = profiles.available_kv_bytes(p, s, length)
     if s.kv_cache_memory_bytes is None:
         available -= int(req.busy_gib * GIB)
     room = profiles.check_bytes(p, s, available)

@@ -144,7 +144,7 @@ class ReplayedBoot:
             available -= int(req.busy_gib * profiles.GIB)
         room = profiles.check_bytes(p, s, available)  # what lengths are checked against (0.29+: less a block)
         eq = s.gmu - p.cudagraph_gib / p.gpu_memory_gib
-        self.figures.update(avail=_gib(self.family, max(available, 0)), room=_gib(self.family, max(room, 0)),
+        self.figures.update(avail=_gib(self.family, available), room=_gib(self.family, max(room, 0)),
                             gmu4=f"{s.gmu:.4f}", gmu2=f"{s.gmu:.2f}", gmu_eq=f"{eq:.4f}",
                             gmu_up=f"{s.gmu + (s.gmu - eq):.4f}", node=_gib(self.family, p.gpu_memory_gib * GIB),
                             requested=_gib(self.family, p.gpu_memory_gib * s.gmu * GIB),

@@ -23,7 +23,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from autotune.vllm import versions
+from autotune.vllm import length_memory, versions
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -101,6 +101,7 @@ class Settings:
     reserve_full_isl: bool = True  # --scheduler-reserve-full-isl (0.19+): admit a request only if its prompt fits
     chunked_prefill: bool = True  # False: --no-enable-chunked-prefill
     gmu_given: bool = True  # the command sets the gmu (0.34+ leaves it unset otherwise: its metrics say "None")
+    speculative_method: str | None = None  # --speculative-config's "method" (None: none, or a draft model)
 
 
 # The V0 profile's activation figure is fitted at 2,048 batched tokens; vLLM 0.6.4 itself profiles
@@ -131,14 +132,30 @@ def pool_moves(p: Profile, s: Settings) -> bool:
     if s.kv_cache_memory_bytes is not None:
         return False
     return bool(p.length_bytes_per_seq) or (p.profile_batch_is_length and not s.chunked_prefill
-                                            and not s.max_num_batched_tokens)
+                                            and not s.max_num_batched_tokens) or gpu_token_history(p, s)
 
 
 def length_bytes(p: Profile, s: Settings, length: int) -> int:
     """The memory that grows with the boot's max_model_len and is taken before the pool is measured:
     the CPU runner's seqs x length buffers, and the profile batch beyond the default where chunked
     prefill is off (its activations are already in available_kv_bytes)."""
-    return int(p.length_bytes_per_seq * max_num_seqs(p, s) * length / s.tp)
+    return int(p.length_bytes_per_seq * max_num_seqs(p, s) * length / s.tp) + gpu_length_bytes(p, s, length)
+
+
+# ---- GPU memory that grows with --max-model-len (issue 35; the facts: vllm/length_memory.py) ----
+
+def gpu_token_history(p: Profile, s: Settings) -> bool:
+    """Does this command's speculative method keep a dense token history on the GPU (the V2 runner's
+    all_token_ids, (max_num_reqs, max_model_len) int32, allocated before the pool is measured)?"""
+    return p.platform == "cuda" and length_memory.dense_token_history(s.speculative_method, p.version)
+
+
+def gpu_length_bytes(p: Profile, s: Settings, length: int) -> int:
+    """Per rank, the GPU memory besides activations that grows with the boot's max_model_len: every
+    rank's runner holds the whole token history (not split by tensor parallelism)."""
+    if not gpu_token_history(p, s):
+        return 0
+    return length_memory.TOKEN_HISTORY_BYTES * max_num_seqs(p, s) * length
 
 
 def max_num_seqs(p: Profile, s: Settings) -> int:
@@ -343,12 +360,13 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
             **{**_LLAMA, "cudagraph_gib": 0.61}),
     Profile("v1-0.33.0", "after 0.21: \"model's\", one merged KV line, auto-fit names the device", "0.33.0",
             "v1_033", ("log-formats.md 2.2(g), 8 and 11.J", "cpu-0.32.0/ready-max-model-len-auto.log",
-                       "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61}),
+                       "cpu-0.32.0/refused-kvcache-space-1gib.log"), **{**_LLAMA, "cudagraph_gib": 0.61},
+            profile_batch_is_length=True),
     Profile("h100-0.33.0-llama-8b", "0.33 on one H100 80GB: the whole 128K context fits, so the model's own maximum "
             "is the ceiling, not memory; an fp8 KV cache works (cc 9.0)", "0.33.0", "v1_033",
             ("log-formats.md 2.2(g), 8 and 11.J", "real-logs/017-v014-h100-gpt-oss-120b-ansi-color-prefix.log (the GPU)"),
             **{**_LLAMA, "gpu_name": "NVIDIA H100 80GB HBM3", "gpu_memory_gib": 79.19, "compute_capability": "9.0",
-               "cudagraph_gib": 0.61, "prefill_tokens_per_s": 20000.0}),
+               "cudagraph_gib": 0.61, "prefill_tokens_per_s": 20000.0}, profile_batch_is_length=True),
     Profile("seed-3090-qwen3.6-27b", "the seed machine: vLLM 0.20.2, one RTX 3090, Qwen3.6-27B AWQ, hybrid "
             "(147 MiB of linear-attention state per sequence)", "0.20.2", "v1_020",
             ("issue 12 (the seed's figures)", "log-formats.md 11.I",

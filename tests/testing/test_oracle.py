@@ -52,6 +52,7 @@ pytestmark = [pytest.mark.long(30)]  # seconds alone: started first under pytest
 EXAMPLES = int(os.environ.get("AUTOTUNE_ORACLE_EXAMPLES", "300"))
 FAKE = [sys.executable, "-m", "autotune.testing.fake_vllm"]
 TARGETS = ("below", "near_under", "near_over", "above", "above_max", "max")
+NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Case:
     uuids: bool
     busy_port: bool
     files: bool = True  # the model's files are on this machine (testing/model_files.py), where it has any
+    ngram: bool = False  # n-gram speculative decoding (0.32+: a dense seqs x length token history on the GPU)
 
     def argv(self, port: int | None = None) -> list[str]:
         argv = [*FAKE, "--profile", self.profile, "--time-scale", "0"]
@@ -85,6 +87,8 @@ class Case:
         if self.draft:
             argv += ["--speculative-config", '{"model": "meta-llama/Llama-3.2-1B-Instruct", '
                                              f'"num_speculative_tokens": 3, "max_model_len": {self.draft}}}']
+        elif self.ngram:
+            argv += ["--speculative-config", NGRAM]
         return argv
 
     def env(self) -> dict[str, str | None]:
@@ -133,7 +137,8 @@ def cases(draw) -> Case:
         draft=draw(st.none() | st.sampled_from([8192, 32768])) if versions.profile(p.version).draft_lowers_max_model_len
         else None,
         target=draw(st.sampled_from(TARGETS)), uuids=draw(st.integers(0, 4)) == 0,
-        busy_port=draw(st.integers(0, 4)) == 0, files=draw(st.integers(0, 3)) > 0)
+        busy_port=draw(st.integers(0, 4)) == 0, files=draw(st.integers(0, 3)) > 0,
+        ngram=draw(st.integers(0, 3)) == 0)
 
 
 # ---- what the truth expects ----------------------------------------------------------------------
@@ -227,7 +232,9 @@ def boot_bound(record: dict) -> int:
     limits = sum(1 for a in attempts if a.get("ceiling_source") in strategy.LIMITS)
     computed = any(a.get("ceiling_source") == "computed_from_gib" for a in attempts)
     moving = any(a.get("basis") == "fixed_point" for a in attempts)
-    return (3 + computed + moving) * pools + limits + recoveries
+    # chunked prefill off: a profile batch of max_model_len tokens that overran the memory, halved
+    overruns = sum(1 for a in attempts if a.get("error_kind") in ("negative_available_kv", "cuda_oom"))
+    return (3 + computed + moving) * pools + limits + recoveries + overruns
 
 
 def check(case: Case, exit_code: int, output: str, record: dict | None, target: int, found: Truth,
