@@ -15,8 +15,10 @@ from __future__ import annotations
 from autotune.vllm import kv_pool, versions
 
 CPU_LENGTH_BUFFERS = "cpu_length_buffers"
+CHUNKED_PREFILL_OFF = "chunked_prefill_off"
 CAUSES = {CPU_LENGTH_BUFFERS: "the CPU runner's max_num_seqs x max_model_len token buffers (int32 + bool), "
-                              "resident before vLLM measures the pool"}
+                              "resident before vLLM measures the pool",
+          CHUNKED_PREFILL_OFF: "with chunked prefill off vLLM profiles a batch of max_model_len tokens"}
 
 
 def pool_fits(kv_cache_tokens: int, length: int, grid: int, holds_null: bool) -> int:

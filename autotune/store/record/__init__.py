@@ -15,13 +15,13 @@ from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeRe
                                               Verification)
 from autotune.store.record.part import Part, copy_json, given
 from autotune.store.record.run import RESULT_FIGURES, Command, Reach, ReachStep, Result, RunRecord
-from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin
+from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Longest, Machine, Margin
 from autotune.store.record.sweep import SweepPoint, SweepRecord
 
 RECORD_CLASSES = (RunRecord, Command, Attempt, Result, Reach, ReachStep, SweepPoint, BootFacts, BootPrediction,
                   ProbeResult, Recovery, StopReport, Verification, AimPrediction, GpuPlan, KeptOptions, Machine,
-                  Margin)
+                  Margin, Longest)
 
 __all__ = ["RECORD_CLASSES", "RESULT_FIGURES", "AimPrediction", "Attempt", "BootFacts", "BootPrediction", "Command",
-           "GpuPlan", "KeptOptions", "Machine", "Margin", "Part", "ProbeResult", "Reach", "ReachStep", "Recovery",
+           "GpuPlan", "KeptOptions", "Longest", "Machine", "Margin", "Part", "ProbeResult", "Reach", "ReachStep", "Recovery",
            "Result", "RunRecord", "StopReport", "SweepPoint", "SweepRecord", "Verification", "copy_json", "given"]
