@@ -252,8 +252,12 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
     reproduce on another vLLM, is reported as a vLLM change. Runs of a fleet (`autotune
     fleet run`) of one GPU model, vLLM, settings and gmu on several nodes are checked node
     against node: a node whose available KV differs from its peers' beyond the same
-    tolerance is flagged (a sick GPU, another process holding memory). Time and memory grow
-    linearly with the runs (10,000 runs: seconds).
+    tolerance is flagged (a sick GPU, another process holding memory). Where a run's KV pool
+    shrank as --max-model-len grew (vLLM's CPU backend sized by gmu, chunked prefill off),
+    "Longest length that boots" puts vLLM's own figure (its refusal's estimate, or auto's
+    fit) beside the verified maximum, with the gap, how the top was proved, the slope and its
+    cause, and the boots it cost. Time and memory grow linearly with the runs (10,000 runs:
+    seconds).
 
     \b
     Examples:
