@@ -99,3 +99,29 @@ def of_record(run) -> Longest | None:
 def describe_causes(causes: list[str] | None) -> str:
     """The causes as the card and compare say them."""
     return "; and ".join(pool_slope.CAUSES[c] if c in pool_slope.CAUSES else c for c in causes or [])
+
+
+# The levers that act on the slope itself, per cause, as (reach's lever, what to tell the user).
+SLOPE_LEVERS = {
+    pool_slope.CPU_LENGTH_BUFFERS: ("max_num_seqs", "fewer --max-num-seqs: the CPU runner keeps max_num_seqs x "
+                                                    "max_model_len token buffers (~5 B per sequence per token of "
+                                                    "length) before it measures the pool"),
+    pool_slope.CHUNKED_PREFILL_OFF: ("chunked_prefill", "chunked prefill on (--enable-chunked-prefill), or a "
+                                                        "lower --max-num-batched-tokens: with it off vLLM profiles a "
+                                                        "batch of max_model_len tokens"),
+}
+
+
+def slope_levers(causes: list[str] | None, argv: list[str]) -> list[tuple[str, str]]:
+    """The levers that make the pool shrink less as the length grows, where the slope's causes say
+    they help and the command has room for them (--max-num-seqs already 1 has none)."""
+    out = []
+    for cause in causes or []:
+        if cause not in SLOPE_LEVERS:
+            continue
+        lever, text = SLOPE_LEVERS[cause]
+        seqs = servecmd.flag_value(argv, "--max-num-seqs")
+        if lever == "max_num_seqs" and seqs is not None and seqs.isdigit() and int(seqs) <= 1:
+            continue
+        out.append((lever, text))
+    return out
