@@ -84,6 +84,9 @@ class FilesPrediction:
     calibration: Calibration
     figures: list[Figure]
     notes: list[str] = field(default_factory=list)
+    # Which length the ceiling is: "fixed_point" where the pool shrinks as --max-model-len grows (the
+    # longest length whose own pool holds it), "vllm_estimate" where it does not (vLLM's own figure).
+    ceiling_is: str = "vllm_estimate"
 
     def figure(self, name: str) -> Figure | None:
         return next((f for f in self.figures if f.name == name), None)
@@ -194,9 +197,12 @@ def budget(device: Device, gmu: float) -> int:
 def predict(model: str, shape: KVShape, weights: Weights, device: Device, settings: kv_pool.Settings,
             calibration: Calibration, gmu: float | None, kv_cache_memory_bytes: int | None = None,
             target: int | None = None, concurrency_at: int | None = None, length_limit: int | None = None,
-            measured: CalibrationRun | None = None) -> FilesPrediction:
+            measured: CalibrationRun | None = None, length_buffers: tuple[int, int] | None = None) -> FilesPrediction:
     """Every figure for one serve configuration. `measured`: a run at this very gmu (its figures
-    are then measured, not estimated). `length_limit`: the model's own maximum length."""
+    are then measured, not estimated). `length_limit`: the model's own maximum length.
+    `length_buffers`: (bytes of the pool per token of --max-model-len, the length the available
+    figure was measured at) where the pool shrinks as the length grows: the ceiling is then the
+    fixed point."""
     limit = length_limit or 10_000_000
     figures = [
         Figure("weights", weights.bytes, "bytes", "derived", source=weights.source),
@@ -240,9 +246,17 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
                                     lambda b: kv_pool.pool(shape, settings, max(0, int(b))).pool_tokens,
                                     "the pool: blocks x block tokens (vLLM's 'KV cache size' is concurrency x "
                                     "length for this model)"))
-    figures.append(_band_figure("ceiling", shape, settings, kv, low, high, label,
-                                lambda b: kv_pool.max_model_len(shape, settings, max(0, int(b)), limit),
-                                "the longest --max-model-len vLLM accepts (its refusal's estimate)"))
+    if length_buffers is not None:
+        per_token, measured_at = length_buffers
+        figures.append(_band_figure("ceiling", shape, settings, kv, low, high, label,
+                                    lambda b: fixed_point(shape, settings, b, per_token, measured_at, limit),
+                                    f"the fixed point: the longest --max-model-len whose own pool holds it ({per_token:,} B "
+                                    "of the pool per token of length go to the CPU runner's max_num_seqs x "
+                                    "max_model_len buffers; vLLM's estimate at a longer length lands below it)"))
+    else:
+        figures.append(_band_figure("ceiling", shape, settings, kv, low, high, label,
+                                    lambda b: kv_pool.max_model_len(shape, settings, max(0, int(b)), limit),
+                                    "the longest --max-model-len vLLM accepts (its refusal's estimate)"))
     if length_limit and figures[-1].value == length_limit:
         figures[-1].source += f"; capped at the model's own maximum ({length_limit:,})"
     if target is not None:
@@ -253,7 +267,25 @@ def predict(model: str, shape: KVShape, weights: Weights, device: Device, settin
                                     lambda b: round(kv_pool.pool(shape, conc_settings, max(0, int(b))).concurrency, 2),
                                     f"sequences of {concurrency_at:,} tokens the pool holds at once"))
     return FilesPrediction(model=model, device=device, shape=shape.to_dict(), settings=asdict(settings),
-                      calibration=calibration, figures=figures, notes=notes)
+                           calibration=calibration, figures=figures, notes=notes,
+                           ceiling_is="fixed_point" if length_buffers is not None else "vllm_estimate")
+
+
+def fixed_point(shape: KVShape, settings: kv_pool.Settings, available: float, per_token: int, at: int,
+                limit: int) -> int:
+    """The longest length on vLLM's block grid whose own pool holds it, where the pool loses
+    `per_token` bytes per token of length from `available` (measured at length `at`)."""
+    grid = settings.block_size
+
+    def holds(length: int) -> bool:
+        pool = max(0, int(available - per_token * (length - at)))
+        return kv_pool.max_model_len(shape, settings, pool, limit) >= length
+
+    low, high = 0, kv_pool.max_model_len(shape, settings, max(0, int(available + per_token * at)), limit) // grid + 1
+    while high - low > 1:  # holds(low * grid), not holds(high * grid): the pool only shrinks as the length grows
+        mid = (low + high) // 2
+        low, high = (mid, high) if holds(mid * grid) else (low, mid)
+    return min(low * grid, limit)
 
 
 def _band_figure(name: str, shape: KVShape, settings: kv_pool.Settings, kv: float, low: float, high: float,

@@ -26,6 +26,23 @@ class GmuPrediction:
     slack_tokens: int | None = None  # what vLLM keeps between its pool and its ceiling, as the group showed
     unknown_slack: str = ""  # why the ceiling is only an upper bound (ceiling_is_upper_bound)
     length_slope: float | None = None  # the group's pool tokens per token of length (its ceiling is a fixed point)
+    ceiling_is: str = ""  # FIXED_POINT or VLLM_ESTIMATE: which length the ceiling is (ceiling_label)
+
+
+# What a predicted ceiling is. Where the pool shrinks as the length grows (the group's runs showed a
+# slope), the longest length whose own pool holds it: the fixed point, above vLLM's own estimate made
+# at a longer length. Elsewhere vLLM's estimate at this pool is exact.
+FIXED_POINT = "fixed_point"
+VLLM_ESTIMATE = "vllm_estimate"
+
+
+def ceiling_label(p: GmuPrediction) -> str:
+    """The ceiling's kind in words, for the card and predict's text."""
+    if p.ceiling_is == FIXED_POINT:
+        return (f"the fixed point: the longest length whose own pool holds it (the pool loses "
+                f"{p.length_slope:.3f} tokens per token of --max-model-len; vLLM's own estimate at a longer "
+                "length lands below it)")
+    return "vLLM's estimate at this pool (these runs showed no pool that shrinks as the length grows)"
 
 
 def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None = None,
@@ -96,7 +113,8 @@ def predict(group: Group, rows: list[Row], gmu: float, memory_gib: float | None 
                       ceiling=ceiling, ceiling_is_upper_bound=upper, basis=basis, warnings=warnings,
                       error_tokens=fit.tokens_residual_std if fit is not None else None, device=points[0].device,
                       slack_tokens=None if upper else group.ceiling_slack_tokens, unknown_slack=unknown_slack,
-                      length_slope=group.length_slope)
+                      length_slope=group.length_slope,
+                      ceiling_is=FIXED_POINT if group.length_slope else VLLM_ESTIMATE)
 
 
 def _moved_by_budget(group: Group, points: list[Row], budget: float, tpg: float | None):

@@ -16,6 +16,7 @@ from autotune.store.record import Attempt, BootFacts
 from autotune.vllm import kv_pool, length_memory, versions
 
 CPU_LENGTH_BUFFERS = "cpu_length_buffers"
+CHUNKED_PREFILL_OFF = length_memory.PROFILE_BATCH  # one word for the cause, on a CPU or a GPU
 CAUSES = {CPU_LENGTH_BUFFERS: "the CPU runner's max_num_seqs x max_model_len token buffers (int32 + bool), "
                               "resident before vLLM measures the pool", **length_memory.CAUSES}
 

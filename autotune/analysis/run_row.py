@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from autotune.analysis import pool_slope
+from autotune.analysis import longest, pool_slope
 from autotune.host import gpus as gpus_mod
 from autotune.store import outcomes
 from autotune.store.record import Attempt, BootFacts, Command, GpuPlan, Machine, Result, RunRecord
@@ -88,6 +88,14 @@ class Row:
     # where the pool shrinks as the length grows (vLLM's CPU backend sized by gmu). None: none shown.
     length_slope: float | None = None
     length_slope_cause: str | None = None
+    # Where the pool moved: vLLM's own figure (its refusal's estimate, or auto's fit) beside the verified
+    # maximum, the gap in %, how the top was proved, and every cause of the slope (run.json result.longest).
+    vllm_figure: int | None = None
+    vllm_figure_from: str | None = None
+    gap_pct: float | None = None
+    longest_proved_by: str | None = None
+    longest_boots: int | None = None
+    length_slope_causes: list = field(default_factory=list)
 
     @property
     def budget_gib(self) -> float | None:
@@ -320,12 +328,22 @@ def run_row(record: RunRecord) -> Row:
             "model_maximum"),
         batch_defaults=batch_defaults_of(argv, version, used_gpus(record), on_cpu),
         **_slope(attempts),
+        **_longest(record),
     )
 
 
 def _slope(attempts: list) -> dict:
     found = pool_slope.slope_of_run(attempts)
     return {"length_slope": found[0], "length_slope_cause": found[1]} if found else {}
+
+
+def _longest(record: RunRecord) -> dict:
+    found = longest.of_record(record)
+    if found is None:
+        return {}
+    return {"vllm_figure": found.vllm_figure, "vllm_figure_from": found.vllm_figure_from, "gap_pct": found.gap_pct,
+                        "longest_proved_by": found.proved_by, "longest_boots": found.boots,
+            "length_slope_causes": list(found.slope_causes or [])}
 
 
 GIB_PRINTED = 0.02  # two-decimal GiB figures, and the few MiB re-profiling moves between boots

@@ -141,6 +141,7 @@ def render_report(report: cmp.Report, with_runs: bool = True) -> str:
     for group in report.groups:
         lines.append("")
         lines.extend(render_group(group, rows, labels))
+    lines.extend(longest_lines(report.runs, labels))
     caches = [nc for nc in report.not_comparable if nc.get("compile_cache_only")]
     if caches:
         lines.append("")
@@ -169,6 +170,34 @@ def render_report(report: cmp.Report, with_runs: bool = True) -> str:
         lines.append("vLLM changes: the groups differ only in the vLLM version, but no command was run on both "
                      "(`autotune reproduce RUN` runs one again)")
     return "\n".join(lines)
+
+
+PROVED = {"refused_above": "a boot one step above refused", "own_pool": "its own pool holds no step more",
+          "max_boots": "--max-boots ended the search"}
+
+
+def longest_lines(runs: list[run_row.Row], labels: dict[str, str]) -> list[str]:
+    """Each run whose pool shrank as the length grew: vLLM's own figure beside the verified maximum,
+    the gap, how the top was proved, the slope and its causes, the boots (run.json result.longest)."""
+    from autotune.analysis import longest
+
+    shown = [r for r in runs if r.longest_proved_by is not None]
+    if not shown:
+        return []
+    lines = ["", "Longest length that boots (the pool shrinks as --max-model-len grows, so vLLM's own figure "
+                 "lands below it):"]
+    for r in shown:
+        said = (f"vLLM's {'auto fits' if r.vllm_figure_from == 'auto' else 'estimate was'} {r.vllm_figure:,}; "
+                if r.vllm_figure is not None else "")
+        gap = f": {r.gap_pct:+.1f} %" if r.gap_pct is not None else ""
+        slope = (f"; the pool loses {r.length_slope:.3f} tokens per token of length"
+                 if r.length_slope is not None else "")
+        why = longest.describe_causes(r.length_slope_causes)
+        plural = "" if r.longest_boots == 1 else "s"
+        lines.append(f"  {labels[r.run_id]} {said}this command serves {r.ceiling:,}{gap} "
+                     f"({PROVED[r.longest_proved_by] if r.longest_proved_by in PROVED else r.longest_proved_by}; {r.longest_boots} boot{plural}){slope}"
+                     + (f": {why}" if why else ""))
+    return lines
 
 
 def _v(value) -> str:
@@ -223,8 +252,12 @@ def compare_cmd(runs, runs_dir, json_, plot, device_memory):
     reproduce on another vLLM, is reported as a vLLM change. Runs of a fleet (`autotune
     fleet run`) of one GPU model, vLLM, settings and gmu on several nodes are checked node
     against node: a node whose available KV differs from its peers' beyond the same
-    tolerance is flagged (a sick GPU, another process holding memory). Time and memory grow
-    linearly with the runs (10,000 runs: seconds).
+    tolerance is flagged (a sick GPU, another process holding memory). Where a run's KV pool
+    shrank as --max-model-len grew (vLLM's CPU backend sized by gmu, chunked prefill off),
+    "Longest length that boots" puts vLLM's own figure (its refusal's estimate, or auto's
+    fit) beside the verified maximum, with the gap, how the top was proved, the slope and its
+    cause, and the boots it cost. Time and memory grow linearly with the runs (10,000 runs:
+    seconds).
 
     \b
     Examples:

@@ -156,7 +156,7 @@ def _echo_prediction(group, p, rows: dict, gmu: float) -> None:
         click.echo(f"  KV tokens:    {p.kv_cache_tokens:,}")
     if p.ceiling is not None:
         bound = "at most " if p.ceiling_is_upper_bound else ""
-        click.echo(f"  ceiling:      {bound}--max-model-len {p.ceiling:,}")
+        click.echo(f"  ceiling:      {bound}--max-model-len {p.ceiling:,}: {gmu_predict.ceiling_label(p)}")
     click.echo(f"  from: {p.basis}")
     if group.ceiling_slack_tokens is not None:
         click.echo(f"  the measured ceilings sat {group.ceiling_slack_tokens:,} tokens under the KV token count")

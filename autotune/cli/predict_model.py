@@ -105,11 +105,26 @@ def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: in
         use_gmu, why = default_gmu(argv)
     measured = next((r for r in chosen if use_gmu is not None and r.gmu == use_gmu), None)
     prediction = estimate.predict(str(folder), shape, weights, device, settings, calibration, use_gmu,
-                                  serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured)
+                                  serve.kv_cache_memory_bytes, target, concurrency_at, limit, measured,
+                                  length_buffers(argv, device, serve, chosen if calibration.runs else []))
     prediction.notes.extend(skipped_notes(skipped))
     if why:
         prediction.notes.insert(0, why)
     return prediction, use_gmu
+
+
+def length_buffers(argv: list[str], device, serve, runs: list) -> tuple[int, int] | None:
+    """(pool bytes per token of --max-model-len, the length the calibration measured the pool at)
+    where the command's settings make the pool shrink as the length grows: vLLM's CPU backend sized
+    by gmu (its runner's max_num_seqs x max_model_len buffers); None where nothing moves it."""
+    from autotune.vllm import servecmd
+
+    if device.kind != "cpu" or serve.kv_cache_memory_bytes is not None or "VLLM_CPU_KVCACHE_SPACE" in os.environ:
+        return None
+    seqs = servecmd.flag_value(argv, "--max-num-seqs")
+    count = int(seqs) if seqs and seqs.isdigit() else 128 * serve.tp  # the CPU backend's default (versions.py)
+    lengths = [r.max_model_len for r in runs if isinstance(r.max_model_len, int)]
+    return count * kv_pool.CPU_LENGTH_BUFFER_BYTES, (round(sum(lengths) / len(lengths)) if lengths else 0)
 
 
 # Why a run is left out that says it never could calibrate this command: counted, not listed one a line.

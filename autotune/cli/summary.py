@@ -294,7 +294,7 @@ def render_summary(record: RunRecord, run_dir: str | Path | None = None) -> str:
         lines.append(f"  accepted: {r.reason}")  # a boot aimed from a prediction: how its own pool confirmed it
     if verdict == Verdict.VERIFIED and any(a.basis == Basis.FIXED_POINT for a in attempts) and r.reason:
         lines.append(f"  longest:  {r.reason}")  # the pool shrinks as the length grows: what proved the top
-        lines.extend(_slope_line(attempts))
+        lines.extend(_slope_line(record))
     if r.diagnosis:
         lines.append(f"  cause:    {r.diagnosis.get('cause')}")
         lines.append(f"  fix:      {r.diagnosis.get('fix')}")
@@ -340,17 +340,13 @@ def files_lines(files: list[str], folder) -> list[str]:
     return lines
 
 
-def _slope_line(attempts: list[Attempt]) -> list[str]:
-    """How fast the pool shrank as the length grew in this run's boots, and why (analysis/pool_slope.py)."""
-    from autotune.analysis import pool_slope
+def _slope_line(record: RunRecord) -> list[str]:
+    """How fast the pool shrank as the length grew in this run's boots, and why: run.json's
+    result.longest (recomputed for a record written before it; analysis/longest.py)."""
+    from autotune.analysis import longest
 
-    found = pool_slope.slope_of_run(attempts)
-    if found is None:
+    found = longest.of_record(record)
+    if found is None or found.slope is None:
         return []
-    slope, cause = found
-    argv = list(attempts[-1].argv or [])
-    also = ("; and with chunked prefill off vLLM profiles a batch of max_model_len tokens"
-            if cause == pool_slope.CPU_LENGTH_BUFFERS and servecmd.has_flag(argv, "--no-enable-chunked-prefill")
-            and not servecmd.has_flag(argv, "--max-num-batched-tokens") else "")
-    return [f"  slope:    the pool loses {slope:.3f} tokens per token of --max-model-len: "
-            f"{pool_slope.CAUSES[cause]}{also}"]
+    return [f"  slope:    the pool loses {found.slope:.3f} tokens per token of --max-model-len: "
+            f"{longest.describe_causes(found.slope_causes)}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from autotune.vllm import kv_pool
+from autotune.analysis import longest
 from autotune.export import settings
 from autotune.export.settings import Deployment, Sources
 from autotune.store.record import AimPrediction, Attempt, BootFacts, BootPrediction, Margin, RunRecord
@@ -190,6 +191,34 @@ def predictions_section(dep: Deployment, record: RunRecord, source: RunRecord, a
     return out
 
 
+def longest_section(record: RunRecord, argv: list[str]) -> list[str]:
+    """Where the pool shrank as the length grew: vLLM's own figure beside the verified maximum, the
+    proof, the slope, and the levers that act on it (run.json result.longest; analysis/longest.py)."""
+    found = longest.of_record(record)
+    if found is None:
+        return []
+    out = ["## The longest length that boots", ""]
+    if found.vllm_figure is not None:
+        said = "auto fits" if found.vllm_figure_from == "auto" else "refusal estimated"
+        out.append(f"vLLM's {said} {fmt_int(found.vllm_figure)}; this command serves {fmt_int(found.verified)}"
+                   + (f" ({found.gap_pct:+.1f} %)" if found.gap_pct is not None else "") + ".")
+    proof = found.proof or {}
+    if found.proved_by == "refused_above":
+        out.append(f"Proved: {fmt_int(proof.get('max_model_len'))}, one step above, was refused "
+                   f"(attempt {proof.get('attempt')}: `{proof.get('text', '').strip()}`).")
+    elif found.proved_by == "own_pool":
+        out.append(f"Proved: the verified boot's own pool holds no step more (attempt {proof.get('attempt')}: "
+                   f"`{proof.get('text', '').strip()}`), and it only shrinks as the length grows.")
+    if found.slope is not None:
+        out.append(f"The pool loses {found.slope:.3f} tokens per token of --max-model-len: "
+                   f"{longest.describe_causes(found.slope_causes)}.")
+    named = longest.slope_levers(found.slope_causes, argv)
+    if named:
+        out += ["", "Levers that act on the slope (`--reach` boots and verifies them):", ""]
+        out += [f"- {text}" for _, text in named]
+    return out + [""]
+
+
 def render_report(record: RunRecord, found: Sources | None = None) -> str:
     found = found or Sources()
     dep = settings.from_record(record, found)
@@ -207,7 +236,8 @@ def render_report(record: RunRecord, found: Sources | None = None) -> str:
     out += ["", "## Memory (one rank)", ""] + _table(("component", "GiB", "from"), memory_rows(dep, record, source, attempt))
     if plot:
         out += ["", f"![the runs of this sweep]({plot})"]
-    out += ["", *concurrency_section(dep, source, attempt), "", *probe_section(record), "",
+    out += ["", *longest_section(record, list(attempt.argv or []))]
+    out += [*concurrency_section(dep, source, attempt), "", *probe_section(record), "",
             *predictions_section(dep, record, source, attempt), "", "## Reproduce", "",
             f"`autotune reproduce {dep.run_id}` boots it again and compares; once deployed, "
             f"`autotune verify URL --run {dep.run_id}` checks what the endpoint serves."]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from autotune.analysis.longest import slope_levers
 from autotune.run.options import default
 from autotune.vllm import servecmd
 
@@ -43,6 +44,10 @@ class Baseline:
     gmu: float | None  # the effective gpu-memory-utilization, None when it does not size the KV pool
     device_total_gib: float | None  # GPU total (NVML) or the CPU node's RAM as vLLM reports it
     target_needed_gib: float | None = None  # what vLLM printed the target itself needs (a refusal at it)
+    # Where the pool shrinks as the length grows (run.json result.longest): pool tokens lost per token
+    # of length, and why (analysis/pool_slope.py CAUSES keys).
+    slope: float | None = None
+    slope_causes: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -65,10 +70,18 @@ class LeverPlan:
 def need_gib(target: int, base: Baseline) -> float:
     """KV memory the target needs: as vLLM printed it when a boot asked for the target, else
     scaled from what the verified ceiling needed (which overstates it for a hybrid model,
-    whose per-sequence state does not grow with the length)."""
+    whose per-sequence state does not grow with the length). Where the pool shrinks as the
+    length grows, the pool measured at the ceiling must also cover what it loses on the way
+    to the target (slope tokens per token of length)."""
+    lost = base.available_kv_gib * slope_loss(target, base) / base.ceiling
     if base.target_needed_gib is not None:
-        return base.target_needed_gib
-    return base.available_kv_gib * target / base.ceiling
+        return base.target_needed_gib + lost
+    return base.available_kv_gib * target / base.ceiling + lost
+
+
+def slope_loss(target: int, base: Baseline) -> float:
+    """The pool's tokens lost between the verified ceiling and the target (0 where it does not move)."""
+    return max(0.0, (base.slope or 0.0) * (target - base.ceiling))
 
 
 def gmu_for(need: float, base: Baseline) -> float | None:
@@ -104,14 +117,25 @@ def plan_levers(target: int, argv: list[str], base: Baseline, limits: Limits) ->
     else:
         out.explanation.append("the device's total memory is unknown here, so what raising "
                                "gpu-memory-utilization would give cannot be predicted")
+    on_slope = [lever for lever, _ in slope_levers(list(base.slope_causes), argv)]
+    if on_slope:
+        out.explanation.append(_slope_text(target, argv, base))
+    out.measure.extend(on_slope)  # they act on the slope itself: measured even where gmu alone is predicted to do
     if out.gmu_needed is None:
         seqs = servecmd.flag_value(argv, MAX_NUM_SEQS)
-        if seqs is None or int(float(seqs)) > 1:
+        if (seqs is None or int(float(seqs)) > 1) and "max_num_seqs" not in out.measure:
             out.measure.append("max_num_seqs")
         batched = servecmd.flag_value(argv, MAX_BATCHED)
         if batched is None or _above_floor(batched):
             out.measure.append("max_num_batched_tokens")
     return out
+
+
+def _slope_text(target: int, argv: list[str], base: Baseline) -> str:
+    """What the slope costs on the way to the target, and the levers that act on it."""
+    named = "; ".join(text for _, text in slope_levers(list(base.slope_causes), argv))
+    return (f"the pool shrinks by {base.slope or 0:.3f} tokens per token of --max-model-len "
+            f"(~{slope_loss(target, base):,.0f} tokens less at {target:,}); levers that act on it: {named}")
 
 
 def _above_floor(batched: str) -> bool:
@@ -130,6 +154,10 @@ def apply(argv: list[str], lever: str, value=None) -> list[str]:
     if lever == "max_num_batched_tokens":
         out = servecmd.with_flag(argv, MAX_BATCHED, MIN_BATCHED)
         return out if servecmd.has_flag(out, "--enable-chunked-prefill") else out + ["--enable-chunked-prefill"]
+    if lever == "chunked_prefill":
+        off = ("--no-enable-chunked-prefill", "--no_enable_chunked_prefill")  # a switch: no value after it
+        kept = [a for a in argv if a not in off]
+        return kept if servecmd.has_flag(kept, "--enable-chunked-prefill") else kept + ["--enable-chunked-prefill"]
     if lever == "gmu":
         return servecmd.with_flag(argv, GMU, value)
     if lever == "kv_fp8":
@@ -140,7 +168,8 @@ def apply(argv: list[str], lever: str, value=None) -> list[str]:
 def describe(lever: str, value=None) -> str:
     """A lever as the flags it sets (`apply`)."""
     return {"max_num_seqs": f"{MAX_NUM_SEQS} 1", "max_num_batched_tokens": f"{MAX_BATCHED} {MIN_BATCHED}",
-            "gmu": f"{GMU} {value}", "kv_fp8": f"{KV_DTYPE} fp8"}.get(lever, lever)
+            "gmu": f"{GMU} {value}", "kv_fp8": f"{KV_DTYPE} fp8",
+            "chunked_prefill": "--enable-chunked-prefill"}.get(lever, lever)
 
 
 def fp8_kv_decision(argv: list[str], limits: Limits) -> tuple[bool, str]:

@@ -124,8 +124,11 @@ class LeverSearch:
             return None, limits, gmu
         printed = [a.facts.kv_needed_gib for a in record.attempts if a.max_model_len == self.target
                    and a.facts is not None and isinstance(a.facts.kv_needed_gib, (int, float))]
+        found = self.result.longest  # where the pool shrinks as the length grows (analysis/longest.py)
         return (levers.Baseline(ceiling=self.result.ceiling, available_kv_gib=available, gmu=gmu,
-                                device_total_gib=total, target_needed_gib=printed[-1] if printed else None),
+                                device_total_gib=total, target_needed_gib=printed[-1] if printed else None,
+                                slope=found.slope if found else None,
+                                slope_causes=tuple(found.slope_causes or ()) if found else ()),
                 limits, gmu)
 
     def _walk(self, plan, base, limits) -> list[str]:
@@ -139,7 +142,8 @@ class LeverSearch:
             else:
                 reach.explanation.append(f"gpu-memory-utilization {plan.gmu_needed} was predicted to reach the "
                                          f"target but gave {child.result.ceiling}")
-            return argv
+            if reach.reached or not plan.measure:  # levers that act on the slope are measured still
+                return argv
         gained = 0.0
         for lever in plan.measure:
             argv = levers.apply(argv, lever)

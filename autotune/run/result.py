@@ -10,6 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from autotune.analysis import longest
 from autotune.analysis import ranks as kv_ranks
 from autotune.run import strategy
 from autotune.server import health
@@ -46,6 +47,7 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
         if ranks:
             result.ranks = ranks
     if verified:
+        _longest(result, done)
         final_argv = servecmd.with_max_model_len(argv, stop.ceiling)
         # The command to keep uses the user's own port (a recovery may have moved it) or none.
         final_argv = (servecmd.with_flag(final_argv, servecmd.PORT, user_port) if user_port is not None
@@ -60,6 +62,14 @@ def assemble(record: RunRecord, stop: strategy.Stop, target: int, argv: list[str
                           "host": servecmd.flag_value(kept.argv, "--host")}  # where it listens (the card)
     record.result = result
     return result
+
+
+def _longest(result: Result, done: list[Attempt]) -> None:
+    """Where the pool shrank as the length grew: vLLM's figure, the gap, the proof, the slope (analysis/longest.py)."""
+    found = longest.longest_of([a for a in done if a.recovery is None], result)
+    if found is not None:
+        found.boots = result.boots
+        result.longest = found
 
 
 def _from_last_boot(result: Result, last: Attempt, verified: bool) -> None:

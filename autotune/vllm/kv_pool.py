@@ -29,6 +29,10 @@ from dataclasses import asdict, dataclass, field
 from autotune.model.files import KVShape, LayerGroup
 
 CPU_BLOCK_SIZE = 128
+# The CPU runner's input batch holds max_num_seqs x max_model_len token buffers (int32 token ids + a
+# bool mask, zero-filled) before vLLM measures the pool: 5 B per sequence per token of length come out
+# of a gmu-sized pool (vLLM 0.32 cpu worker; ~645 B per token of length at 128 sequences, measured).
+CPU_LENGTH_BUFFER_BYTES = 5
 CPU_MLA_BLOCK_SIZE = 16
 GPU_BLOCK_SIZE = 16
 # vLLM's default --max-num-batched-tokens (scheduler config) when chunked prefill is on.

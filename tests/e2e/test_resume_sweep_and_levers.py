@@ -28,8 +28,9 @@ def runs(runs_dir: Path) -> dict[str, dict]:
     return found
 
 
-def wait_for_boot(runs_dir: Path, is_member, text: str = "Starting to load model", timeout=300) -> Path:
-    """The run folder chosen by is_member(record), once its first boot's log shows text."""
+def wait_for_boot(runs_dir: Path, is_member, text: str = "Starting to load model", timeout=900) -> Path:
+    """The run folder chosen by is_member(record), once its first boot's log shows text (the runs before it
+    converge on the longest length that boots on this gmu-sized pool: up to 4 boots each)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for name, record in runs(runs_dir).items():

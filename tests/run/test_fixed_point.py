@@ -106,7 +106,7 @@ def test_the_card_says_vllms_figure_the_gap_the_proof_and_the_slope_with_its_cau
     assert "longest:  423,552 boots and its own KV pool holds no step more" in card, card
     assert "vLLM's own figure was 306,048 (+38.4%)" in card, card
     assert "slope:    the pool loses 0.1" in card and "max_num_seqs x max_model_len token buffers" in card, card
-    assert "chunked prefill off vLLM profiles a batch of max_model_len tokens" in card, card
+    assert "chunked prefill is off without --max-num-batched-tokens, so vLLM profiles one batch" in card, card
 
 
 @pytest.mark.usefixtures("replay_in_process")

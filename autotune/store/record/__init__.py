@@ -15,13 +15,15 @@ from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeRe
                                               Verification)
 from autotune.store.record.part import Part, copy_json, given
 from autotune.store.record.run import RECORD_ORDER, RESULT_FIGURES, Command, Reach, ReachStep, Result, RunRecord
-from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin, RunWarning
+from autotune.store.record.run_parts import (AimPrediction, GpuPlan, KeptOptions, Longest, Machine, Margin,
+                                             RunWarning)
 from autotune.store.record.sweep import SweepPoint, SweepRecord
 
 RECORD_CLASSES = (RunRecord, Command, Attempt, Result, Reach, ReachStep, SweepPoint, BootFacts, BootPrediction,
                   ProbeResult, Recovery, StopReport, Verification, AimPrediction, GpuPlan, KeptOptions, Machine,
-                  Margin, RunWarning)
+                  Margin, Longest, RunWarning)
 
-__all__ = ["RECORD_CLASSES", "RECORD_ORDER", "RESULT_FIGURES", "AimPrediction", "Attempt", "BootFacts", "BootPrediction", "Command",
-           "GpuPlan", "KeptOptions", "Machine", "Margin", "Part", "ProbeResult", "Reach", "ReachStep", "Recovery",
-           "Result", "RunRecord", "RunWarning", "StopReport", "SweepPoint", "SweepRecord", "Verification", "copy_json", "given"]
+__all__ = ["RECORD_CLASSES", "RECORD_ORDER", "RESULT_FIGURES", "AimPrediction", "Attempt", "BootFacts", "BootPrediction",
+           "Command", "GpuPlan", "KeptOptions", "Longest", "Machine", "Margin", "Part", "ProbeResult", "Reach", "ReachStep",
+           "Recovery", "Result", "RunRecord", "RunWarning", "StopReport", "SweepPoint", "SweepRecord", "Verification",
+           "copy_json", "given"]

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from autotune.store.record.attempt import Attempt
 from autotune.store.record.boot_parts import ProbeResult
 from autotune.store.record.part import Part
-from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Machine, Margin, RunWarning
+from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Longest, Machine, Margin, RunWarning
 
 
 @dataclass(init=False)
@@ -58,8 +58,9 @@ class Result(Part):
     reached_with_levers: str | None = None
     checked: dict | None = None
     serving: dict | None = None
+    longest: Longest | None = None  # the pool shrinks as the length grows: vLLM's figure, the gap, the proof
 
-    NESTED: ClassVar[dict] = {"probe": (ProbeResult, False)}
+    NESTED: ClassVar[dict] = {"probe": (ProbeResult, False), "longest": (Longest, False)}
 
     @classmethod
     def interrupted(cls, reason: str) -> "Result":

@@ -88,3 +88,21 @@ class RunWarning(Part):
     message: str | None = None
     cause: str | None = None
     remedy: str | None = None
+
+
+@dataclass(init=False)
+class Longest(Part):
+    """Where the pool shrinks as --max-model-len grows: vLLM's own figure beside the longest length
+    that boots, how the top was proved, the slope and its causes (analysis/longest.py). Records
+    written before it lack it; a reader recomputes it from the attempts."""
+
+    vllm_figure: int | None = None  # the refusal's estimate at the target, or auto's fit
+    vllm_figure_from: str | None = None  # refusal | auto
+    vllm_figure_source: dict | None = None  # attempt, line, text
+    verified: int | None = None  # the longest length that boots (= result.ceiling)
+    gap_pct: float | None = None  # (verified - vllm_figure) / vllm_figure, in %
+    proved_by: str | None = None  # refused_above | own_pool | max_boots
+    proof: dict | None = None  # attempt, max_model_len, and vLLM's line (line, text)
+    slope: float | None = None  # pool tokens lost per token of --max-model-len
+    slope_causes: list | None = None  # analysis/pool_slope.py CAUSES keys
+    boots: int | None = None  # the boots the run cost
