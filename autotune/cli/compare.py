@@ -11,14 +11,12 @@ from pathlib import Path
 import click
 
 from autotune.analysis import compare as cmp
-from autotune.analysis import node_outliers
-from autotune.analysis import run_groups
-from autotune.analysis import run_row
+from autotune.analysis import node_outliers, run_groups, run_row
 from autotune.cli.options import MemoryType, runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
-from autotune.vllm import versions
 from autotune.store.outcomes import Verdict
+from autotune.vllm import versions
 
 
 def _short_device(device: str) -> str:

@@ -21,13 +21,11 @@ from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import echo_err, runs_dir_option, written_runs_dir_option
 from autotune.cli.tables import echo_table
 from autotune.cli.terminal import is_tty
-from autotune.fleet import collect
-from autotune.fleet import plan as plan_mod
-from autotune.fleet import report
-from autotune.fleet.errors import FleetError
 from autotune.events import Renderer
-from autotune.store import artifact
-from autotune.store import walk
+from autotune.fleet import collect, report
+from autotune.fleet import plan as plan_mod
+from autotune.fleet.errors import FleetError
+from autotune.store import artifact, walk
 
 INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interrupted; "
                      "`autotune fleet resume` (or the same `fleet run`) does the rest")

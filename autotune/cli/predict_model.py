@@ -14,12 +14,11 @@ import shlex
 import click
 
 from autotune.analysis import device_memory, estimate
-from autotune.vllm import kv_pool
-from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
 from autotune.host import launcher
+from autotune.model import files as mf
 from autotune.store.record import RunRecord
-from autotune.vllm import versions
+from autotune.vllm import kv_pool, versions
 
 GIB = 2**30
 

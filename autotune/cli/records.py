@@ -8,10 +8,7 @@ import click
 
 from autotune.fleet import collect as fleet_collect
 from autotune.fleet.collect import FLEET_FILE
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import sweeps
-from autotune.store import walk
+from autotune.store import artifact, latest, sweeps, walk
 from autotune.store.record import RunRecord
 
 

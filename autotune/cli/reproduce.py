@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
-from autotune.errors import AutotuneError
-from autotune.cli.options import ProgressPrinter, echo_err, sayer, warn, written_runs_dir_option
 from autotune.cli.card import echo_card
+from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
+from autotune.cli.options import ProgressPrinter, echo_err, sayer, warn, written_runs_dir_option
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import sweeps
+from autotune.errors import AutotuneError
+from autotune.store import artifact, latest, sweeps
 
 
 @click.command()

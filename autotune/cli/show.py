@@ -9,23 +9,20 @@ import json
 
 import click
 
-from autotune.cli.options import runs_dir_option
+from autotune import export
 from autotune.cli.card import echo_card
+from autotune.cli.options import runs_dir_option
 from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.cli.verify import render as render_verification
+from autotune.export import skypilot, startup
+from autotune.export.verified import NotEmittable
 from autotune.run import deployed
 from autotune.run import warnings as run_warnings
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import walk
-from autotune import export
-from autotune.export import skypilot, startup
 from autotune.server import kept
-from autotune.store import redact
-from autotune.store.record import Result, RunRecord
-from autotune.export.verified import NotEmittable
+from autotune.store import artifact, latest, redact, walk
 from autotune.store.outcomes import Verdict
+from autotune.store.record import Result, RunRecord
 
 
 @click.command("show")

@@ -14,14 +14,21 @@ import click
 
 from autotune.cli.compare import echo_report
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, request_option, sayer,
-                                  serve_argv, warn, written_runs_dir_option)
+from autotune.cli.options import (
+    LengthType,
+    ProgressPrinter,
+    boot_options,
+    request_option,
+    sayer,
+    serve_argv,
+    warn,
+    written_runs_dir_option,
+)
 from autotune.run import sweep as sweep_mod
-from autotune.store import artifact
-from autotune.store import sweeps
+from autotune.store import artifact, sweeps
+from autotune.store.outcomes import Verdict
 from autotune.store.record import SweepRecord
 from autotune.vllm import servecmd
-from autotune.store.outcomes import Verdict
 
 
 class GmuListType(click.ParamType):

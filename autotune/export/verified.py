@@ -15,11 +15,11 @@ import shlex
 from pathlib import PurePosixPath
 
 from autotune import __version__
+from autotune.host import launcher
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 from autotune.store.redact import is_secret
 from autotune.vllm import servecmd, versions
-from autotune.host import launcher
 from autotune.vllm.servecmd import VllmCommand
 
 IMAGE = "vllm/vllm-openai"

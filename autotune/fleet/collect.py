@@ -20,8 +20,8 @@ from pathlib import Path
 from autotune.analysis.run_row import used_gpus
 from autotune.fleet.leaf import LOG_NAME, Outcome
 from autotune.fleet.plan import FleetPlan
-from autotune.store import artifact
 from autotune.server import leftovers
+from autotune.store import artifact
 
 FLEET_FILE = "fleet.json"
 SCHEMA_VERSION = 1

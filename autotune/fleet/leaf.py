@@ -20,12 +20,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 
 from autotune.fleet.plan import Leaf
 from autotune.host.signals import STOPPING_SIGNALS
-from autotune.store import artifact
 from autotune.server import leftovers
+from autotune.store import artifact
 
 LOG_NAME = "autotune.log"  # the leaf's own autotune output (plain progress lines), kept in its run folder
 STOP_GRACE_S = 90.0  # after SIGINT, how long autotune may take to stop its server tree and write run.json
@@ -177,6 +178,6 @@ def reap(folder: Path) -> list:
 
 
 def _iso(ts: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return artifact.iso(datetime.fromtimestamp(ts, tz=timezone.utc))
+    return artifact.iso(datetime.fromtimestamp(ts, tz=UTC))

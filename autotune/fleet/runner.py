@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.events import Emit
 from autotune.fleet import collect
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITING, FleetState
 from autotune.fleet.leaf import Outcome
-from autotune.fleet.plan import Leaf, FleetPlan
-from autotune.events import Emit
+from autotune.fleet.plan import FleetPlan, Leaf
 from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
 

@@ -22,8 +22,8 @@ Three facts about CUDA drive the design:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
 

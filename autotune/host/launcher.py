@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from dataclasses import dataclass
 import json
 import os
 import subprocess
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from autotune.host import processes
 from autotune.host.machine import GpuInventory

@@ -28,9 +28,9 @@ import math
 import os
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from autotune.errors import AutotuneError
 

@@ -12,23 +12,17 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from autotune.host import launcher, memwait
-from autotune.host import processes
-from autotune.server import marker
-from autotune.run import strategy
-from autotune.server import client
-from autotune.server import health
-from autotune.server import queue_watch
-from autotune.server import witness
 from autotune.events import Emit
-from autotune.run.plan import RunPlan
+from autotune.host import launcher, memwait, processes
 from autotune.host.signals import GATE
-from autotune.store import artifact
-from autotune.store import redact
+from autotune.run import strategy
+from autotune.run.plan import RunPlan
+from autotune.server import client, health, marker, queue_watch, witness
+from autotune.store import artifact, redact
 from autotune.store.record import Attempt, Verification, given
 from autotune.vllm import servecmd
 from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, stall_diagnosis, traceback_tail

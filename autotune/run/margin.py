@@ -17,8 +17,8 @@ VLLM_CPU_KVCACHE_SPACE): vLLM then ignores gmu for the pool, and the margin is r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
 from autotune.store.record import Margin as RecordedMargin

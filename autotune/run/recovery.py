@@ -21,8 +21,8 @@ limit, and the strategy boots there (run/strategy.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autotune.store.record import Attempt, BootFacts
 from autotune.vllm import servecmd, versions

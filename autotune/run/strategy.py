@@ -29,9 +29,24 @@ from dataclasses import dataclass
 from autotune.run import fixed_point
 
 # The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
-from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
-                                     KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
-                                     VERIFIED, Basis, Verdict)
+from autotune.store.outcomes import (  # noqa: F401
+    AUTOFIT_READ,
+    ERROR,
+    EXITED,
+    FRONT_DOOR,
+    HUNG,
+    INTERRUPTED,
+    KV_CACHE,
+    LIMITS,
+    NOT_VERIFIED,
+    PREDICTED,
+    PROBE_FAILED,
+    QUEUED,
+    REFUSED,
+    VERIFIED,
+    Basis,
+    Verdict,
+)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01

@@ -25,10 +25,10 @@ import ipaddress
 import socket
 import ssl
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import httpx
 

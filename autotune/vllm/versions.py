@@ -63,8 +63,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autotune.vllm import servecmd
 from autotune.vllm.flags_since import FLAGS_SINCE

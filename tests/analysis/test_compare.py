@@ -6,16 +6,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from autotune.store import artifact
 from autotune.analysis import compare as cmp
-from autotune.analysis import gmu_fit
-from autotune.analysis import gmu_predict
-from autotune.analysis import run_groups
-from autotune.analysis import run_row
-from autotune.analysis import sweep_plan
+from autotune.analysis import gmu_fit, gmu_predict, run_groups, run_row, sweep_plan
 from autotune.cli.main import cli
-from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record, typed
+from autotune.store import artifact
 from autotune.store.record import RunRecord
+from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record, typed
 
 
 def row_of(rec):

@@ -26,11 +26,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from autotune.export import local
-from autotune.export import targets
-from autotune.store.record import RunRecord
 from autotune.cli.main import cli
 from autotune.cli.progress import render_summary
+from autotune.export import local, targets
+from autotune.store.record import RunRecord
 from tests.conftest import vllm_serve_argv
 from tests.helpers import deploy_checks as checks
 

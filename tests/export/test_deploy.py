@@ -24,13 +24,12 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.export import local
-from autotune.store import artifact
+from autotune.export import local, report, settings, skypilot, startup, targets, yamltext
 from autotune.export import ray as ray_target
-from autotune.export import report, settings, skypilot, startup, targets, yamltext
-from autotune.store.record import RunRecord
 from autotune.export.verified import NotEmittable, final_argv
 from autotune.host import launcher
+from autotune.store import artifact
+from autotune.store.record import RunRecord
 from autotune.testing.inprocess import replaying_in_process
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks

@@ -21,7 +21,6 @@ from autotune.host.gpus import (
 )
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
 
-
 # --- resolve_selector ----------------------------------------------------------------
 
 

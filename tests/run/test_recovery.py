@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm import servecmd
-from autotune.vllm.log import limit_from
-from autotune.vllm.log import parse_file, parse_lines
-from autotune.store.record import Attempt
 from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
+from autotune.store.record import Attempt
+from autotune.vllm import servecmd
+from autotune.vllm.log import limit_from, parse_file, parse_lines
 from tests.helpers.paths import FIXTURES_DIR
 
 FIXTURES = FIXTURES_DIR

@@ -6,8 +6,8 @@ in its version's words. The real figures: a vLLM 0.32 CPU server's /metrics, cap
 
 import pytest
 
-from autotune.server import client, metrics
 from autotune.host import processes
+from autotune.server import client, metrics
 from autotune.testing import fake_metrics
 from tests.helpers.paths import FIXTURES_DIR
 

@@ -18,7 +18,7 @@ no I/O.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from autotune.vllm.log import messages as P
 from autotune.vllm.log.boot import Recorder
