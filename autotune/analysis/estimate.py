@@ -367,7 +367,7 @@ def serve_settings(argv: list[str]) -> ServeSettings:
                 try:
                     return kind(text)
                 except ValueError:
-                    raise ValueError(f"{name} {text!r} is not a number")
+                    raise ValueError(f"{name} {text!r} is not a number") from None
         return None
 
     def size(flag: str) -> int | None:  # vLLM's human_readable_int: 128M is 128 MiB, 128m is 128,000,000

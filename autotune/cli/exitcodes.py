@@ -71,7 +71,7 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
             click.echo(problem.render(), err=True)
         sys.exit(preflight_code)
     except AutotuneError as exc:
-        raise as_click_error(exc)
+        raise as_click_error(exc) from None
 
 
 def as_click_error(exc: AutotuneError) -> click.ClickException:

@@ -58,7 +58,7 @@ def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[RunRecord]:
             raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
         return records
     except artifact.ArtifactError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
 
 
 def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
@@ -68,4 +68,4 @@ def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
         folder = latest.resolve(ref, runs_dir)
         return folder, artifact.load(folder)
     except artifact.ArtifactError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None

@@ -50,7 +50,7 @@ def resume(run, runs_dir, json_, quiet):
         tune_mod.clean_leftovers(runs_dir, cleaning)  # first, so that a SIGKILLed run reads `interrupted`
         kind, path, why = what_to_resume(run, runs_dir)
     except AutotuneError as exc:
-        raise as_click_error(exc)
+        raise as_click_error(exc) from None
     finally:
         cleaning.close()
     if why:

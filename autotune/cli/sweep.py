@@ -119,7 +119,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
     try:
         sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)
     except (OSError, artifact.ArtifactError) as exc:
-        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
+        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}") from None
     say = sayer(quiet)
     unset = f" (with {sweep_mod.options_of(sweep).unset_gmu:g} as vLLM's own default: the flag left unset)" \
         if sweep_mod.options_of(sweep).unset_gmu is not None else ""

@@ -21,6 +21,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from autotune.fleet import collect
 from autotune.fleet import leaf as leaf_mod
@@ -139,6 +140,14 @@ def interrupted_within(exc: BaseException) -> Interrupted | None:
     return None
 
 
+def _raise_unwrapped(exc: Exception) -> NoReturn:
+    """Raise our own Interrupted where Ray wrapped it (its wrapper adds nothing a reader needs), else exc."""
+    interrupted = interrupted_within(exc)
+    if interrupted is None or interrupted is exc:
+        raise exc
+    raise interrupted from None
+
+
 def _reap_node(fleet_id: str) -> int:
     """On one node, after the fleet: stop what killed leaves left, then remove the fleet's folder
     (every leaf's run came back or is recorded as a lost try)."""
@@ -231,7 +240,7 @@ class RayBackend:
         try:
             ready, _ = self.ray.wait(list(self.placed), num_returns=len(self.placed), timeout=0)
         except Exception as exc:  # noqa: BLE001
-            raise interrupted_within(exc) or exc
+            _raise_unwrapped(exc)
         out = []
         for ref in ready:
             run_ref = self.placed.pop(ref)
@@ -250,7 +259,7 @@ class RayBackend:
         try:
             ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout)
         except Exception as exc:  # noqa: BLE001
-            raise interrupted_within(exc) or exc
+            _raise_unwrapped(exc)
         out = []
         for ref in ready:
             actor, _ = self.running[ref]
@@ -260,7 +269,7 @@ class RayBackend:
             except self.ray.exceptions.RayError as exc:  # the actor, its worker or its node died
                 outcome = exc
             except Exception as exc:  # noqa: BLE001 - still running: stop_all finds it
-                raise interrupted_within(exc) or exc
+                _raise_unwrapped(exc)
             del self.running[ref]
             self.placed = {k: v for k, v in self.placed.items() if v is not ref}
             out.append((ref, outcome))

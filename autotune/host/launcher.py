@@ -93,7 +93,8 @@ class ProcessLauncher:
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-_CURRENT: contextvars.ContextVar[Launcher] = contextvars.ContextVar("launcher", default=ProcessLauncher())
+# ProcessLauncher holds no state: one shared default is safe (bugbear fears a mutable default).
+_CURRENT: contextvars.ContextVar[Launcher] = contextvars.ContextVar("launcher", default=ProcessLauncher())  # noqa: B039
 
 
 def current() -> Launcher:

@@ -22,7 +22,7 @@ def make_self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
         _with_cryptography(keyfile, certfile)
     except ImportError:
         if shutil.which("openssl") is None:
-            raise RuntimeError("making a certificate needs the cryptography package or the openssl binary")
+            raise RuntimeError("making a certificate needs the cryptography package or the openssl binary") from None
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                         "-keyout", str(keyfile), "-out", str(certfile), "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"],

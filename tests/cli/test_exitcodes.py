@@ -57,9 +57,9 @@ def test_preflight_and_bad_input(capsys):
         def render(self):
             return "  fp8 KV cache needs compute capability 8.9"
 
-    with pytest.raises(SystemExit) as exited:
-        with exits("x", preflight_code=ExitCode.FAILED, preflight_head="not relaunched"):
-            raise PreflightFailed([Problem()])
+    with pytest.raises(SystemExit) as exited, exits("x", preflight_code=ExitCode.FAILED,
+                                                    preflight_head="not relaunched"):
+        raise PreflightFailed([Problem()])
     assert exited.value.code == ExitCode.FAILED
     assert capsys.readouterr().err.splitlines() == ["not relaunched", "  fp8 KV cache needs compute capability 8.9"]
     for error in (ArtifactError("no run 'x'"), GpuSelectorError("--gpu 9: there is no GPU 9")):

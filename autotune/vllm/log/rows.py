@@ -271,7 +271,7 @@ class RowJoiner:
 
     def _flush_parts(self) -> None:
         parts, self._parts = self._parts, {}
-        for stream, (number, text, cut) in parts.items():
+        for stream, (_number, text, cut) in parts.items():
             self._carry(Carried([text], True, stream), cut)
 
     def _carried(self, carried: Carried, cut: bool) -> None:
