@@ -273,7 +273,7 @@ def anchored(argv: list[str], cwd: str | None) -> list[str]:
 
 def relative_words(argv: list[str]) -> list[str]:
     """The words of argv that anchored() would make absolute (for the note where no folder was recorded)."""
-    return [a for a, b in zip(argv, anchored(argv, "/")) if a != b]
+    return [a for a, b in zip(argv, anchored(argv, "/"), strict=True) if a != b]
 
 
 def port_of(cmd: VllmCommand) -> int:

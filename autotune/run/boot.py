@@ -10,6 +10,7 @@ says is read by vllm/log/ (its parser); what to boot next is decided by run/stra
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -423,7 +424,7 @@ def head(path: Path, n: int) -> list[str]:
     """The first ``n`` lines of a log."""
     try:
         with open(path, "rb") as fh:
-            return [line.decode("utf-8", "replace").rstrip("\r\n") for line, _ in zip(fh, range(n))]
+            return [line.decode("utf-8", "replace").rstrip("\r\n") for line in itertools.islice(fh, n)]
     except OSError:
         return []
 

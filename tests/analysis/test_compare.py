@@ -72,7 +72,7 @@ def test_the_device_memory_slope_points_at_the_bad_run_where_a_fit_would_blur_it
 ])
 def test_cpu_runs_use_the_node_memory_vllm_printed(kvs, verdict):
     runs = [record(f"run-0{i}", gmu=g, kv=kv, gpus=(), version="0.32.0", node_total=9.09)
-            for i, (g, kv) in enumerate(zip((0.15, 0.18, 0.21), kvs), 1)]
+            for i, (g, kv) in enumerate(zip((0.15, 0.18, 0.21), kvs, strict=True), 1)]
     report = cmp.compare(typed(runs))
     group = report.groups[0]
     assert group.expectation.gib_per_gmu == 9.09 and "NUMA node" in group.expectation.source

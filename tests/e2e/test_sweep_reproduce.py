@@ -60,7 +60,7 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
 
     # Boots: counted from the member runs themselves.
     runs = [json.loads((runs_dir / p["run_id"] / "run.json").read_text()) for p in points]
-    for p, run in zip(points, runs):
+    for p, run in zip(points, runs, strict=True):
         assert run["kind"] == "sweep-point" and run["links"]["sweep_id"] == record["sweep_id"]
         assert run["result"]["ceiling"] < TARGET  # every value is limited by the KV cache
         assert len(run["attempts"]) == p["boots"]
@@ -69,7 +69,7 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
     assert boots == on_disk["boots_used"] and on_disk["boots_saved"] == 2 * len(GMU) - boots
     assert points[0]["start_at"] is None  # nothing to predict from yet
     assert points[0]["boots"] == 2  # the target, refused; vLLM's estimate
-    for p, run in zip(points[1:], runs[1:]):
+    for p, run in zip(points[1:], runs[1:], strict=True):
         if p["start_at"] is None:
             # Only where the values before it could not show what vLLM keeps under its pool: this VM's node
             # memory moved between a value's refused boot and its verified one (0.95 then 1.07 GiB asked at

@@ -331,7 +331,7 @@ def vllm_read_back(rendered, replay):
             index.append((record_name, name))
     reads = checks.vllm_reads(cases)
     out: dict = {}
-    for (record_name, name), read in zip(index, reads):
+    for (record_name, name), read in zip(index, reads, strict=True):
         out.setdefault(record_name, {})[name] = read
     return out
 

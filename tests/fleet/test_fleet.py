@@ -289,7 +289,7 @@ leaves:
     assert done.returncode == 0, done.stderr
     state = collect.load(collect.list_fleets(runs)[0])
     records = []
-    for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c")):
+    for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c"), strict=True):
         record = artifact.load(runs / entry["run_id"]).to_dict()
         record["fleet"]["node"] = {"hostname": node, "node_id": None}  # three nodes, one machine
         records.append(record)
