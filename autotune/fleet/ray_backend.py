@@ -87,7 +87,7 @@ class LeafWorker:
         node = {"hostname": socket.gethostname(), "node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address()}
         return node, {"ids": [str(i) for i in ids], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-    def run(self, leaf_json: dict, try_no: int) -> leaf_mod.Outcome:
+    def run(self, leaf_json: dict, try_no: int) -> leaf_mod.LeafOutcome:
         leaf = leaf_from_json(leaf_json)
         node, gpu = self.where()
         work = node_root(self.fleet_id) / leaf.id / f"try-{try_no}"
@@ -252,7 +252,7 @@ class RayBackend:
             out.append((run_ref, node, gpu))
         return out
 
-    def wait(self, timeout: float) -> list[tuple[object, leaf_mod.Outcome | Exception]]:
+    def wait(self, timeout: float) -> list[tuple[object, leaf_mod.LeafOutcome | Exception]]:
         if not self.running:
             time.sleep(min(timeout, 0.2))
             return []

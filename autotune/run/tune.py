@@ -136,7 +136,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
     return plan, record, run_dir
 
 
-def _margin(opts: TuneOptions, argv: list[str], env: dict[str, str], emit: Emit) -> margin.Margin | None:
+def _margin(opts: TuneOptions, argv: list[str], env: dict[str, str], emit: Emit) -> margin.ResolvedMargin | None:
     """--margin SIZE as the gmu the command boots with (run/margin.py); the lever search may not raise
     it (the plan's max_gmu is capped at it). Raises MarginError when the command cannot keep a margin."""
     if opts.margin_bytes is None:

@@ -116,8 +116,8 @@ class ThreadServer(processes.OutputLines):
     def poll(self) -> int | None:
         return None if self._thread.is_alive() else self.proc.returncode
 
-    def stop(self, stages=processes.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> processes.StopReport:
-        report = processes.StopReport()
+    def stop(self, stages=processes.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> processes.TreeStop:
+        report = processes.TreeStop()
         started = time.monotonic()
         if self._thread.is_alive():
             sig, wait_s = stages[0]

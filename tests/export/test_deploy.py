@@ -548,10 +548,10 @@ def test_engine_keyword_values_are_typed_as_vllms_parser_types_them(text, value)
 
 
 def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
-    from autotune.run.margin import GIB, Device, Margin
+    from autotune.run.margin import GIB, Device, ResolvedMargin
 
     rec = gpu_record()
-    kept = Margin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
+    kept = ResolvedMargin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
     rec["margin"] = kept.to_dict()
     rec["result"]["final_argv"] = [("0.9583" if a == "0.95" else a) for a in rec["result"]["final_argv"]]
     record = RunRecord.from_dict(rec)
