@@ -83,8 +83,12 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
 
     \b
     Boots: where the installed vLLM serves its own fit (--max-model-len auto, 0.20+),
-    --strategy auto (the default) takes one boot per value. On the refusal path the first
-    value costs 2 boots (the target is refused, vLLM's ceiling verifies); then each value's
+    --strategy auto (the default) takes one boot per value where the pool does not move
+    with the length; where it does (vLLM's CPU backend sized by gmu, chunked prefill off,
+    n-gram decoding), each value boots on from vLLM's fit to the longest length that boots
+    (3 boots a value on the CPU backend here). On the refusal path the first
+    value costs 2 boots (the target is refused, vLLM's ceiling verifies) and more where the
+    pool moves; then each value's
     ceiling is predicted (from the device memory x gmu budget after one value, from the
     least-squares fit after two) and booted first: the boot's own KV pool less the slack
     vLLM showed for the first value says where the ceiling is, and at it the value took
