@@ -13,8 +13,8 @@ draw that carries a `message` goes to on_message; any other is not its business.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 Emit = Callable[..., None]
 

@@ -505,3 +505,33 @@ def test_mypy_is_strict(tmp_path):
                            "--no-incremental", str(tmp_path / "loose.py")], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 1 and "no-untyped-def" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---- one name, one thing: a class name is declared once in the package ----
+
+# Still two classes of one name, each with the work that renames it (shorten, never lengthen).
+SHARED_CLASS_NAMES = {
+    "Settings": "testing/profiles.py (the replay's boot settings) beside vllm/kv_pool.py's: issue 34's next round",
+    "Device": "run/margin.py beside analysis/estimate.py: one device with its memory, to be one class",
+}
+
+
+def class_names(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Each class name declared in more than one place, with where."""
+    found: dict[str, list[str]] = {}
+    for where, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(where)
+    return {name: places for name, places in found.items() if len(places) > 1}
+
+
+def test_a_class_name_says_which_class_it_is():
+    shared = class_names({rel(path): path.read_text() for path in modules().values()})
+    assert sorted(set(shared) - set(SHARED_CLASS_NAMES)) == []
+    assert sorted(set(SHARED_CLASS_NAMES) - set(shared)) == []  # renamed: take it off the list
+
+
+def test_the_class_name_finder_finds_a_name_declared_twice():
+    assert class_names({"a.py": "class Plan:\n    pass\n", "b.py": "class Plan:\n    pass\nclass Boot:\n    pass\n"}) \
+        == {"Plan": ["a.py", "b.py"]}

@@ -15,11 +15,10 @@ import math
 from pathlib import Path
 
 from autotune.analysis import estimate
-from autotune.vllm import kv_pool
-from autotune.model import files as mf
 from autotune.events import Emit
+from autotune.model import files as mf
 from autotune.store.record import Attempt, BootFacts, BootPrediction
-from autotune.vllm import versions
+from autotune.vllm import kv_pool, versions
 
 GIB = 2**30
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from autotune.vllm import kv_pool
 from autotune.model.files import KVShape, Weights
-from autotune.store.record import BootFacts, RunRecord
 from autotune.store.outcomes import Verdict
+from autotune.store.record import BootFacts, RunRecord
+from autotune.vllm import kv_pool
 
 if TYPE_CHECKING:  # for the annotation only: the functions below import run_row where they use it
     from autotune.analysis.run_row import Row
@@ -366,7 +367,7 @@ def serve_settings(argv: list[str]) -> ServeSettings:
                 try:
                     return kind(text)
                 except ValueError:
-                    raise ValueError(f"{name} {text!r} is not a number")
+                    raise ValueError(f"{name} {text!r} is not a number") from None
         return None
 
     def size(flag: str) -> int | None:  # vLLM's human_readable_int: 128M is 128 MiB, 128m is 128,000,000

@@ -18,7 +18,7 @@ def least_squares(xs: list[float], ys: list[float]) -> tuple[float, float] | Non
     sxx = sum((x - mean_x) ** 2 for x in xs)
     if sxx <= 1e-12:
         return None
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sxx
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
     return slope, slope * mean_x - mean_y
 
 
@@ -65,13 +65,13 @@ def fit_group(rows: list[Row]) -> Fit | None:
     x_kind = "budget" if known else "gmu"
     xs = [_x(r, x_kind) for r in points]
     kv_line = least_squares(xs, [r.available_kv_gib for r in points]) or (a, b)
-    residuals_x = {r.run_id: r.available_kv_gib - (kv_line[0] * x - kv_line[1]) for r, x in zip(points, xs)}
+    residuals_x = {r.run_id: r.available_kv_gib - (kv_line[0] * x - kv_line[1]) for r, x in zip(points, xs, strict=True)}
     tok, tok_std = None, None
     if all(r.kv_cache_tokens is not None for r in points):
         tok = least_squares(xs, [float(r.kv_cache_tokens) for r in points])
         if tok is not None and n > 2:
             tok_std = math.sqrt(sum((r.kv_cache_tokens - (tok[0] * x - tok[1])) ** 2
-                                    for r, x in zip(points, xs)) / (n - 2))
+                                    for r, x in zip(points, xs, strict=True)) / (n - 2))
     return Fit(a_gib=a, b_gib=b, runs=n, gmu_min=min(r.gmu for r in points), gmu_max=max(r.gmu for r in points),
                exact=n == 2, residuals_gib=residuals, residual_std_gib=std, device_memory_gib=span,
                a_vs_device=a_vs, x=x_kind, kv_a=kv_line[0], kv_b=kv_line[1], residuals_x_gib=residuals_x,

@@ -21,7 +21,7 @@ MAX_BOOTS = "max_boots"  # --max-boots ended the search before a proof
 
 def _source(attempt: Attempt, key: str) -> dict:
     provenance = attempt.provenance if isinstance(attempt.provenance, dict) else {}
-    seen = provenance[key] if key in provenance else None
+    seen = provenance.get(key, None)
     return {"attempt": attempt.index, **(seen if isinstance(seen, dict) else {})}
 
 
@@ -98,7 +98,7 @@ def of_record(run: RunRecord) -> Longest | None:
 
 def describe_causes(causes: list[str] | None) -> str:
     """The causes as the card and compare say them."""
-    return "; and ".join(pool_slope.CAUSES[c] if c in pool_slope.CAUSES else c for c in causes or [])
+    return "; and ".join(pool_slope.CAUSES.get(c, c) for c in causes or [])
 
 
 # The levers that act on the slope itself, per cause, as (reach's lever, what to tell the user).

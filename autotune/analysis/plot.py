@@ -52,11 +52,11 @@ def write_plot(report: Report, path: Path) -> Path:
                 f"vLLM {first.vllm_version or '?'}"
         kv = [(r.gmu, r.available_kv_gib) for r in members if r.available_kv_gib is not None]
         if kv:
-            ax_kv.scatter(*zip(*kv), color=colour, label=label, zorder=3)
+            ax_kv.scatter(*zip(*kv, strict=True), color=colour, label=label, zorder=3)
             plotted += 1
         ceilings = [(r.gmu, r.ceiling) for r in members if r.ceiling is not None]
         if ceilings:
-            ax_ceiling.scatter(*zip(*ceilings), color=colour, label=label, zorder=3)
+            ax_ceiling.scatter(*zip(*ceilings, strict=True), color=colour, label=label, zorder=3)
         fit = group.fit
         if fit is not None:
             span = fit.gmu_max - fit.gmu_min

@@ -11,7 +11,8 @@ is X x T x P.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from autotune.store.record import BootFacts
 from autotune.vllm import servecmd

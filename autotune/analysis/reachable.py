@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 
 from autotune.analysis import estimate
-from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.model.files import KVShape
 from autotune.store.record import RunRecord
-from autotune.vllm import versions
+from autotune.vllm import kv_pool, versions
 
 GIB = 2**30
 HIGHEST_GMU = 0.99  # the highest gmu tune allows without --allow-risky-gmu (preflight's rule)

@@ -15,8 +15,8 @@ only the rest counts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from autotune.analysis import upgrade
 from autotune.analysis.compare import EXIT_ERROR, EXIT_REGRESSION, EXIT_SAME_OR_BETTER, EXIT_UNDETERMINED

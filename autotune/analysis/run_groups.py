@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 
@@ -213,7 +214,7 @@ def pairs_to_judge(rows: list[Row]) -> list[tuple[Row, Row]]:
     step that gmu does not explain is named where it happened. All pairs of n runs would be
     n(n-1)/2 verdicts (4.5 million for 3,000 runs), none of which a reader needs.
     """
-    pairs = [(a, b) for a, b in zip(rows, rows[1:])]
+    pairs = list(itertools.pairwise(rows))
     index = {r.run_id: i for i, r in enumerate(rows)}
     for i, row in enumerate(rows):
         original = index.get(row.links.get("reproduces"))
@@ -296,7 +297,7 @@ def version_changes(groups: list[Group], rows_by_id: dict[str, Row]) -> list[Ver
     paired: set[tuple[str, str]] = set()
     for family in families.values():
         ordered = sorted(family, key=lambda g: version_tuple(rows_by_id[g.run_ids[0]].vllm_version) or ())
-        for old_g, new_g in zip(ordered, ordered[1:]):
+        for old_g, new_g in itertools.pairwise(ordered):
             old_last = {_asked_gmu(rows_by_id[i]): rows_by_id[i] for i in old_g.run_ids}
             new_last = {_asked_gmu(rows_by_id[i]): rows_by_id[i] for i in new_g.run_ids}
             for asked in sorted(set(old_last) & set(new_last), key=str):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.analysis.gmu_predict import GmuPrediction
-from autotune.store.record import Attempt, Result, RunRecord
 from autotune.store.outcomes import Outcome
+from autotune.store.record import Attempt, Result, RunRecord
 
 # How a boot at a predicted length L ends (strategy.next_step, given the group's slack s, what vLLM
 # keeps between its KV pool and its ceiling): above vLLM's ceiling C, vLLM refuses it and its

@@ -11,14 +11,12 @@ from pathlib import Path
 import click
 
 from autotune.analysis import compare as cmp
-from autotune.analysis import node_outliers
-from autotune.analysis import run_groups
-from autotune.analysis import run_row
+from autotune.analysis import node_outliers, run_groups, run_row
 from autotune.cli.options import MemoryType, runs_dir_option
 from autotune.cli.records import load_records
 from autotune.cli.tables import echo_table, gib, on_terminal, or_dash, table
-from autotune.vllm import versions
 from autotune.store.outcomes import Verdict
+from autotune.vllm import versions
 
 
 def _short_device(device: str) -> str:
@@ -195,7 +193,7 @@ def longest_lines(runs: list[run_row.Row], labels: dict[str, str]) -> list[str]:
         why = longest.describe_causes(r.length_slope_causes)
         plural = "" if r.longest_boots == 1 else "s"
         lines.append(f"  {labels[r.run_id]} {said}this command serves {r.ceiling:,}{gap} "
-                     f"({PROVED[r.longest_proved_by] if r.longest_proved_by in PROVED else r.longest_proved_by}; {r.longest_boots} boot{plural}){slope}"
+                     f"({PROVED.get(r.longest_proved_by, r.longest_proved_by)}; {r.longest_boots} boot{plural}){slope}"
                      + (f": {why}" if why else ""))
     return lines
 
@@ -210,7 +208,7 @@ def _write_plot(report: cmp.Report, path: Path) -> Path:
     try:
         return plot.write_plot(report, path)
     except plot.PlotUnavailable as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
 
 
 @click.command("compare")

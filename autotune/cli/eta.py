@@ -6,8 +6,8 @@ import statistics
 from pathlib import Path
 
 from autotune.store import walk
-from autotune.vllm import servecmd
 from autotune.store.outcomes import Outcome
+from autotune.vllm import servecmd
 
 
 def command_key(argv) -> tuple[str, ...]:

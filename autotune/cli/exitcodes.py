@@ -7,8 +7,8 @@ docs/exit-codes.md is the enum as a table (tests/cli/test_exitcodes.py checks it
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 import click
 
@@ -17,7 +17,6 @@ from autotune.host.signals import Interrupted
 from autotune.run.errors import PreflightFailed
 from autotune.store.outcomes import Verdict
 from autotune.store.record import Result, RunRecord
-
 
 # A run's verdict (result.verdict in run.json) -> the exit code of tune and resume.
 VERDICT_EXIT = {
@@ -72,7 +71,7 @@ def exits(interrupted: str | Callable[[], str], preflight_head: str = PREFLIGHT_
             click.echo(problem.render(), err=True)
         sys.exit(preflight_code)
     except AutotuneError as exc:
-        raise as_click_error(exc)
+        raise as_click_error(exc) from None
 
 
 def as_click_error(exc: AutotuneError) -> click.ClickException:

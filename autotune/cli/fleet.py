@@ -21,13 +21,11 @@ from autotune.cli.exitcodes import ExitCode, exits
 from autotune.cli.options import echo_err, runs_dir_option, written_runs_dir_option
 from autotune.cli.tables import echo_table
 from autotune.cli.terminal import is_tty
-from autotune.fleet import collect
-from autotune.fleet import plan as plan_mod
-from autotune.fleet import report
-from autotune.fleet.errors import FleetError
 from autotune.events import Renderer
-from autotune.store import artifact
-from autotune.store import walk
+from autotune.fleet import collect, report
+from autotune.fleet import plan as plan_mod
+from autotune.fleet.errors import FleetError
+from autotune.store import artifact, walk
 
 INTERRUPTED_FLEET = ("every leaf's server was stopped and its run marked interrupted; "
                      "`autotune fleet resume` (or the same `fleet run`) does the rest")
@@ -37,7 +35,7 @@ def _plan(path: Path) -> tuple[plan_mod.FleetPlan, str]:
     try:
         return plan_mod.load(path), path.read_text(encoding="utf-8")
     except plan_mod.PlanError as exc:
-        raise click.ClickException(f"{exc}\nNothing was booted.")
+        raise click.ClickException(f"{exc}\nNothing was booted.") from None
 
 
 @click.group("fleet")
@@ -114,7 +112,7 @@ def run_cmd(plan_file, on, slots, address, results_uri, json_, quiet, runs_dir, 
         try:
             state, continued = collect.find_or_new(plan, text, runs_dir, on, fresh=fresh)
         except artifact.ArtifactError as exc:
-            raise click.ClickException(str(exc))
+            raise click.ClickException(str(exc)) from None
         if continued:
             echo_err(f"continuing fleet {state.fleet_id}, the unfinished fleet of this plan "
                      f"({collect.left_text(state)}; --fresh starts a new one)", quiet=quiet)
@@ -136,14 +134,14 @@ def resume_cmd(fleet_ref, on, slots, address, results_uri, json_, quiet, runs_di
     try:
         plan = plan_mod.parse(text, state.data["plan"].get("path") or folder.name)
     except plan_mod.PlanError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     if not state.todo():
         raise click.ClickException(f"fleet {folder.name} has no leaf left to run")
     with exits(INTERRUPTED_FLEET):
         try:
             state = collect.carry_on(state, on)
         except artifact.ArtifactError as exc:
-            raise click.ClickException(str(exc))
+            raise click.ClickException(str(exc)) from None
         collect.remember_options(state, on=on, slots=slots, address=address, results_uri=results_uri)
         echo_err(f"continuing fleet {state.fleet_id} ({collect.left_text(state)}; {collect.options_text(state)})",
                  quiet=quiet)
@@ -222,7 +220,7 @@ def _backend(plan, state, on, slots, address, results_uri):
     except FleetError as exc:
         state.data.update(state=collect.INTERRUPTED, error=str(exc))
         state.save()
-        raise click.ClickException(f"{exc}\nNothing was booted.")
+        raise click.ClickException(f"{exc}\nNothing was booted.") from None
 
 
 def _echo_result(state, json_: bool) -> None:
@@ -367,7 +365,7 @@ def render_cmd(plan_file, k8s, results_uri, pvc, namespace, image, autotune_from
             click.echo(f"Warning: {', '.join(loose)} run {k8s_mod.IMAGE}:latest (not pinned): give them a vLLM "
                        "version in the plan or --image with a tag", err=True)
     except FleetError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
 
 
 @fleet.command("upload")
@@ -385,7 +383,7 @@ def upload_cmd(runs_dir, results_uri, fleet_id, leaf_id):
         try:
             click.echo(collect.upload(folder, results_uri, fleet_id, leaf_id))
         except Exception as exc:  # noqa: BLE001 - fsspec's and the store's errors, said plainly
-            raise click.ClickException(f"cannot upload {folder} to {results_uri}: {type(exc).__name__}: {exc}")
+            raise click.ClickException(f"cannot upload {folder} to {results_uri}: {type(exc).__name__}: {exc}") from exc
 
 
 COMMANDS = [fleet]

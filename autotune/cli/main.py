@@ -15,6 +15,7 @@ import click
 from autotune import __version__
 from autotune.cli import strict
 
+
 class AutotuneGroup(click.Group):
     """`autotune --target N -- CMD` is short for `autotune tune --target N -- CMD`; options before a
     command name are that command's (`autotune --runs-dir X compare`); see cli/strict.py."""

@@ -9,10 +9,10 @@ import click
 
 from autotune.analysis import compare as cmp
 from autotune.analysis import gmu_predict
+from autotune.cli import predict_model
 from autotune.cli.compare import describe_group
 from autotune.cli.formats import json_rounded
 from autotune.cli.options import LengthType, MemoryType, runs_dir_option
-from autotune.cli import predict_model
 from autotune.cli.records import load_records
 from autotune.model import max_len
 from autotune.vllm import versions

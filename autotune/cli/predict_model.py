@@ -14,12 +14,11 @@ import shlex
 import click
 
 from autotune.analysis import device_memory, estimate
-from autotune.vllm import kv_pool
-from autotune.model import files as mf
 from autotune.cli.formats import json_rounded
 from autotune.host import launcher
+from autotune.model import files as mf
 from autotune.store.record import RunRecord
-from autotune.vllm import versions
+from autotune.vllm import kv_pool, versions
 
 GIB = 2**30
 
@@ -36,7 +35,7 @@ def serve_argv(model: str | None, command: str | None, dashed: list[str] | None 
         try:
             return shlex.split(command)
         except ValueError as exc:
-            raise click.UsageError(f"--command: {exc}")
+            raise click.UsageError(f"--command: {exc}") from None
     return ["vllm", "serve", model]
 
 
@@ -74,7 +73,7 @@ def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: in
     try:
         serve = estimate.serve_settings(argv)
     except ValueError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     folder = local_model_dir(serve.model, None, None)
     if folder is None:
         raise click.ClickException(f"{serve.model}: not a model folder on this machine (nor in the Hugging Face "
@@ -82,14 +81,14 @@ def run(records: list[RunRecord], argv: list[str], gmu: float | None, target: in
     try:
         device = device_memory.detect(device_kind, device_memory_gib, replayed_gpus(argv))
     except device_memory.NoDevice as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     try:
         config = mf.read_config(folder)
         ssm = kv_pool.CPU_SSM_CACHE_DTYPE if device.kind == "cpu" else None
         shape = mf.kv_shape(config, serve.kv_cache_dtype, serve.dtype, serve.tp, serve.pp, ssm)
         weights = mf.weights(folder)
     except mf.ModelFilesError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     limit = int(config.get("max_position_embeddings") or 0) or None
     settings = kv_pool.Settings(
         block_size=serve.block_size or kv_pool.block_size_for(shape, device.kind),

@@ -28,15 +28,25 @@ from pathlib import Path
 from typing import IO
 
 from autotune.cli.eta import typical_boot_s
-from autotune.events import Renderer
 from autotune.cli.formats import fmt_duration, fmt_number
 from autotune.cli.phases import BootPhases
-from autotune.cli.terminal import (ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted,  # noqa: F401
-                                   is_tty, truncate_visible)
 from autotune.cli.summary import render_summary  # noqa: F401  (the card: cli/summary.py)
+from autotune.cli.terminal import ANSI_RE, CLEAR_LINE, COLOURS, QUIET_AFTER_S, colour_wanted, is_tty, truncate_visible  # noqa: F401
+from autotune.events import Renderer
 from autotune.store.record import Attempt, BootFacts, Reach
-from autotune.vllm.log import (FAILED, KV_SIZED, LIMIT_SOURCES, PROFILING, READY, REFUSED, STARTING, TERMINAL_PHASES,
-                               clean_line, phase_of, starting_step)
+from autotune.vllm.log import (
+    FAILED,
+    KV_SIZED,
+    LIMIT_SOURCES,
+    PROFILING,
+    READY,
+    REFUSED,
+    STARTING,
+    TERMINAL_PHASES,
+    clean_line,
+    phase_of,
+    starting_step,
+)
 
 # The figures shown as soon as the log prints them, in the order they are shown.
 FIGURE_LABELS = {

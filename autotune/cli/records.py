@@ -8,10 +8,7 @@ import click
 
 from autotune.fleet import collect as fleet_collect
 from autotune.fleet.collect import FLEET_FILE
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import sweeps
-from autotune.store import walk
+from autotune.store import artifact, latest, sweeps, walk
 from autotune.store.record import RunRecord
 
 
@@ -61,7 +58,7 @@ def load_records(refs: tuple[str, ...], runs_dir: Path) -> list[RunRecord]:
             raise artifact.ArtifactError(f"no runs under {runs_dir}; name runs or a folder of runs")
         return records
     except artifact.ArtifactError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
 
 
 def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
@@ -71,4 +68,4 @@ def load_one(ref: str, runs_dir: Path) -> tuple[Path, RunRecord]:
         folder = latest.resolve(ref, runs_dir)
         return folder, artifact.load(folder)
     except artifact.ArtifactError as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from dataclasses import asdict
+from pathlib import Path
 
 import click
 
@@ -128,7 +128,7 @@ def _reproduce_one(old: RunRecord, runs_dir, env_now: dict, stall_timeout: float
     try:
         plan = reproduce_mod.plan_reproduction(old, runs_dir, env_now, stall_timeout, probe)
     except reproduce_mod.NotReproducible as exc:
-        raise click.ClickException(str(exc))
+        raise click.ClickException(str(exc)) from None
     for name in plan.missing_secrets:
         click.echo(f"Warning: {name} was set for run {old.run_id} (its value was not recorded) and is not set now",
                    err=True)

@@ -8,15 +8,13 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
-from autotune.errors import AutotuneError
-from autotune.cli.options import ProgressPrinter, echo_err, sayer, warn, written_runs_dir_option
 from autotune.cli.card import echo_card
+from autotune.cli.exitcodes import as_click_error, exit_code_of, exits
+from autotune.cli.options import ProgressPrinter, echo_err, sayer, warn, written_runs_dir_option
 from autotune.cli.sweep import run_sweep
 from autotune.cli.tune import INTERRUPTED_RUN
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import sweeps
+from autotune.errors import AutotuneError
+from autotune.store import artifact, latest, sweeps
 
 
 @click.command()
@@ -52,7 +50,7 @@ def resume(run, runs_dir, json_, quiet):
         tune_mod.clean_leftovers(runs_dir, cleaning)  # first, so that a SIGKILLed run reads `interrupted`
         kind, path, why = what_to_resume(run, runs_dir)
     except AutotuneError as exc:
-        raise as_click_error(exc)
+        raise as_click_error(exc) from None
     finally:
         cleaning.close()
     if why:

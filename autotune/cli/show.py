@@ -9,23 +9,20 @@ import json
 
 import click
 
-from autotune.cli.options import runs_dir_option
+from autotune import export
 from autotune.cli.card import echo_card
+from autotune.cli.options import runs_dir_option
 from autotune.cli.records import load_one
 from autotune.cli.tables import echo_table, on_terminal
 from autotune.cli.verify import render as render_verification
+from autotune.export import skypilot, startup
+from autotune.export.verified import NotEmittable
 from autotune.run import deployed
 from autotune.run import warnings as run_warnings
-from autotune.store import artifact
-from autotune.store import latest
-from autotune.store import walk
-from autotune import export
-from autotune.export import skypilot, startup
 from autotune.server import kept
-from autotune.store import redact
-from autotune.store.record import Result, RunRecord
-from autotune.export.verified import NotEmittable
+from autotune.store import artifact, latest, redact, walk
 from autotune.store.outcomes import Verdict
+from autotune.store.record import Result, RunRecord
 
 
 @click.command("show")
@@ -72,19 +69,19 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
         try:
             pull_mb_s = startup.parse_bandwidth(pull_bandwidth)
         except startup.BadBandwidth as exc:
-            raise click.BadParameter(str(exc), param_hint="--pull-bandwidth")
+            raise click.BadParameter(str(exc), param_hint="--pull-bandwidth") from None
     if infra is not None:
         if emit_kind != "skypilot":
             raise click.UsageError("--infra says where SkyPilot launches: use it with --emit skypilot")
         try:
             infra = skypilot.parse_infra(infra)
         except skypilot.BadInfra as exc:
-            raise click.BadParameter(str(exc), param_hint="--infra")
+            raise click.BadParameter(str(exc), param_hint="--infra") from None
     if run == latest.LATEST:
         try:
             found, notes = latest.shown(runs_dir)  # a lever run stands for its search; newer verifications named
         except artifact.ArtifactError as exc:
-            raise click.ClickException(str(exc))
+            raise click.ClickException(str(exc)) from None
         for note in notes:
             click.echo(note, err=True)
         run = str(found)
@@ -103,7 +100,7 @@ def show(run, runs_dir, json_, emit_kind, pull_bandwidth, infra):
             click.echo(export.render(shown, export.KINDS[emit_kind], run_dir=folder, pull_mb_s=pull_mb_s,
                                    infra=infra), nl=False)
         except NotEmittable as exc:
-            raise click.ClickException(f"{export.KINDS[emit_kind]}: {exc}")
+            raise click.ClickException(f"{export.KINDS[emit_kind]}: {exc}") from None
         return
     if run_record.kind == deployed.KIND:
         click.echo(render_verification(run_record))

@@ -8,8 +8,7 @@ import click
 
 from autotune.cli.exitcodes import ExitCode
 from autotune.cli.options import echo_err, runs_dir_option
-from autotune.store import artifact
-from autotune.store import latest
+from autotune.store import artifact, latest
 
 
 @click.command("stop")

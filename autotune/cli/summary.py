@@ -3,21 +3,19 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Mapping
 from pathlib import Path
-
-from typing import Mapping
 
 from autotune.analysis import ranks as kv_ranks
 from autotune.cli.formats import fmt_duration
+from autotune.export import targets as deploy_targets
 from autotune.run import levers as lever_rules
 from autotune.run import strategy
 from autotune.run import warnings as run_warnings
-from autotune.export import targets as deploy_targets
-from autotune.store.record import (Attempt, Margin, ProbeResult, Reach,
-                                   Recovery, Result, RunRecord, Verification)
+from autotune.store.outcomes import Basis, Verdict
+from autotune.store.record import Attempt, Margin, ProbeResult, Reach, Recovery, Result, RunRecord, Verification
 from autotune.vllm import servecmd
 from autotune.vllm.log import LIMIT_SOURCES
-from autotune.store.outcomes import Basis, Verdict
 
 
 def _result_of(run: RunRecord) -> Result:

@@ -14,14 +14,21 @@ import click
 
 from autotune.cli.compare import echo_report
 from autotune.cli.exitcodes import ExitCode, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, request_option, sayer,
-                                  serve_argv, warn, written_runs_dir_option)
+from autotune.cli.options import (
+    LengthType,
+    ProgressPrinter,
+    boot_options,
+    request_option,
+    sayer,
+    serve_argv,
+    warn,
+    written_runs_dir_option,
+)
 from autotune.run import sweep as sweep_mod
-from autotune.store import artifact
-from autotune.store import sweeps
+from autotune.store import artifact, sweeps
+from autotune.store.outcomes import Verdict
 from autotune.store.record import SweepRecord
 from autotune.vllm import servecmd
-from autotune.store.outcomes import Verdict
 
 
 class GmuListType(click.ParamType):
@@ -76,8 +83,12 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
 
     \b
     Boots: where the installed vLLM serves its own fit (--max-model-len auto, 0.20+),
-    --strategy auto (the default) takes one boot per value. On the refusal path the first
-    value costs 2 boots (the target is refused, vLLM's ceiling verifies); then each value's
+    --strategy auto (the default) takes one boot per value where the pool does not move
+    with the length; where it does (vLLM's CPU backend sized by gmu, chunked prefill off,
+    n-gram decoding), each value boots on from vLLM's fit to the longest length that boots
+    (3 boots a value on the CPU backend here). On the refusal path the first
+    value costs 2 boots (the target is refused, vLLM's ceiling verifies) and more where the
+    pool moves; then each value's
     ceiling is predicted (from the device memory x gmu budget after one value, from the
     least-squares fit after two) and booted first: the boot's own KV pool less the slack
     vLLM showed for the first value says where the ceiling is, and at it the value took
@@ -112,7 +123,7 @@ def sweep_cmd(gmu_values, target, strategy, probe, gpu, force, allow_risky_gmu, 
     try:
         sweep_dir, sweep = sweep_mod.create(runs_dir, argv, opts)
     except (OSError, artifact.ArtifactError) as exc:
-        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}")
+        raise click.ClickException(f"cannot create the sweep folder under {runs_dir}: {exc}") from None
     say = sayer(quiet)
     unset = f" (with {sweep_mod.options_of(sweep).unset_gmu:g} as vLLM's own default: the flag left unset)" \
         if sweep_mod.options_of(sweep).unset_gmu is not None else ""

@@ -21,7 +21,7 @@ def table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     out = []
     for row in [header, *rows]:
-        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         out.append("  ".join(cells).rstrip())
     return out
 

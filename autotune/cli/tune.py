@@ -7,12 +7,18 @@ import sys
 
 import click
 
-from autotune.cli.exitcodes import exit_code_of, exits
-from autotune.cli.options import (LengthType, ProgressPrinter, boot_options, echo_err, request_option,
-                                  serve_argv, written_runs_dir_option)
 from autotune.cli.card import echo_card
-from autotune.store import artifact
-from autotune.store import latest
+from autotune.cli.exitcodes import exit_code_of, exits
+from autotune.cli.options import (
+    LengthType,
+    ProgressPrinter,
+    boot_options,
+    echo_err,
+    request_option,
+    serve_argv,
+    written_runs_dir_option,
+)
+from autotune.store import artifact, latest
 
 INTERRUPTED_RUN = "the server was stopped and the run marked interrupted"
 

@@ -15,9 +15,9 @@ from autotune.cli.options import request_option, sayer, written_runs_dir_option
 from autotune.cli.progress import probe_answered, probe_sent
 from autotune.cli.records import load_one
 from autotune.cli.summary import probe_lines
+from autotune.events import Renderer
 from autotune.store.record import ProbeResult, Result, RunRecord
 from autotune.vllm.versions import NO_FULL_ISL_FLAG
-from autotune.events import Renderer
 
 INTERRUPTED = "the endpoints checked before were recorded, the one being checked was not"
 
@@ -151,9 +151,9 @@ def verify(urls, run_ref, endpoints_file, probe, ssl_ca_certs, json_, quiet, run
     autotune away (API key, TLS). With several endpoints: the code of the first that did not
     verify.
     """
+    from autotune.host.signals import interruptible
     from autotune.run import deployed
     from autotune.server import client
-    from autotune.host.signals import interruptible
 
     targets = endpoints_of(urls, endpoints_file)
     if not targets:

@@ -39,16 +39,40 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
-from autotune.store import artifact
 from autotune.export import targets as deploy
-from autotune.store import redact
+from autotune.export.verified import (
+    CONTAINER_MODELS,
+    DEVICE_SELECTION_ENV,
+    HOST_PATHS_ENV,
+    HUB_TOKEN,
+    HUB_TOKEN_WHY,
+    NotEmittable,
+    absolute,
+    anchored,
+    clients_line,
+    cwd_of,
+    final_argv,
+    fmt_int,
+    gpu_names,
+    image_tag,
+    is_local_path,
+    optional_secrets,
+    pinned_gpus,
+    port_of,
+    provenance_line,
+    relative_words,
+    secret_names,
+    serve_command,
+    served_name,
+    served_name_added,
+    set_first_line,
+    shell_env,
+    shell_word,
+    yaml_scalar,
+)
+from autotune.store import artifact, redact
 from autotune.store.record import RunRecord
 from autotune.store.redact import is_secret
-from autotune.export.verified import (
-    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, HUB_TOKEN, HUB_TOKEN_WHY, NotEmittable, absolute,
-    anchored, clients_line, cwd_of, final_argv, fmt_int, gpu_names, image_tag, is_local_path, optional_secrets,
-    pinned_gpus, port_of, provenance_line, relative_words, secret_names, serve_command, served_name,
-    served_name_added, set_first_line, shell_env, shell_word, yaml_scalar)
 from autotune.vllm import servecmd
 
 COMMAND = "command.sh"

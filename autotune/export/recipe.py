@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import re
 
-from autotune.store import redact
 from autotune.export import settings, yamltext
 from autotune.export.settings import Deployment, Sources
-from autotune.store.record import RunRecord
 from autotune.export.verified import NotEmittable
+from autotune.store import redact
+from autotune.store.record import RunRecord
 
 RECIPES_COMMIT = "8959cf64189c71d36e11c6a30335f923f261b1f7"  # vllm-project/recipes, 2026-08-21
 # taxonomy.yaml's hardware profiles at RECIPES_COMMIT that a GPU's NVML name tells apart:

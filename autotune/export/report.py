@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import math
 
-from autotune.vllm import kv_pool
 from autotune.analysis import longest
 from autotune.export import settings
 from autotune.export.settings import Deployment, Sources
-from autotune.store.record import AimPrediction, Attempt, BootFacts, BootPrediction, Margin, RunRecord
 from autotune.export.verified import NotEmittable, fmt_int
-from autotune.vllm import versions
+from autotune.store.record import AimPrediction, Attempt, BootFacts, BootPrediction, Margin, RunRecord
+from autotune.vllm import kv_pool, versions
 
 # vLLM's docs: set --max-num-seqs at 80-90% of the concurrency the boot reports.
 MAX_NUM_SEQS_SHARE = (0.8, 0.9)

@@ -14,15 +14,30 @@ import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
+from autotune.export import verified
+from autotune.export.verified import (
+    CONTAINER_MODELS,
+    DEVICE_SELECTION_ENV,
+    HOST_PATHS_ENV,
+    HUB_TOKEN,
+    HUB_TOKEN_WHY,
+    absolute,
+    clients_line,
+    cwd_of,
+    image_tag,
+    is_local_path,
+    pinned_gpus,
+    port_of,
+    provenance_line,
+    secret_names,
+    serve_command,
+    served_name,
+    unset_gmu,
+    verified_on,
+)
 from autotune.store import redact
 from autotune.store.record import ProbeResult, Result, RunRecord
 from autotune.store.redact import is_secret
-from autotune.export import verified
-from autotune.export.verified import (
-    CONTAINER_MODELS, DEVICE_SELECTION_ENV, HOST_PATHS_ENV, HUB_TOKEN, HUB_TOKEN_WHY, absolute, clients_line, cwd_of,
-    image_tag, is_local_path, pinned_gpus, port_of, provenance_line, secret_names, serve_command, served_name,
-    unset_gmu,
-    verified_on)
 from autotune.vllm import servecmd, versions
 
 # The options that size vLLM's KV pool (long names), in the order the report lists them.

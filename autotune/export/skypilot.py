@@ -10,8 +10,8 @@ import shlex
 
 from autotune.export import kube, settings, yamltext
 from autotune.export.settings import Deployment, Sources
-from autotune.store.record import RunRecord
 from autotune.export.verified import shell_word
+from autotune.store.record import RunRecord
 
 # Words of an NVML name that SkyPilot's accelerator names leave out.
 _VENDOR = re.compile(r"^(NVIDIA|Tesla|GeForce)\s+", re.IGNORECASE)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.store import artifact
-from autotune.export import helm, kube, kserve, llmisvc, ray, recipe, report, skypilot
+from autotune.export import helm, kserve, kube, llmisvc, ray, recipe, report, skypilot
 from autotune.export.settings import Sources
+from autotune.store import artifact
 from autotune.store.record import RunRecord
 from autotune.vllm.log import parse_file
 

@@ -15,11 +15,11 @@ import shlex
 from pathlib import PurePosixPath
 
 from autotune import __version__
+from autotune.host import launcher
 from autotune.store import redact
 from autotune.store.record import Result, RunRecord
 from autotune.store.redact import is_secret
 from autotune.vllm import servecmd, versions
-from autotune.host import launcher
 from autotune.vllm.servecmd import VllmCommand
 
 IMAGE = "vllm/vllm-openai"
@@ -273,7 +273,7 @@ def anchored(argv: list[str], cwd: str | None) -> list[str]:
 
 def relative_words(argv: list[str]) -> list[str]:
     """The words of argv that anchored() would make absolute (for the note where no folder was recorded)."""
-    return [a for a, b in zip(argv, anchored(argv, "/")) if a != b]
+    return [a for a, b in zip(argv, anchored(argv, "/"), strict=True) if a != b]
 
 
 def port_of(cmd: VllmCommand) -> int:

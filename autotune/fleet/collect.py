@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.analysis.run_row import used_gpus
-from autotune.fleet.leaf import LOG_NAME, Outcome
+from autotune.fleet.leaf import LOG_NAME, LeafOutcome
 from autotune.fleet.plan import FleetPlan
-from autotune.store import artifact
 from autotune.server import leftovers
+from autotune.store import artifact
 
 FLEET_FILE = "fleet.json"
 SCHEMA_VERSION = 1
@@ -134,7 +134,7 @@ def _begin(state: FleetState, backend: str) -> FleetState:
     return state
 
 
-def land(outcome: Outcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict],
+def land(outcome: LeafOutcome, runs_dir: Path, fleet_id: str, leaf_id: str, backend: str, tries: list[dict],
          replaces: str | None = None) -> str | None:
     """Move the try's run folder into runs_dir (its name made unique there) and write the `fleet`
     section into its run.json; the run id, or None when the try left no run folder. `replaces`:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.fleet.errors import FleetError
 from autotune.fleet.leaf import tune_argv
-from autotune.fleet.plan import Leaf, FleetPlan
+from autotune.fleet.plan import FleetPlan, Leaf
 from autotune.vllm import servecmd
 
 IMAGE = "vllm/vllm-openai"

@@ -20,12 +20,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
 
 from autotune.fleet.plan import Leaf
 from autotune.host.signals import STOPPING_SIGNALS
-from autotune.store import artifact
 from autotune.server import leftovers
+from autotune.store import artifact
 
 LOG_NAME = "autotune.log"  # the leaf's own autotune output (plain progress lines), kept in its run folder
 STOP_GRACE_S = 90.0  # after SIGINT, how long autotune may take to stop its server tree and write run.json
@@ -45,7 +46,7 @@ def tune_argv(leaf: Leaf, runs_dir: Path, gpu: str | None = None, python: str = 
 
 
 @dataclass
-class Outcome:
+class LeafOutcome:
     """What one try of a leaf gave. `infra` is set when the try says nothing about vLLM (the
     worker or node died, the process was killed from outside): the leaf is tried again."""
 
@@ -123,7 +124,7 @@ class LeafProcess:
         return found[0] if found else None
 
 
-def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gpu: dict) -> Outcome:
+def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gpu: dict) -> LeafOutcome:
     """The try as a result, once its process has ended."""
     code = process.proc.returncode if process.proc is not None else None
     run_dir = process.run_dir()
@@ -143,7 +144,7 @@ def outcome_of(process: LeafProcess, try_no: int, started: float, node: dict, gp
     if infra is not None:
         reap(process.work_dir)
     now = time.time()
-    return Outcome(leaf_key=process.leaf.key, try_no=try_no, exit_code=code,
+    return LeafOutcome(leaf_key=process.leaf.key, try_no=try_no, exit_code=code,
                    run_dir=str(run_dir) if run_dir else None, started_at=_iso(started), ended_at=_iso(now),
                    duration_s=round(now - started, 2), node=node, gpu=gpu, interrupted=interrupted, infra=infra,
                    error=error)
@@ -177,6 +178,6 @@ def reap(folder: Path) -> list:
 
 
 def _iso(ts: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return artifact.iso(datetime.fromtimestamp(ts, tz=timezone.utc))
+    return artifact.iso(datetime.fromtimestamp(ts, tz=UTC))

@@ -88,7 +88,7 @@ class LocalBackend:
         self.running[future] = (slot, process)
         return future, dict(self.node), gpu
 
-    def _run(self, process: leaf_mod.LeafProcess, try_no: int, gpu: dict) -> leaf_mod.Outcome:
+    def _run(self, process: leaf_mod.LeafProcess, try_no: int, gpu: dict) -> leaf_mod.LeafOutcome:
         started = time.time()
         process.start()
         process.wait()
@@ -101,7 +101,7 @@ class LocalBackend:
                 outcome.upload_error = f"{type(exc).__name__}: {exc}"
         return outcome
 
-    def wait(self, timeout: float) -> list[tuple[cf.Future, leaf_mod.Outcome | Exception]]:
+    def wait(self, timeout: float) -> list[tuple[cf.Future, leaf_mod.LeafOutcome | Exception]]:
         if not self.running:
             time.sleep(min(timeout, 0.2))
             return []
@@ -115,7 +115,7 @@ class LocalBackend:
             out.append((future, exc if exc is not None else future.result()))
         return out
 
-    def stop_all(self, timeout: float) -> list[tuple[cf.Future, leaf_mod.Outcome | Exception]]:
+    def stop_all(self, timeout: float) -> list[tuple[cf.Future, leaf_mod.LeafOutcome | Exception]]:
         """Every running leaf asked to stop at once (each stops its own server tree), then their outcomes."""
         stoppers = [cf.ThreadPoolExecutor(max_workers=1).submit(p.stop) for _, p in self.running.values()]
         cf.wait(stoppers, timeout=timeout)

@@ -337,7 +337,7 @@ def _flags(flags: dict, keys: tuple, where: _Where) -> dict:
 
 
 def _flag_value(value, keys: tuple, where: _Where):
-    if isinstance(value, bool) or isinstance(value, (int, float, str)):
+    if isinstance(value, (bool, int, float, str)):
         return value
     raise where.error(keys, "a flag's value is a number, a string, or true/false")
 
@@ -410,7 +410,7 @@ def _seconds(value, keys: tuple, where: _Where) -> float:
 def _text(value, keys: tuple, where: _Where) -> str | None:
     if value is None:
         return None
-    if isinstance(value, (dict, list)) or isinstance(value, bool):
+    if isinstance(value, (dict, list, bool)):
         raise where.error(keys, "a string")
     return str(value)
 

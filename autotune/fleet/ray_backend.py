@@ -21,6 +21,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import NoReturn
 
 from autotune.fleet import collect
 from autotune.fleet import leaf as leaf_mod
@@ -86,7 +87,7 @@ class LeafWorker:
         node = {"hostname": socket.gethostname(), "node_id": ctx.get_node_id(), "ip": ray.util.get_node_ip_address()}
         return node, {"ids": [str(i) for i in ids], "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
-    def run(self, leaf_json: dict, try_no: int) -> leaf_mod.Outcome:
+    def run(self, leaf_json: dict, try_no: int) -> leaf_mod.LeafOutcome:
         leaf = leaf_from_json(leaf_json)
         node, gpu = self.where()
         work = node_root(self.fleet_id) / leaf.id / f"try-{try_no}"
@@ -137,6 +138,14 @@ def interrupted_within(exc: BaseException) -> Interrupted | None:
             return seen
         seen = seen.__cause__ or seen.__context__
     return None
+
+
+def _raise_unwrapped(exc: Exception) -> NoReturn:
+    """Raise our own Interrupted where Ray wrapped it (its wrapper adds nothing a reader needs), else exc."""
+    interrupted = interrupted_within(exc)
+    if interrupted is None or interrupted is exc:
+        raise exc
+    raise interrupted from None
 
 
 def _reap_node(fleet_id: str) -> int:
@@ -231,7 +240,7 @@ class RayBackend:
         try:
             ready, _ = self.ray.wait(list(self.placed), num_returns=len(self.placed), timeout=0)
         except Exception as exc:  # noqa: BLE001
-            raise interrupted_within(exc) or exc
+            _raise_unwrapped(exc)
         out = []
         for ref in ready:
             run_ref = self.placed.pop(ref)
@@ -243,14 +252,14 @@ class RayBackend:
             out.append((run_ref, node, gpu))
         return out
 
-    def wait(self, timeout: float) -> list[tuple[object, leaf_mod.Outcome | Exception]]:
+    def wait(self, timeout: float) -> list[tuple[object, leaf_mod.LeafOutcome | Exception]]:
         if not self.running:
             time.sleep(min(timeout, 0.2))
             return []
         try:
             ready, _ = self.ray.wait(list(self.running), num_returns=1, timeout=timeout)
         except Exception as exc:  # noqa: BLE001
-            raise interrupted_within(exc) or exc
+            _raise_unwrapped(exc)
         out = []
         for ref in ready:
             actor, _ = self.running[ref]
@@ -260,7 +269,7 @@ class RayBackend:
             except self.ray.exceptions.RayError as exc:  # the actor, its worker or its node died
                 outcome = exc
             except Exception as exc:  # noqa: BLE001 - still running: stop_all finds it
-                raise interrupted_within(exc) or exc
+                _raise_unwrapped(exc)
             del self.running[ref]
             self.placed = {k: v for k, v in self.placed.items() if v is not ref}
             out.append((ref, outcome))

@@ -20,11 +20,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune.events import Emit
 from autotune.fleet import collect
 from autotune.fleet.collect import FAILED, FINISHED, INTERRUPTED, RUNNING, WAITING, FleetState
-from autotune.fleet.leaf import Outcome
-from autotune.fleet.plan import Leaf, FleetPlan
-from autotune.events import Emit
+from autotune.fleet.leaf import LeafOutcome
+from autotune.fleet.plan import FleetPlan, Leaf
 from autotune.host.signals import GATE, Interrupted, interruptible
 from autotune.store import artifact
 
@@ -105,10 +105,10 @@ class Driver:
         self.state.save()
         self.emit("leaf_started", leaf=job.leaf, try_no=job.try_no, node=node, gpu=gpu)
 
-    def _finished(self, job: Job, outcome: Outcome | Exception) -> None:
+    def _finished(self, job: Job, outcome: LeafOutcome | Exception) -> None:
         entry = self.state.leaf(job.leaf.key)
         if isinstance(outcome, Exception):
-            outcome = Outcome(leaf_key=job.leaf.key, try_no=job.try_no, exit_code=None, run_dir=None,
+            outcome = LeafOutcome(leaf_key=job.leaf.key, try_no=job.try_no, exit_code=None, run_dir=None,
                               started_at=entry.get("started_at") or "", ended_at=artifact.iso(artifact.utc_now()),
                               duration_s=0.0, node=entry.get("node") or {}, gpu=entry.get("gpu") or {},
                               infra=_infra_text(outcome))
@@ -125,7 +125,7 @@ class Driver:
         self.state.save()
         self.emit("leaf_interrupted" if outcome.interrupted else "leaf_finished", leaf=job.leaf, entry=entry)
 
-    def _retry_or_fail(self, job: Job, entry: dict, outcome: Outcome) -> None:
+    def _retry_or_fail(self, job: Job, entry: dict, outcome: LeafOutcome) -> None:
         if job.try_no >= MAX_TRIES:
             entry.update(state=FAILED, error=f"gave up after {job.try_no} tries: {outcome.infra}")
             self.state.save()
@@ -143,7 +143,7 @@ class Driver:
         for handle, outcome in self.backend.stop_all(STOP_TIMEOUT_S):
             job = self.running.pop(handle, None)
             if job is not None:
-                if isinstance(outcome, Outcome):
+                if isinstance(outcome, LeafOutcome):
                     outcome.interrupted = outcome.interrupted or outcome.infra is not None
                     outcome.infra = None
                 self._finished(job, outcome)

@@ -22,13 +22,13 @@ Three facts about CUDA drive the design:
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
 
 __all__ = [
-    "GpuPlan",
+    "GpuPinning",
     "resolve_selector",
     "pinning_env",
     "check_visible_env",
@@ -53,7 +53,7 @@ _UUID_PREFIXES = ("GPU-", "MIG-")
 
 
 @dataclass(frozen=True)
-class GpuPlan:
+class GpuPinning:
     """What to give vLLM: the GPUs (NVML indices), the environment changes, what to tell the user."""
 
     indices: tuple[int, ...]  # NVML indices of the GPUs vLLM will see (empty: unknown or none)
@@ -353,7 +353,7 @@ def mixed_capability_warning(indices: Sequence[int], inventory: Sequence[Mapping
 # ---------------------------------------------------------------------------
 
 
-def plan_gpus(selector: str | None, env: Mapping[str, str], inventory: Sequence[Mapping]) -> GpuPlan:
+def plan_gpus(selector: str | None, env: Mapping[str, str], inventory: Sequence[Mapping]) -> GpuPinning:
     """Decide the GPUs and environment for vLLM from ``--gpu`` (or None) and the user's env.
 
     * ``--gpu`` given: resolve it (ValueError on a bad selector) and pin with indices;
@@ -365,7 +365,7 @@ def plan_gpus(selector: str | None, env: Mapping[str, str], inventory: Sequence[
     if not inventory:
         if selector is not None:
             resolve_selector(selector, inventory)  # raises: no GPU here
-        return GpuPlan((), {}, (), "none")
+        return GpuPinning((), {}, (), "none")
     warnings: list[str] = []
     if selector is not None:
         indices = resolve_selector(selector, inventory)
@@ -383,4 +383,4 @@ def plan_gpus(selector: str | None, env: Mapping[str, str], inventory: Sequence[
     mixed = mixed_capability_warning(indices, inventory)
     if mixed:
         warnings.append(mixed)
-    return GpuPlan(tuple(indices), changes, tuple(warnings), source)
+    return GpuPinning(tuple(indices), changes, tuple(warnings), source)

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from dataclasses import dataclass
 import json
 import os
 import subprocess
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from autotune.host import processes
 from autotune.host.machine import GpuInventory
@@ -52,7 +53,7 @@ class ServerHandle(Protocol):
     def output_closed(self) -> bool: ...
 
     def stop(self, stages=processes.STAGES_GRACEFUL,
-             on_step: Callable[[dict], None] | None = None) -> processes.StopReport: ...
+             on_step: Callable[[dict], None] | None = None) -> processes.TreeStop: ...
 
 
 class Launcher(Protocol):
@@ -92,7 +93,8 @@ class ProcessLauncher:
         return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-_CURRENT: contextvars.ContextVar[Launcher] = contextvars.ContextVar("launcher", default=ProcessLauncher())
+# ProcessLauncher holds no state: one shared default is safe (bugbear fears a mutable default).
+_CURRENT: contextvars.ContextVar[Launcher] = contextvars.ContextVar("launcher", default=ProcessLauncher())  # noqa: B039
 
 
 def current() -> Launcher:

@@ -165,7 +165,7 @@ class GpuInventory:
     elsewhere: str | None = None  # GPUs not of this machine: whose they are (None: this machine's NVML)
 
     @classmethod
-    def here(cls) -> "GpuInventory":
+    def here(cls) -> GpuInventory:
         gpus, why = gpu_facts()
         return cls(gpus, why)
 

@@ -22,9 +22,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
 
 import psutil
 
@@ -183,7 +183,7 @@ class LaunchError(Exception):
 
 
 @dataclass
-class StopReport:
+class TreeStop:
     steps: list[dict] = field(default_factory=list)  # {signal, pids, at_s}
     leftover_pids: list[int] = field(default_factory=list)
     duration_s: float = 0.0
@@ -300,7 +300,7 @@ class ServerProcess(OutputLines):
     def tree(self) -> list[psutil.Process]:
         return process_tree(self.pid, self.create_time)
 
-    def stop(self, stages=STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> StopReport:
+    def stop(self, stages=STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> TreeStop:
         held: set[str] = set()
 
         def before_signal(step: dict) -> None:
@@ -358,9 +358,9 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def stop_tree(pid: int, create_time: float | None, stages=STAGES_GRACEFUL,
-              on_step: Callable[[dict], None] | None = None) -> StopReport:
+              on_step: Callable[[dict], None] | None = None) -> TreeStop:
     """Signal the whole tree stage by stage until nothing of it is left."""
-    report = StopReport()
+    report = TreeStop()
     started = time.monotonic()
     for sig, wait_s in stages:
         procs = process_tree(pid, create_time)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import signal
 from contextlib import contextmanager
 
-
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 

@@ -28,9 +28,9 @@ import math
 import os
 import re
 import struct
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 from autotune.errors import AutotuneError
 
@@ -117,9 +117,9 @@ def read_json(path: Path) -> dict:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except FileNotFoundError:
-        raise ModelFilesError(f"{path}: not found (give a local model folder with {path.name})")
+        raise ModelFilesError(f"{path}: not found (give a local model folder with {path.name})") from None
     except (OSError, ValueError) as exc:
-        raise ModelFilesError(f"{path}: cannot read it: {exc}")
+        raise ModelFilesError(f"{path}: cannot read it: {exc}") from exc
     if not isinstance(data, dict):
         raise ModelFilesError(f"{path}: not a JSON object")
     return data
@@ -148,7 +148,7 @@ def safetensors_header(path: Path) -> dict:
         try:
             return json.loads(fh.read(length))
         except ValueError as exc:
-            raise ModelFilesError(f"{path}: unreadable safetensors header: {exc}")
+            raise ModelFilesError(f"{path}: unreadable safetensors header: {exc}") from exc
 
 
 def weights(model_dir: str | Path) -> Weights:
@@ -174,7 +174,7 @@ def weights(model_dir: str | Path) -> Weights:
             data = json.loads(index.read_text())
             total = int(data["metadata"]["total_size"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelFilesError(f"{index}: no metadata.total_size ({exc}) and no shards beside it")
+            raise ModelFilesError(f"{index}: no metadata.total_size ({exc}) and no shards beside it") from exc
         shards = len(set((data.get("weight_map") or {}).values()))
         return Weights(bytes=total, tensors=len(data.get("weight_map") or {}), files=shards,
                        source=f"{SAFETENSORS_INDEX} metadata.total_size (shards not present)")

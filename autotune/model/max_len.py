@@ -14,7 +14,7 @@ checks (run/preflight.py) use both.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 # vLLM's _get_and_verify_max_len: the keys, in order, whose smallest value is the maximum.
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",

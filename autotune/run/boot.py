@@ -10,25 +10,20 @@ says is read by vllm/log/ (its parser); what to boot next is decided by run/stra
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from autotune.host import launcher, memwait
-from autotune.host import processes
-from autotune.server import marker
-from autotune.run import strategy
-from autotune.server import client
-from autotune.server import health
-from autotune.server import queue_watch
-from autotune.server import witness
 from autotune.events import Emit
-from autotune.run.plan import RunPlan
+from autotune.host import launcher, memwait, processes
 from autotune.host.signals import GATE
-from autotune.store import artifact
-from autotune.store import redact
+from autotune.run import strategy
+from autotune.run.plan import RunPlan
+from autotune.server import client, health, marker, queue_watch, witness
+from autotune.store import artifact, redact
 from autotune.store.record import Attempt, Verification, given
 from autotune.vllm import servecmd
 from autotune.vllm.log import BootLogParser, ceiling_from, diagnosis, limit_from, stall_diagnosis, traceback_tail
@@ -429,7 +424,7 @@ def head(path: Path, n: int) -> list[str]:
     """The first ``n`` lines of a log."""
     try:
         with open(path, "rb") as fh:
-            return [line.decode("utf-8", "replace").rstrip("\r\n") for line, _ in zip(fh, range(n))]
+            return [line.decode("utf-8", "replace").rstrip("\r\n") for line in itertools.islice(fh, n)]
     except OSError:
         return []
 

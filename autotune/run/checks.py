@@ -5,14 +5,13 @@ this is the glue that records what they said."""
 
 from __future__ import annotations
 
+from autotune.analysis import pool_slope
+from autotune.events import Emit
 from autotune.run import strategy
 from autotune.run.errors import PreflightFailed
-from autotune.events import Emit
 from autotune.run.options import TuneOptions
 from autotune.store.record import Attempt, RunRecord
-from autotune.analysis import pool_slope
 from autotune.vllm import servecmd, versions
-
 
 # --target max when the model's files are not here to say its maximum: far more than any model has,
 # so that vLLM refuses it with the maximum (or auto-fit starts from it), which then becomes the target.
@@ -25,8 +24,8 @@ def preflight(opts: TuneOptions, argv: list[str], env: dict[str, str], model: st
     """GPU pinning and the checks that refuse a boot that cannot work; (GPU plan, run.json "preflight",
     the target: --target max resolved). Raises PreflightFailed (nothing booted) unless --force; a bad
     --gpu raises GpuSelectorError."""
-    from autotune.host import gpus, launcher
     from autotune.analysis import reachable
+    from autotune.host import gpus, launcher
     from autotune.model import files as model_files
     from autotune.model import max_len
     from autotune.run import preflight as rules

@@ -28,15 +28,14 @@ import httpx
 import psutil
 
 from autotune.analysis.could_serve import Room, could_serve
-from autotune.server import client as client_mod
-from autotune.server import metrics, probe, health
 from autotune.events import Emit
 from autotune.model import max_len
 from autotune.run import checks
-from autotune.vllm.servecmd import model_slug
-from autotune.store import artifact
-from autotune.store import walk
+from autotune.server import client as client_mod
+from autotune.server import health, metrics, probe
+from autotune.store import artifact, walk
 from autotune.store.record import Result, RunRecord
+from autotune.vllm.servecmd import model_slug
 
 KIND = "verify"
 LINK = "verifies"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from autotune.vllm import servecmd, versions
 
@@ -57,7 +57,7 @@ def _user_flags(argv: Sequence[str]) -> list[tuple[str, tuple[str, ...], object]
     out: nobody can tell what they set."""
     cmd = servecmd.parse_vllm_command(argv, strict=False)
     found = []
-    for typed, (name, value) in zip(cmd.typed, cmd.options):
+    for typed, (name, value) in zip(cmd.typed, cmd.options, strict=True):
         if not typed.startswith("--") and typed not in servecmd.SHORT_OPTIONS:
             continue
         dest = name.split(".", 1)[0].replace("-", "_")

@@ -11,17 +11,16 @@ import time
 from pathlib import Path
 
 from autotune.analysis import boot_check
-from autotune.run import checks
-from autotune.host import processes
-from autotune.server import marker
-from autotune.run import result as results
-from autotune.run import strategy
-from autotune.run import warnings as run_warnings
-from autotune.run.boot import BootContext, WatchedBoot, stop_server
 from autotune.events import Emit
 from autotune.export import verified
-from autotune.run.plan import RunPlan
+from autotune.host import processes
 from autotune.host.signals import GATE, Interrupted
+from autotune.run import checks, strategy
+from autotune.run import result as results
+from autotune.run import warnings as run_warnings
+from autotune.run.boot import BootContext, WatchedBoot, stop_server
+from autotune.run.plan import RunPlan
+from autotune.server import marker
 from autotune.store import artifact
 from autotune.store.record import Attempt, RunRecord
 from autotune.vllm import servecmd

@@ -17,11 +17,11 @@ VLLM_CPU_KVCACHE_SPACE): vLLM then ignores gmu for the pool, and the margin is r
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autotune.errors import AutotuneError
-from autotune.store.record import Margin as RecordedMargin
+from autotune.store.record import Margin
 from autotune.vllm import servecmd
 
 GIB = 1 << 30
@@ -49,7 +49,7 @@ class Device:
 
 
 @dataclass(frozen=True)
-class Margin:
+class ResolvedMargin:
     """What --margin became."""
 
     asked_bytes: int
@@ -89,7 +89,7 @@ def gpu_device(inventory: Sequence[Mapping], indices: Sequence[int], whose: str 
                   + (f" ({whose})" if whose else ""))
 
 
-def plan(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], device: Device | None) -> Margin:
+def plan(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], device: Device | None) -> ResolvedMargin:
     """The gmu that keeps margin_bytes of the device unused (pure). Raises MarginError."""
     if servecmd.has_flag(argv, KV_BYTES):
         raise MarginError(f"--margin sets --gpu-memory-utilization, but the command sizes the KV pool with {KV_BYTES} "
@@ -104,15 +104,15 @@ def plan(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], device:
         raise MarginError(f"--margin {gib(margin_bytes)} leaves nothing of the device's {gib(device.total_bytes)} "
                           f"({device.source}) for vLLM")
     gmu = math.floor((device.total_bytes - margin_bytes) / device.total_bytes * 10_000) / 10_000
-    return Margin(asked_bytes=margin_bytes, device=device, gmu=gmu, replaced_gmu=servecmd.flag_value(argv, GMU))
+    return ResolvedMargin(asked_bytes=margin_bytes, device=device, gmu=gmu, replaced_gmu=servecmd.flag_value(argv, GMU))
 
 
-def apply(argv: Sequence[str], margin: Margin) -> list[str]:
+def apply(argv: Sequence[str], margin: ResolvedMargin) -> list[str]:
     """The serve command with the margin's gmu in place of its own."""
     return servecmd.with_flag(list(argv), GMU, f"{margin.gmu:g}")
 
 
-def applied(argv: Sequence[str], recorded: RecordedMargin | None) -> list[str]:
+def applied(argv: Sequence[str], recorded: Margin | None) -> list[str]:
     """The user's serve command (run.json command.argv) as a run booted it: with the gmu of the
     margin run.json records, if any (a resumed run, a lever search, a reproduction keep it)."""
     if recorded is None or recorded.gmu is None:
@@ -120,7 +120,7 @@ def applied(argv: Sequence[str], recorded: RecordedMargin | None) -> list[str]:
     return servecmd.with_flag(list(argv), GMU, f"{recorded.gmu:g}")
 
 
-def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> Margin:
+def plan_here(margin_bytes: int, argv: Sequence[str], env: Mapping[str, str], gpu_selector: str | None) -> ResolvedMargin:
     """plan() for the machine the command runs on: the GPUs vLLM will get (NVML here, or the
     replaying vLLM's own, which stands for another machine: the launcher's gpus_for, as the rest
     of the tune), else the CPU backend's NUMA node; the command read with its --config file's

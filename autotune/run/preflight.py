@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Mapping, Sequence
 
 from autotune.host import gpus
-from autotune.run.flaghygiene import (describe_disagreements, describe_missing_flags, disagreeing_flags,
-                                      missing_flags)
 from autotune.model.files import read_model_config, read_tokenizer_config
 from autotune.model.max_len import derived_max_len, derived_max_model_len, max_len_source
+from autotune.run.flaghygiene import describe_disagreements, describe_missing_flags, disagreeing_flags, missing_flags
 from autotune.vllm import servecmd, versions
 
 __all__ = [

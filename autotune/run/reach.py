@@ -10,20 +10,17 @@ from that run, an interrupted one is resumed, and only the rest boot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-from autotune.run import levers
-from autotune.run import margin
-from autotune.run import strategy
-from autotune.run import warnings as run_warnings
 from autotune.events import Emit
+from autotune.export import write_all as write_paste_ready
+from autotune.host.signals import GATE, Interrupted
+from autotune.run import levers, margin, strategy
+from autotune.run import warnings as run_warnings
 from autotune.run.options import TuneOptions
 from autotune.run.plan import RunPlan
-from autotune.host.signals import GATE, Interrupted
-from autotune.store import artifact
-from autotune.store import walk
-from autotune.export import write_all as write_paste_ready
+from autotune.store import artifact, walk
 from autotune.store.record import BootFacts, GpuPlan, Machine, Reach, ReachStep, Result, RunRecord
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo

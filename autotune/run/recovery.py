@@ -2,7 +2,7 @@
 
 ``recovery_for(attempt, argv, options)`` looks at one finished attempt (the
 record tune.py keeps: ``error_kind`` and the parsed log ``facts``) and returns a
-``Recovery`` (relaunch with this argv / after waiting for GPU memory / on another
+``RecoveryFix`` (relaunch with this argv / after waiting for GPU memory / on another
 port) or None. ``explain_no_recovery`` says why a failure that sometimes recovers
 did not this time, for the summary.
 
@@ -21,13 +21,13 @@ limit, and the strategy boots there (run/strategy.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autotune.store.record import Attempt, BootFacts
 from autotune.vllm import servecmd, versions
 
-__all__ = ["Recovery", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
+__all__ = ["RecoveryFix", "RecoveryOptions", "recovery_for", "explain_no_recovery", "RETRY_LIMITS"]
 
 # How many recoveries of each kind one run may make.
 RETRY_LIMITS = {
@@ -44,7 +44,7 @@ class RecoveryOptions:
 
 
 @dataclass(frozen=True)
-class Recovery:
+class RecoveryFix:
     kind: str  # the error_kind recovered from
     reason: str  # one line for the screen and the artifact
     new_argv: list[str] | None = None  # relaunch with this argv (None: the same argv)
@@ -53,7 +53,7 @@ class Recovery:
     need_free_gib: float | None = None  # with wait_for_memory: free memory each GPU needs (GiB)
 
 
-def recovery_for(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> Recovery | None:
+def recovery_for(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> RecoveryFix | None:
     """The mechanical recovery from this failed attempt, or None.
 
     ``argv`` is the serve command of that attempt (as launched); ``attempt`` needs
@@ -67,7 +67,7 @@ def explain_no_recovery(attempt: Attempt, argv: Sequence[str], options: Recovery
     return _decide(attempt, argv, options)[1]
 
 
-def _decide(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+def _decide(attempt: Attempt, argv: Sequence[str], options: RecoveryOptions) -> tuple[RecoveryFix | None, str | None]:
     kind = attempt.error_kind
     facts = attempt.facts or BootFacts()
     if kind not in RETRY_LIMITS:
@@ -87,7 +87,7 @@ def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _mamba(facts: BootFacts, argv: Sequence[str]) -> tuple[Recovery | None, str | None]:
+def _mamba(facts: BootFacts, argv: Sequence[str]) -> tuple[RecoveryFix | None, str | None]:
     blocks, asked = _int(facts.mamba_cache_blocks), _int(facts.max_num_seqs_refused)
     if blocks is None or asked is None:
         return None, "the log does not show how many Mamba cache blocks fit, so there is no number to relaunch with"
@@ -96,7 +96,7 @@ def _mamba(facts: BootFacts, argv: Sequence[str]) -> tuple[Recovery | None, str 
                       "--gpu-memory-utilization or use a smaller/quantized model")
     if blocks >= asked:
         return None, f"vLLM printed {blocks} Mamba cache blocks for --max-num-seqs {asked}: nothing to lower"
-    return Recovery(
+    return RecoveryFix(
         "mamba_cache_blocks",
         f"vLLM has Mamba state for {blocks} sequences, not the {asked} of --max-num-seqs: "
         f"relaunching with --max-num-seqs {blocks}, the number vLLM printed",
@@ -109,7 +109,7 @@ def _default_gmu(version: object) -> float:
     return versions.default_gmu(str(version) if version else None) or versions.HIGHEST_DEFAULT_GMU
 
 
-def _free_memory(facts: BootFacts, argv: Sequence[str], options: RecoveryOptions) -> tuple[Recovery | None, str | None]:
+def _free_memory(facts: BootFacts, argv: Sequence[str], options: RecoveryOptions) -> tuple[RecoveryFix | None, str | None]:
     free, total = facts.startup_free_gib, facts.startup_total_gib
     seen = f"only {free} of {total} GiB were free at startup" if free is not None and total is not None else (
         "free memory at startup was below --gpu-memory-utilization x total")
@@ -122,16 +122,16 @@ def _free_memory(facts: BootFacts, argv: Sequence[str], options: RecoveryOptions
     except ValueError:
         gmu = _default_gmu(facts.vllm_version)
     need = round(gmu * total, 2) if isinstance(total, (int, float)) else None
-    return Recovery(
+    return RecoveryFix(
         "free_memory_below_gmu",
         f"{seen} right after autotune stopped its previous server, whose memory the driver had not yet "
         f"released: waiting for {need if need is not None else 'the'} GiB to be free, then retrying once",
         wait_for_memory=True, need_free_gib=need), None
 
 
-def _port(argv: Sequence[str]) -> Recovery:
+def _port(argv: Sequence[str]) -> RecoveryFix:
     port = servecmd.port_of(argv)
     where = f"port {port}" if port is not None else "the port"
-    return Recovery("address_in_use",
+    return RecoveryFix("address_in_use",
                     f"{where} is already in use by another process: retrying on another free port",
                     new_port=True)

@@ -10,16 +10,16 @@ the one its command starts now.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from autotune.analysis import reproduce as rep
 from autotune.errors import AutotuneError
-from autotune.host import launcher
-from autotune.run import tune as tune_mod
-from autotune.run import margin
 from autotune.events import Emit
+from autotune.host import launcher
+from autotune.run import margin
+from autotune.run import tune as tune_mod
 from autotune.run.options import TuneOptions, default
 from autotune.store.record import Command, GpuPlan, KeptOptions, ProbeResult, Result, RunRecord
 from autotune.store.redact import MASK

@@ -12,14 +12,13 @@ from pathlib import Path
 
 from autotune.analysis import longest
 from autotune.analysis import ranks as kv_ranks
+from autotune.export import write_all as write_paste_ready
+from autotune.host.processes import ServerProcess
 from autotune.run import strategy
 from autotune.server import health
-from autotune.host.processes import ServerProcess
 from autotune.server import kept as kept_servers
-from autotune.export import write_all as write_paste_ready
 from autotune.store.record import RESULT_FIGURES, Attempt, BootFacts, Result, RunRecord
 from autotune.vllm import servecmd
-
 
 # A command whose boots printed no vLLM line and failed for no known reason: not a vLLM diagnosis.
 NOT_VLLM = ("the command printed no vLLM log line (no version, no engine) before it ended: if `{command} ...` "

@@ -29,9 +29,24 @@ from dataclasses import dataclass
 from autotune.run import fixed_point
 
 # The words a run records (store/outcomes.py), re-exported: run/ reads them as strategy.VERIFIED and so on.
-from autotune.store.outcomes import (AUTOFIT_READ, ERROR, EXITED, FRONT_DOOR, HUNG, INTERRUPTED,  # noqa: F401
-                                     KV_CACHE, LIMITS, NOT_VERIFIED, PREDICTED, PROBE_FAILED, QUEUED, REFUSED,
-                                     VERIFIED, Basis, Verdict)
+from autotune.store.outcomes import (  # noqa: F401
+    AUTOFIT_READ,
+    ERROR,
+    EXITED,
+    FRONT_DOOR,
+    HUNG,
+    INTERRUPTED,
+    KV_CACHE,
+    LIMITS,
+    NOT_VERIFIED,
+    PREDICTED,
+    PROBE_FAILED,
+    QUEUED,
+    REFUSED,
+    VERIFIED,
+    Basis,
+    Verdict,
+)
 
 PLANS = ("refusal", "auto", "auto_probe")
 ROOM_TOLERANCE = 0.01
@@ -260,7 +275,8 @@ def sweep_plan(requested: str, auto_fit: str | None) -> tuple[str, str]:
     if requested == "refusal":
         return "refusal", "--strategy refusal: each value boots the prediction from the values before it"
     if auto_fit == "auto":
-        return "auto", "this vLLM fits each value's length itself (--max-model-len auto): one boot per value"
+        return "auto", ("this vLLM fits each value's length itself (--max-model-len auto): one boot per value, "
+                        "and on to the longest length that boots where the pool shrinks as the length grows")
     if auto_fit == "auto_probe":
         return "refusal", ("this vLLM reports a fitted length but does not serve it (two boots per value): "
                            "the refusal path, booting predictions, takes fewer")

@@ -10,29 +10,26 @@ not reached yet run as they would have.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from autotune import __version__
-from autotune.store import artifact
-from autotune.store import walk
-from autotune.server import leftovers
-from autotune.store.record import Result, RunRecord, SweepPoint, SweepRecord
 from autotune.analysis import compare as cmp
-from autotune.analysis import gmu_predict
-from autotune.analysis import run_row
-from autotune.analysis import sweep_plan
-from autotune.vllm import extensible, servecmd
-from autotune.vllm import versions as vllminfo
+from autotune.analysis import gmu_predict, run_row, sweep_plan
+from autotune.events import Emit
+from autotune.host import launcher
+from autotune.host.signals import Interrupted, interruptible
 from autotune.run import strategy as strategy_mod
 from autotune.run import tune as tune_mod
 from autotune.run.errors import PreflightFailed
-from autotune.events import Emit
 from autotune.run.options import default
-from autotune.host import launcher
-from autotune.host.signals import Interrupted, interruptible
+from autotune.server import leftovers
+from autotune.store import artifact, walk
+from autotune.store.record import Result, RunRecord, SweepPoint, SweepRecord
 from autotune.store.sweeps import SWEEP_FILE, load, mark_interrupted, new_dir, save
+from autotune.vllm import extensible, servecmd
+from autotune.vllm import versions as vllminfo
 
 Say = Callable[[str], None]
 

@@ -20,23 +20,17 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from autotune.host.machine import machine_facts
-from autotune.run import aim
-from autotune.run import checks
-from autotune.host import launcher, processes
-from autotune.run import margin
-from autotune.run import reach
-from autotune.run.loop import Loop
 from autotune.events import Emit
+from autotune.host import launcher, processes
+from autotune.host.machine import machine_facts
+from autotune.host.signals import interruptible
+from autotune.run import aim, checks, margin, reach, strategy
+from autotune.run.loop import Loop
 from autotune.run.options import TuneOptions, from_record, kept_options
 from autotune.run.plan import RunPlan
-from autotune.host.signals import interruptible
-from autotune.run import strategy
-from autotune.store import artifact
-from autotune.server import leftovers
+from autotune.server import client, leftovers
+from autotune.store import artifact, redact
 from autotune.store.record import RECORD_ORDER, Command, RunRecord
-from autotune.server import client
-from autotune.store import redact
 from autotune.store.redact import redact_env
 from autotune.vllm import servecmd
 from autotune.vllm import versions as vllminfo
@@ -142,7 +136,7 @@ def prepare(opts: TuneOptions, emit: Emit) -> tuple[RunPlan, RunRecord, Path]:
     return plan, record, run_dir
 
 
-def _margin(opts: TuneOptions, argv: list[str], env: dict[str, str], emit: Emit) -> margin.Margin | None:
+def _margin(opts: TuneOptions, argv: list[str], env: dict[str, str], emit: Emit) -> margin.ResolvedMargin | None:
     """--margin SIZE as the gmu the command boots with (run/margin.py); the lever search may not raise
     it (the plan's max_gmu is capped at it). Raises MarginError when the command cannot keep a margin."""
     if opts.margin_bytes is None:

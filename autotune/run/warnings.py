@@ -12,8 +12,19 @@ from autotune.run import levers as lever_rules
 from autotune.run.preflight import RISKY_GMU
 from autotune.server import queue_watch, witness
 from autotune.store.outcomes import Basis, Outcome, Verdict, WarningKind
-from autotune.store.record import (Attempt, Command, GpuPlan, KeptOptions, Machine, Reach, Recovery, Result,
-                                   RunRecord, RunWarning, StopReport)
+from autotune.store.record import (
+    Attempt,
+    Command,
+    GpuPlan,
+    KeptOptions,
+    Machine,
+    Reach,
+    Recovery,
+    Result,
+    RunRecord,
+    RunWarning,
+    StopReport,
+)
 from autotune.vllm import extensible, servecmd, versions
 
 FEW_SEQS = 8  # at or below this many sequences, lowering --max-num-seqs frees next to nothing (non-hybrid)

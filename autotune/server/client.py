@@ -25,10 +25,10 @@ import ipaddress
 import socket
 import ssl
 import threading
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 import httpx
 
@@ -379,8 +379,7 @@ def speaks_tls(door: FrontDoor, timeout: float = 3.0) -> bool:
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
     try:
-        with socket.create_connection((door.host, door.port), timeout=timeout) as sock:
-            with context.wrap_socket(sock):
-                return True
+        with socket.create_connection((door.host, door.port), timeout=timeout) as sock, context.wrap_socket(sock):
+            return True
     except (OSError, ssl.SSLError):
         return False

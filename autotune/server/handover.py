@@ -20,11 +20,9 @@ from pathlib import Path
 
 import psutil
 
-from autotune.host import processes
-from autotune.server import logkeeper, marker
-from autotune.server import client, health
 from autotune.events import Emit
-from autotune.server import kept
+from autotune.host import processes
+from autotune.server import client, health, kept, logkeeper, marker
 from autotune.store import redact
 
 KEPT_LOG = "kept.log"

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from autotune.errors import AutotuneError
 from autotune.host import processes
+from autotune.server.marker import MARKER, Cleaned
 from autotune.store import artifact
 from autotune.store.record import Result, RunRecord
-from autotune.server.marker import MARKER, Cleaned
 
 
 class NotKept(AutotuneError):

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import psutil
 
-from autotune.store import artifact
-from autotune.store import walk
-from autotune.server import kept
-from autotune.store import sweeps
-from autotune.store.record import Attempt, RunRecord
-from autotune.server.marker import MARKER, Cleaned
 from autotune.host import processes
+from autotune.server import kept
+from autotune.server.marker import MARKER, Cleaned
+from autotune.store import artifact, sweeps, walk
+from autotune.store.record import Attempt, RunRecord
+
 
 def owner_stamp() -> dict:
     """Who runs a run or sweep now: kept in its record while it runs (see mark_abandoned)."""

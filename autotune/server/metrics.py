@@ -22,8 +22,8 @@ guard /metrics with its API key).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 import httpx
 
@@ -113,7 +113,7 @@ class CacheConfig:
     kv_cache_max_concurrency: float | None
 
     @classmethod
-    def from_labels(cls, labels: Mapping[str, str]) -> "CacheConfig":
+    def from_labels(cls, labels: Mapping[str, str]) -> CacheConfig:
         return cls(labels=dict(labels), engine=labels.get("engine"), block_size=_int(labels, "block_size"),
                    num_gpu_blocks=_int(labels, "num_gpu_blocks"),
                    gpu_memory_utilization=_float(labels, "gpu_memory_utilization"),

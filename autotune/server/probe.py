@@ -29,16 +29,16 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import httpx
 
 from autotune.server import client as client_mod
 from autotune.server import health
 from autotune.server.probe_memory import MemoryReader, PeakSampler, memory_record
-from autotune.server.queue_watch import STUCK_AFTER_S, WHY, QueueWatch
 from autotune.server.prompt import ProbeFailure, SizedPrompt, default_margin, filler_text, prompt_budget, size_prompt
+from autotune.server.queue_watch import STUCK_AFTER_S, WHY, QueueWatch
 
 QUICK = "quick"
 FULL = "full"

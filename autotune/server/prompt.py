@@ -7,8 +7,8 @@ each next length comes from the counts (see size_prompt). probe.py sends what th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 # How far below the budget (max_model_len - MAX_TOKENS) the prompt may land: 32 tokens, or
 # 0.2% of the length above 16K (a 1M-token context gets a 2K margin). Tokenizers are

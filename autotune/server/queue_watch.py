@@ -20,13 +20,11 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from autotune.server import client
-from autotune.server import metrics
-from autotune.server import health
 from autotune.host.signals import GATE
+from autotune.server import client, health, metrics
 from autotune.store.record import Attempt
 from autotune.vllm import versions
 
@@ -97,7 +95,7 @@ class QueueWatch:
         if response is not None and self.verdict is not None:
             client.abort(response)
 
-    def __enter__(self) -> "QueueWatch":
+    def __enter__(self) -> QueueWatch:
         self._thread = threading.Thread(target=self._run, name="probe-queue", daemon=True)
         try:
             # A Ctrl-C inside start() leaves a thread half started, which the interpreter's exit then

@@ -11,8 +11,7 @@ misread, or something between the command and vLLM (a wrapper, a --config file) 
 
 from __future__ import annotations
 
-from autotune.server import metrics
-from autotune.server import health
+from autotune.server import health, metrics
 from autotune.vllm import servecmd, versions
 
 GMU = "--gpu-memory-utilization"

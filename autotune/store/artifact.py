@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
 
 from autotune import __version__
 from autotune.errors import AutotuneError
@@ -44,7 +44,7 @@ class ArtifactError(AutotuneError):
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def iso(ts: datetime) -> str:

@@ -23,9 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from autotune.store import artifact
-from autotune.store import sweeps
-from autotune.store import walk
+from autotune.store import artifact, sweeps, walk
 from autotune.store.record import RunRecord
 
 LATEST = "latest"

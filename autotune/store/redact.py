@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.events import Emit

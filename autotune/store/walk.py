@@ -10,9 +10,9 @@ not (the ETA's median, a tune's first-boot prediction: background estimates that
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from autotune.store import artifact
 from autotune.store.record import RunRecord

@@ -17,8 +17,8 @@ value. Its own options: FAKE_OPTIONS.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from autotune.testing import profiles, sizing_v034
 from autotune.testing.profiles import Profile, Settings

@@ -34,13 +34,14 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Sequence
 
 from autotune.testing import fake_boot_v034, fake_lines, fake_metrics, profiles
 from autotune.testing.fake_args import USAGE, Request, UsageError, read_request
 from autotune.testing.profiles import GIB, PROFILES
 from autotune.vllm import servecmd, versions
+
 
 def _gib(family: dict, value_bytes: float) -> str:
     """A GiB figure as this version prints it: %.2f, or format_gib (round to 2: "16.0") from 0.14."""

@@ -22,8 +22,8 @@ import io
 import os
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from autotune.host import launcher, processes
 from autotune.store import redact
@@ -47,7 +47,7 @@ class _Stop(threading.Event):
 class _Lines(io.TextIOBase):
     """What the replay prints, line by line into the queue and the log, as a pipe and launch's reader do."""
 
-    def __init__(self, server: "ThreadServer"):
+    def __init__(self, server: ThreadServer):
         self.server = server
         self.pending = ""
 
@@ -116,8 +116,8 @@ class ThreadServer(processes.OutputLines):
     def poll(self) -> int | None:
         return None if self._thread.is_alive() else self.proc.returncode
 
-    def stop(self, stages=processes.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> processes.StopReport:
-        report = processes.StopReport()
+    def stop(self, stages=processes.STAGES_GRACEFUL, on_step: Callable[[dict], None] | None = None) -> processes.TreeStop:
+        report = processes.TreeStop()
         started = time.monotonic()
         if self._thread.is_alive():
             sig, wait_s = stages[0]

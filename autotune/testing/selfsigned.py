@@ -22,7 +22,7 @@ def make_self_signed(folder: Path, name: str = "server") -> tuple[Path, Path]:
         _with_cryptography(keyfile, certfile)
     except ImportError:
         if shutil.which("openssl") is None:
-            raise RuntimeError("making a certificate needs the cryptography package or the openssl binary")
+            raise RuntimeError("making a certificate needs the cryptography package or the openssl binary") from None
         subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
                         "-keyout", str(keyfile), "-out", str(certfile), "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"],
@@ -39,7 +39,7 @@ def _with_cryptography(keyfile: Path, certfile: Path) -> None:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=2))

@@ -11,8 +11,8 @@ truth and one token above it to keep the two in step.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autotune.testing import fake_args, profiles, sizing_v034
 from autotune.vllm import versions

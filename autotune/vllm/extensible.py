@@ -10,7 +10,7 @@ in versions.py; the log's own word (the parser's extensible_kv_cache fact) wins 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from autotune.vllm.versions import EXTENSIBLE_KV_CACHE_SINCE, Version, _dotted, _flag_name, default_gmu, profile
 

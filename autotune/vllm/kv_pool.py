@@ -56,7 +56,7 @@ class Settings:
 
 
 @dataclass
-class Group:
+class PoolGroup:
     kind: str
     layers: int  # real layers in this group (the rest of group_size are padding)
     blocks_per_request: int
@@ -70,7 +70,7 @@ class Pool:
     group_size: int
     bytes_per_block: int
     num_blocks: int
-    groups: list[Group]
+    groups: list[PoolGroup]
     blocks_per_request: int
     concurrency: float
     kv_cache_tokens: int  # what vLLM prints as "KV cache size: N tokens"
@@ -158,7 +158,7 @@ def pool(shape: KVShape, settings: Settings, available_bytes: int) -> Pool:
     bytes_per_block = size * page
     num_blocks = available_bytes // bytes_per_block
     length = settings.max_model_len
-    groups = [Group(g.kind, g.layers, n * _blocks_for(g, settings, block_size, length)) for g, n in split]
+    groups = [PoolGroup(g.kind, g.layers, n * _blocks_for(g, settings, block_size, length)) for g, n in split]
     per_request = sum(g.blocks_per_request for g in groups)
     concurrency = num_blocks / per_request
     tokens = int(concurrency * length)

@@ -25,7 +25,7 @@ Where --kv-cache-memory-bytes sizes the pool, nothing moves it.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 from autotune.vllm import servecmd, versions
 

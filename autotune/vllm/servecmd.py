@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Sequence
 
 MAX_MODEL_LEN = "--max-model-len"
 PORT = "--port"

@@ -63,8 +63,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from autotune.vllm import servecmd
 from autotune.vllm.flags_since import FLAGS_SINCE
@@ -256,7 +256,7 @@ def default_gmu_rule() -> str:
     (_, oldest), *later = _GMU_DEFAULTS
     since = [f"{first[0]}.{first[1]}" for first, _ in later]
     return ", ".join([f"{oldest:g} before {since[0]}" if later else f"{oldest:g}",
-                      *(f"{gmu:g} from {v}" for v, (_, gmu) in zip(since, later)),
+                      *(f"{gmu:g} from {v}" for v, (_, gmu) in zip(since, later, strict=True)),
                       f"unset from {_dotted(EXTENSIBLE_KV_CACHE_SINCE)} (1.0 with the extensible KV cache, "
                       f"{later[-1][1] if later else oldest:g} without)"])
 

@@ -6,16 +6,12 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from autotune.store import artifact
 from autotune.analysis import compare as cmp
-from autotune.analysis import gmu_fit
-from autotune.analysis import gmu_predict
-from autotune.analysis import run_groups
-from autotune.analysis import run_row
-from autotune.analysis import sweep_plan
+from autotune.analysis import gmu_fit, gmu_predict, run_groups, run_row, sweep_plan
 from autotune.cli.main import cli
-from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record, typed
+from autotune.store import artifact
 from autotune.store.record import RunRecord
+from tests.helpers.compare_records import RTX_3090, RTX_4090, cpu_sweep, record, typed
 
 
 def row_of(rec):
@@ -76,7 +72,7 @@ def test_the_device_memory_slope_points_at_the_bad_run_where_a_fit_would_blur_it
 ])
 def test_cpu_runs_use_the_node_memory_vllm_printed(kvs, verdict):
     runs = [record(f"run-0{i}", gmu=g, kv=kv, gpus=(), version="0.32.0", node_total=9.09)
-            for i, (g, kv) in enumerate(zip((0.15, 0.18, 0.21), kvs), 1)]
+            for i, (g, kv) in enumerate(zip((0.15, 0.18, 0.21), kvs, strict=True), 1)]
     report = cmp.compare(typed(runs))
     group = report.groups[0]
     assert group.expectation.gib_per_gmu == 9.09 and "NUMA node" in group.expectation.source

@@ -29,8 +29,7 @@ def test_a_graph_compiled_after_one_loaded_makes_the_boot_cold():
 # ---- the cache state as a setting: compare, the calibration, the next boot's prediction -------------
 
 from autotune.analysis import compare as cmp  # noqa: E402
-from autotune.analysis import run_row
-from autotune.analysis import estimate, next_boot  # noqa: E402
+from autotune.analysis import estimate, next_boot, run_row  # noqa: E402
 from autotune.cli.compare import render_report  # noqa: E402
 from tests.helpers.compare_records import cpu_sweep, record, typed  # noqa: E402
 

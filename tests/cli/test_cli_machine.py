@@ -10,9 +10,9 @@ import time
 import psutil
 from click.testing import CliRunner
 
-from autotune.host import machine
-from autotune.cli.main import cli
 from autotune.cli.gpus import machine_warnings, render_gpus
+from autotune.cli.main import cli
+from autotune.host import machine
 from autotune.store.record import Machine
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090
 

@@ -14,8 +14,8 @@ from autotune.analysis import compare as cmp
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode, exit_code_of, exits
 from autotune.errors import AutotuneError
 from autotune.host.gpus import GpuSelectorError
-from autotune.run.errors import PreflightFailed
 from autotune.host.signals import Interrupted
+from autotune.run.errors import PreflightFailed
 from autotune.store.artifact import ArtifactError
 from tests.helpers.compare_records import typed
 from tests.helpers.paths import ROOT_DIR
@@ -46,9 +46,8 @@ def test_verdicts_map_to_codes():
 
 
 def test_interrupted_exits_128_plus_the_signal(capsys):
-    with pytest.raises(SystemExit) as exited:
-        with exits("the run was marked interrupted"):
-            raise Interrupted(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exited, exits("the run was marked interrupted"):
+        raise Interrupted(signal.SIGTERM)
     assert exited.value.code == 128 + signal.SIGTERM
     assert "interrupted (SIGTERM); the run was marked interrupted" in capsys.readouterr().err
 
@@ -58,21 +57,19 @@ def test_preflight_and_bad_input(capsys):
         def render(self):
             return "  fp8 KV cache needs compute capability 8.9"
 
-    with pytest.raises(SystemExit) as exited:
-        with exits("x", preflight_code=ExitCode.FAILED, preflight_head="not relaunched"):
-            raise PreflightFailed([Problem()])
+    with pytest.raises(SystemExit) as exited, exits("x", preflight_code=ExitCode.FAILED,
+                                                    preflight_head="not relaunched"):
+        raise PreflightFailed([Problem()])
     assert exited.value.code == ExitCode.FAILED
     assert capsys.readouterr().err.splitlines() == ["not relaunched", "  fp8 KV cache needs compute capability 8.9"]
     for error in (ArtifactError("no run 'x'"), GpuSelectorError("--gpu 9: there is no GPU 9")):
-        with pytest.raises(click.ClickException, match=str(error)):
-            with exits("x"):
-                raise error
+        with pytest.raises(click.ClickException, match=str(error)), exits("x"):
+            raise error
 
 
 def test_other_errors_are_not_swallowed():
-    with pytest.raises(KeyError):
-        with exits("x"):
-            raise KeyError("a bug stays a traceback")
+    with pytest.raises(KeyError), exits("x"):
+        raise KeyError("a bug stays a traceback")
 
 
 # Every error the user can act on, by its module: each is an AutotuneError, and the ValueError
@@ -94,9 +91,8 @@ def test_each_domain_error_exits_1_with_its_message(module, name):
     error_class = getattr(importlib.import_module(module), name)
     assert issubclass(error_class, AutotuneError)
     assert issubclass(error_class, ValueError) == (name in WERE_VALUE_ERRORS)
-    with pytest.raises(click.ClickException, match="no such thing") as raised:
-        with exits("x"):
-            raise error_class("no such thing")
+    with pytest.raises(click.ClickException, match="no such thing") as raised, exits("x"):
+        raise error_class("no such thing")
     assert raised.value.exit_code == ExitCode.INPUT
 
 

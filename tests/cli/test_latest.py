@@ -8,8 +8,8 @@ import json
 from autotune.cli.resume import what_to_resume
 from autotune.run import deployed
 from autotune.store import artifact, latest
-from tests.helpers.cli import invoke_autotune
 from autotune.store.record import RunRecord
+from tests.helpers.cli import invoke_autotune
 
 
 def a_run(runs_dir, run_id, state="finished", kind="tune", argv=None, **fields):

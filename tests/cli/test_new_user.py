@@ -11,10 +11,10 @@ import sys
 import pytest
 from click.testing import CliRunner
 
+from autotune.analysis import compare as cmp
 from autotune.cli import cli
 from autotune.cli.compare import render_report
 from autotune.cli.exitcodes import VERDICT_EXIT, ExitCode
-from autotune.analysis import compare as cmp
 from autotune.store import artifact
 from tests.helpers.compare_records import record, typed
 

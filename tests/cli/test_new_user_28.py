@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from tests.helpers.paths import FIXTURES_DIR
 from tests.helpers.cli import interrupt_when_printed
+from tests.helpers.paths import FIXTURES_DIR
 from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
 pytestmark = [pytest.mark.usefixtures("replay_in_process"), pytest.mark.long(25)]  # tunes boot the replay in this process (conftest)
@@ -100,8 +100,8 @@ def test_after_fleet_resume_the_leaves_old_runs_say_so_and_resume_advises_one_wa
     """--runs-dir elsewhere: the leaf lines printed runs/...; after `fleet resume` the leaves'
     interrupted runs stayed `interrupted`, their cards said `autotune resume RUN` while `resume`
     said `autotune fleet resume FLEET`, which then had no leaf left."""
-    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
     from autotune.fleet import collect
+    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
 
     runs = tmp_path / "elsewhere"
     plan = grid_plan(tmp_path, "fleet-28", scale=0.05, profiles=(SEED,))

@@ -4,8 +4,8 @@ tune, and the small contradictions of sweep's, predict's and reproduce's lines. 
 the code before the fix; all run against the replaying vLLM (its profiles' figures)."""
 
 import json
-import sys
 import os
+import sys
 
 from autotune.model.files import hub_cache
 from autotune.testing import model_files

@@ -201,8 +201,8 @@ def test_the_id_printed_before_a_resume_still_finds_the_run(tmp_path):
 
 def test_fleet_resume_runs_as_the_fleet_ran(tmp_path):
     """`fleet resume` forgot --slots and --on: without GPUs it refused for want of --slots."""
-    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
     from autotune.fleet import collect
+    from tests.helpers.fleet_plans import fakes, fleet_command, grid_plan, run_fleet, wait_for_leaves
 
     runs = tmp_path / "runs"
     plan = grid_plan(tmp_path, "fleet-37", scale=0.05, profiles=(SEED,))

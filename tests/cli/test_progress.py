@@ -26,8 +26,20 @@ import pytest
 
 from autotune.cli import progress
 from autotune.cli.progress import Progress, render_summary
-from autotune.vllm.log import (FAILED, GRAPHS, KV_SIZED, LOADING, PROFILING, READY, REFUSED, STARTING, BootLogParser,
-                               advance, phase_of, starting_step)
+from autotune.vllm.log import (
+    FAILED,
+    GRAPHS,
+    KV_SIZED,
+    LOADING,
+    PROFILING,
+    READY,
+    REFUSED,
+    STARTING,
+    BootLogParser,
+    advance,
+    phase_of,
+    starting_step,
+)
 from tests.helpers.compare_records import typed
 from tests.helpers.paths import ROOT_DIR
 

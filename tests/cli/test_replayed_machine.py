@@ -84,7 +84,7 @@ def test_compare_takes_the_device_memory_a_record_cannot_know(_runs_dir):
     report = cmp.compare(typed(records), device_memory_gib=24.0)
     (pair,) = report.groups[0].pairs
     assert pair.verdict == "explained" and report.runs[0].device_memory_source == "given with --device-memory"
-    for folder, record in zip(sorted(_runs_dir.iterdir()), records):
+    for folder, record in zip(sorted(_runs_dir.iterdir()), records, strict=True):
         (folder / "run.json").write_text(json.dumps(record))
     out = run("compare", "--device-memory", "24GiB").output
     assert "explained by gmu (expected Δ +1.44 GiB" in out and "24.0 GiB (given with --device-memory)" in out

@@ -8,10 +8,10 @@ import pytest
 
 from autotune.run import deployed
 from autotune.store import artifact
+from autotune.store.record import RunRecord
 from autotune.testing.selfsigned import make_self_signed
 from tests.helpers.cli import invoke_autotune
 from tests.helpers.front_door_server import FrontDoorServer
-from autotune.store.record import RunRecord
 
 V033 = "v1-0.33.0"
 SEED = "seed-3090-qwen3.6-27b"

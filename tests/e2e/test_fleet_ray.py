@@ -104,7 +104,7 @@ leaves:
     state = collect.load(collect.list_fleets(runs)[0])
     no_overlap(state)
     h100 = node_of_label(cluster, "H100")
-    for entry, label in zip(state.data["leaves"], ["RTX-3090", "RTX-3090", "H100", "H100"]):
+    for entry, label in zip(state.data["leaves"], ["RTX-3090", "RTX-3090", "H100", "H100"], strict=True):
         record = artifact.load(runs / entry["run_id"])
         section = record.fleet
         assert section["backend"] == "ray" and section["gpu"]["accelerator_type"] == label

@@ -25,8 +25,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from autotune.server import client, health
 from autotune.host import processes
+from autotune.server import client, health
 from autotune.store import redact
 from autotune.testing.selfsigned import make_self_signed
 from tests.conftest import vllm_serve_argv

@@ -21,9 +21,9 @@ import shlex
 import pytest
 
 from autotune.analysis import device_memory
-from autotune.vllm import kv_pool
 from autotune.model import files as mf
 from autotune.testing.tiny_model import build_kind
+from autotune.vllm import kv_pool
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import run_autotune
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from autotune.server import probe, health
 from autotune.host import processes
+from autotune.server import health, probe
 from tests.conftest import vllm_serve_argv
 
 pytestmark = [pytest.mark.vllm, pytest.mark.long(90)]

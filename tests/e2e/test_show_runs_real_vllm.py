@@ -26,11 +26,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from autotune.export import local
-from autotune.export import targets
-from autotune.store.record import RunRecord
 from autotune.cli.main import cli
 from autotune.cli.progress import render_summary
+from autotune.export import local, targets
+from autotune.store.record import RunRecord
 from tests.conftest import vllm_serve_argv
 from tests.helpers import deploy_checks as checks
 
@@ -156,7 +155,7 @@ def test_the_real_runs_deployment_files_pass_their_consumers_and_read_back_as_it
     files = list(targets.RENDERERS)
     command, *reads = checks.vllm_reads([{"words": words}] + [checks.read_back(n, text[n]) for n in files])
     assert command["engine"]["max_model_len"] == "16256" and command["engine"]["kv_cache_memory_bytes"] == "134217728"
-    for name, read in zip(files, reads):
+    for name, read in zip(files, reads, strict=True):
         # the model's folder moves into the container (its id is kept as --served-model-name / model_id)
         keys = (set(command["engine"]) | set(read["engine"])) - {"model", "served_model_name", "tokenizer"}
         differ = {k: (command["engine"].get(k), read["engine"].get(k)) for k in keys

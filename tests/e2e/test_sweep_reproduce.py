@@ -60,7 +60,7 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
 
     # Boots: counted from the member runs themselves.
     runs = [json.loads((runs_dir / p["run_id"] / "run.json").read_text()) for p in points]
-    for p, run in zip(points, runs):
+    for p, run in zip(points, runs, strict=True):
         assert run["kind"] == "sweep-point" and run["links"]["sweep_id"] == record["sweep_id"]
         assert run["result"]["ceiling"] < TARGET  # every value is limited by the KV cache
         assert len(run["attempts"]) == p["boots"]
@@ -71,7 +71,7 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
     first = runs[0]["attempts"]
     assert first[0]["outcome"] == "refused" and first[0]["max_model_len"] == TARGET  # the target, refused
     assert first[1]["max_model_len"] == first[0]["ceiling"]  # then vLLM's estimate
-    for p, run in zip(points, runs):
+    for p, run in zip(points, runs, strict=True):
         # Each value boots on from vLLM's figure to the longest length that boots, and proves its top:
         # vLLM refused one step above, or the verified boot's own pool holds no step more.
         attempts = [(a["max_model_len"], a["outcome"], a["basis"]) for a in run["attempts"]]

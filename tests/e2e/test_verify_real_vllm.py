@@ -23,8 +23,8 @@ import psutil
 import pytest
 
 from autotune.analysis import device_memory
-from autotune.server import client, health
 from autotune.host import processes
+from autotune.server import client, health
 from tests.conftest import vllm_serve_argv
 from tests.helpers.cli import keep_output, run_autotune
 

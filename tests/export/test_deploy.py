@@ -24,13 +24,12 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.export import local
-from autotune.store import artifact
+from autotune.export import local, report, settings, skypilot, startup, targets, yamltext
 from autotune.export import ray as ray_target
-from autotune.export import report, settings, skypilot, startup, targets, yamltext
-from autotune.store.record import RunRecord
 from autotune.export.verified import NotEmittable, final_argv
 from autotune.host import launcher
+from autotune.store import artifact
+from autotune.store.record import RunRecord
 from autotune.testing.inprocess import replaying_in_process
 from autotune.vllm import servecmd, versions
 from tests.helpers import deploy_checks as checks
@@ -332,7 +331,7 @@ def vllm_read_back(rendered, replay):
             index.append((record_name, name))
     reads = checks.vllm_reads(cases)
     out: dict = {}
-    for (record_name, name), read in zip(index, reads):
+    for (record_name, name), read in zip(index, reads, strict=True):
         out.setdefault(record_name, {})[name] = read
     return out
 
@@ -549,10 +548,10 @@ def test_engine_keyword_values_are_typed_as_vllms_parser_types_them(text, value)
 
 
 def test_the_margin_kept_is_in_every_files_stamp_and_in_the_report():
-    from autotune.run.margin import GIB, Device, Margin
+    from autotune.run.margin import GIB, Device, ResolvedMargin
 
     rec = gpu_record()
-    kept = Margin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
+    kept = ResolvedMargin(asked_bytes=1 * GIB, device=Device("gpu", 24 * GIB, "NVML"), gmu=0.9583, replaced_gmu="0.95")
     rec["margin"] = kept.to_dict()
     rec["result"]["final_argv"] = [("0.9583" if a == "0.95" else a) for a in rec["result"]["final_argv"]]
     record = RunRecord.from_dict(rec)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autotune.export import local
-from autotune.export import kserve, settings, targets
+from autotune.export import kserve, local, settings, targets
 from autotune.store.record import RunRecord
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real

@@ -14,11 +14,10 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.export import local
-from autotune.store import artifact
-from autotune.export import recipe, targets
-from autotune.store.record import RunRecord
+from autotune.export import local, recipe, targets
 from autotune.export.verified import final_argv
+from autotune.store import artifact
+from autotune.store.record import RunRecord
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record, real
 from tests.helpers.paths import FIXTURES_DIR

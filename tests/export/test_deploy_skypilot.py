@@ -11,8 +11,8 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.store import artifact
 from autotune.export import skypilot
+from autotune.store import artifact
 from autotune.store.record import RunRecord
 from tests.helpers import deploy_checks as checks
 from tests.helpers.emit_records import gpu_record
@@ -34,7 +34,7 @@ def emit(folder, *extra: str):
 
 def test_infra_is_checked_as_skypilots_schema_checks_it():
     schema = json.loads((checks.FIXTURES / "skypilot-resources-schema.json").read_text())
-    assert skypilot.INFRA_PATTERN == schema["properties"]["infra"]["pattern"]
+    assert schema["properties"]["infra"]["pattern"] == skypilot.INFRA_PATTERN
 
 
 @pytest.mark.parametrize("where", ["aws", "aws/us-east-1", "gcp/us-central1/us-central1-a", "k8s/my-context", "*"])

@@ -177,7 +177,7 @@ def vllm_reads(tmp_path_factory):
         extra = shlex.split(usage.split("--config vllm-config.yaml", 1)[1].split("   (or:")[0])
         cases.append({"config": str(path), "extra": extra, "argv": argv[len(cmd.launcher):]})
     out = installed_vllm.run_json(VLLM_PARSE, cases)
-    return out["help"], dict(zip(names, out["results"]))
+    return out["help"], dict(zip(names, out["results"], strict=True))
 
 
 def test_vllms_help_lists_the_long_options(vllm_reads):

@@ -17,10 +17,11 @@ from click.testing import CliRunner
 
 from autotune.analysis import node_outliers
 from autotune.cli import cli
-from autotune.fleet import collect, plan as plan_mod
+from autotune.fleet import collect
+from autotune.fleet import plan as plan_mod
 from autotune.store import artifact
-from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, wait_for_leaves, write_plan
 from tests.helpers.compare_records import typed
+from tests.helpers.fleet_plans import FAKE, fakes, grid_plan, no_overlap, run_fleet, wait_for_leaves, write_plan
 
 pytestmark = [pytest.mark.long(75)]  # seconds alone: started first under pytest-xdist (conftest)
 
@@ -209,8 +210,8 @@ def test_a_killed_leaf_is_retried_and_its_server_reaped(tmp_path):
 # ---- Kubernetes, compare's node check -------------------------------------------------------------
 
 def test_render_k8s_is_valid_indexed_jobs_running_the_same_autotune(tmp_path):
-    import yaml
     import kubernetes_validate
+    import yaml
 
     path = write_plan(tmp_path, """
 command: vllm serve Qwen/Qwen3-8B --max-num-seqs 1
@@ -244,8 +245,8 @@ leaves:
 
 
 def test_render_k8s_takes_autotune_from_a_configmap_or_the_users_image_and_says_what_is_unpinned(tmp_path):
-    import yaml
     import kubernetes_validate
+    import yaml
 
     path = write_plan(tmp_path, "command: vllm serve Qwen/Qwen3-8B\ntarget: 64K\ngrid:\n  gpu_memory_utilization: [0.9]\n")
     runner = CliRunner()
@@ -288,7 +289,7 @@ leaves:
     assert done.returncode == 0, done.stderr
     state = collect.load(collect.list_fleets(runs)[0])
     records = []
-    for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c")):
+    for entry, node in zip(state.data["leaves"], ("node-a", "node-b", "node-c"), strict=True):
         record = artifact.load(runs / entry["run_id"]).to_dict()
         record["fleet"]["node"] = {"hostname": node, "node_id": None}  # three nodes, one machine
         records.append(record)

@@ -23,9 +23,9 @@ out. Times start at 2025-12-01T14:40:00Z and advance ``step`` seconds a line.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-T0 = datetime(2025, 12, 1, 14, 40, tzinfo=timezone.utc)
+T0 = datetime(2025, 12, 1, 14, 40, tzinfo=UTC)
 SPLIT = 16 * 1024  # docker's and containerd's line buffer
 LABELS = '{container="vllm", namespace="default", pod="vllm-0"}'
 

@@ -15,6 +15,7 @@ import socket
 import struct
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 args_parser = argparse.ArgumentParser()
 args_parser.add_argument("--port", type=int, required=True)
@@ -32,7 +33,7 @@ args_parser.add_argument("--hidden-tls", nargs=2, metavar=("KEYFILE", "CERTFILE"
 args, _ = args_parser.parse_known_args()
 
 broken = {"left": args.resets}
-KEY = args.api_key or (open(args.api_key_file).read().strip() if args.api_key_file else None)
+KEY = args.api_key or (Path(args.api_key_file).read_text().strip() if args.api_key_file else None)
 
 
 class Handler(BaseHTTPRequestHandler):

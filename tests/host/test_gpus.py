@@ -21,7 +21,6 @@ from autotune.host.gpus import (
 )
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
 
-
 # --- resolve_selector ----------------------------------------------------------------
 
 
@@ -297,7 +296,7 @@ def test_plan_tensor_parallel_on_twins():
 
 
 def test_plan_without_gpus():
-    assert plan_gpus(None, {"CUDA_VISIBLE_DEVICES": "0"}, []) == gpus.GpuPlan((), {}, (), "none")
+    assert plan_gpus(None, {"CUDA_VISIBLE_DEVICES": "0"}, []) == gpus.GpuPinning((), {}, (), "none")
     with pytest.raises(ValueError, match="NVML sees no NVIDIA GPU"):
         plan_gpus("0", {}, [])
     with pytest.raises(ValueError, match="there is no GPU 3"):

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.analysis import estimate
-from autotune.vllm import kv_pool
-from autotune.model import files as mf
 from autotune.cli.main import cli
+from autotune.model import files as mf
+from autotune.vllm import kv_pool
 from tests.helpers.calibration import NODE, argv_for, record
 from tests.helpers.model_folders import gqa_folder
 

@@ -21,8 +21,8 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.testing import profiles
 from tests.helpers.cli import interrupt_when_printed
-from tests.helpers.replay import SEED, SEED_LEVERS, fake
 from tests.helpers.compare_records import typed
+from tests.helpers.replay import SEED, SEED_LEVERS, fake
 
 V021 = "v1-0.21.0"
 pytestmark = [pytest.mark.usefixtures("replay_in_process"), pytest.mark.long(20)]

@@ -112,7 +112,8 @@ def _gmu(argv):
 def test_a_resumed_margin_run_and_its_lever_search_boot_the_margins_gmu(monkeypatch, tmp_path):
     # run.json's command.argv is the user's: what resume and the lever search boot comes from the
     # margin it recorded (the same gmu, not a margin planned again on the device as it is now).
-    from autotune.run import reach, tune as tune_mod
+    from autotune.run import reach
+    from autotune.run import tune as tune_mod
 
     result = _tune(monkeypatch, "--target", "65536", "--margin", "0.5GiB", "--probe", "none", "--max-boots", "1",
                    "--runs-dir", str(tmp_path), "--", *fake(SEED, *SEED_LEVERS))

@@ -14,9 +14,8 @@ import pytest
 
 from autotune.host import gpus
 from autotune.run import preflight
-from autotune.vllm.log import parse_file
 from autotune.run.preflight import Problem, check, derived_max_model_len, missing_flags, read_model_config
-
+from autotune.vllm.log import parse_file
 from tests.helpers import installed_vllm
 from tests.helpers.gpu_cards import GTX_1660S, REFERENCE, RTX_3090, RTX_4090, TWINS, gpu
 from tests.helpers.paths import FIXTURES_DIR

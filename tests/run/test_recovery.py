@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.vllm import servecmd
-from autotune.vllm.log import limit_from
-from autotune.vllm.log import parse_file, parse_lines
+from autotune.run.recovery import RETRY_LIMITS, RecoveryFix, RecoveryOptions, explain_no_recovery, recovery_for
 from autotune.store.record import Attempt
-from autotune.run.recovery import RETRY_LIMITS, Recovery, RecoveryOptions, explain_no_recovery, recovery_for
+from autotune.vllm import servecmd
+from autotune.vllm.log import limit_from, parse_file, parse_lines
 from tests.helpers.paths import FIXTURES_DIR
 
 FIXTURES = FIXTURES_DIR
@@ -49,7 +48,7 @@ def record_from_file(path: Path) -> dict:
 
 def test_mamba_relaunches_with_the_number_vllm_printed():
     rec = recovery_for(Attempt.from_dict(record_from_lines(MAMBA_LINE)), ARGV, RecoveryOptions())
-    assert rec == Recovery(
+    assert rec == RecoveryFix(
         "mamba_cache_blocks",
         "vLLM has Mamba state for 196 sequences, not the 256 of --max-num-seqs: relaunching with "
         "--max-num-seqs 196, the number vLLM printed",
@@ -114,7 +113,7 @@ def test_real_address_in_use_retries_on_a_new_port():
     assert record["error_kind"] == "address_in_use"
     argv = servecmd.with_flag(ARGV, "--port", 49789)
     rec = recovery_for(Attempt.from_dict(record), argv, RecoveryOptions())
-    assert rec == Recovery("address_in_use",
+    assert rec == RecoveryFix("address_in_use",
                            "port 49789 is already in use by another process: retrying on another free port",
                            new_port=True)
     tired = RecoveryOptions(recovered=("address_in_use",) * RETRY_LIMITS["address_in_use"])

@@ -2,11 +2,10 @@
 import pytest
 from click.testing import CliRunner
 
-from autotune.store import artifact
-from autotune.run import sweep
-from autotune.store import sweeps
 from autotune.cli.main import cli
 from autotune.cli.resume import what_to_resume as _what_to_resume
+from autotune.run import sweep
+from autotune.store import artifact, sweeps
 from autotune.store.record import RunRecord
 
 

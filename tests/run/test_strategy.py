@@ -1,7 +1,17 @@
 import pytest
 
-from autotune.run.strategy import (ERROR, EXITED, HUNG, NOT_VERIFIED, REFUSED, VERIFIED, AttemptSummary, Launch,
-                               Stop, next_step)
+from autotune.run.strategy import (
+    ERROR,
+    EXITED,
+    HUNG,
+    NOT_VERIFIED,
+    REFUSED,
+    VERIFIED,
+    AttemptSummary,
+    Launch,
+    Stop,
+    next_step,
+)
 
 T = 65536
 

@@ -3,14 +3,13 @@
 The sweep itself (boots, fit, resume after a kill) is proven on real vLLM in
 tests/e2e/test_sweep_reproduce.py and tests/e2e/test_resume_sweep_and_levers.py.
 """
-from dataclasses import replace
 import json
+from dataclasses import replace
 
 import pytest
 
-from autotune.store import artifact
 from autotune.run import sweep
-from autotune.store import sweeps
+from autotune.store import artifact, sweeps
 from autotune.store.record import RunRecord, SweepRecord
 
 

@@ -86,8 +86,8 @@ def test_health_ok_stays_a_plain_yes_or_no(resetting_server):
 
 def test_a_tune_records_the_health_retries_in_the_artifact(tmp_path):
     # The whole loop against a server whose /health resets twice while it starts.
-    from autotune.store import artifact
     from autotune.run import tune as tune_mod
+    from autotune.store import artifact
 
     events = []
     opts = tune_mod.TuneOptions(

@@ -62,7 +62,7 @@ def test_the_card_renders_the_recorded_warnings_and_decides_none_of_its_own():
     record.warnings = [RunWarning(kind=WarningKind.LEFTOVER_PROCESSES, message="as recorded", cause="c", remedy="r")]
     lines = render_summary(record).splitlines()
     assert card_warnings("\n".join(lines)) == ["as recorded"]  # not the shortfall it would decide
-    assert ["    cause:  c", "    remedy: r"] == lines[lines.index("  Warning: as recorded") + 1:][:2]
+    assert lines[lines.index("  Warning: as recorded") + 1:][:2] == ["    cause:  c", "    remedy: r"]
 
 
 def test_a_schema_1_run_loads_and_show_json_carries_the_warnings_its_card_shows(_runs_dir):

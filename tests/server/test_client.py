@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from autotune.server import client, probe, health
+from autotune.server import client, health, probe
 from autotune.testing.selfsigned import make_self_signed
 from tests.helpers.front_door_server import FrontDoorServer
 

@@ -5,10 +5,9 @@ import sys
 
 import psutil
 
-from autotune.store import artifact
-from autotune.server import leftovers
 from autotune.run import sweep
-from autotune.store import sweeps
+from autotune.server import leftovers
+from autotune.store import artifact, sweeps
 from autotune.store.record import RunRecord
 
 

@@ -6,8 +6,8 @@ in its version's words. The real figures: a vLLM 0.32 CPU server's /metrics, cap
 
 import pytest
 
-from autotune.server import client, metrics
 from autotune.host import processes
+from autotune.server import client, metrics
 from autotune.testing import fake_metrics
 from tests.helpers.paths import FIXTURES_DIR
 
@@ -102,6 +102,6 @@ def test_nothing_listening_is_metrics_unavailable():
 def test_a_server_without_vllms_metrics_says_so():
     from tests.helpers.front_door_server import FrontDoorServer
 
-    with FrontDoorServer() as server:  # answers /metrics 404
-        with pytest.raises(metrics.MetricsUnavailable, match="answered 404"):
-            metrics.read(client.plain(server.port))
+    # FrontDoorServer answers /metrics 404
+    with FrontDoorServer() as server, pytest.raises(metrics.MetricsUnavailable, match="answered 404"):
+        metrics.read(client.plain(server.port))

@@ -18,8 +18,15 @@ from hypothesis import strategies as st
 from autotune.host import processes
 from autotune.server import probe, probe_memory, prompt
 from autotune.server.probe_memory import growth_summary
-from autotune.server.prompt import (ProbeFailure, filler_text, next_char_count, next_try, prompt_budget, size_prompt,
-                                 within_margin)
+from autotune.server.prompt import (
+    ProbeFailure,
+    filler_text,
+    next_char_count,
+    next_try,
+    prompt_budget,
+    size_prompt,
+    within_margin,
+)
 
 CEILING = 16256
 

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.cli.summary import render_summary
-from autotune.run import strategy
-from autotune.server import metrics, probe, queue_watch, health
 from autotune.host import processes
+from autotune.run import strategy
+from autotune.server import health, metrics, probe, queue_watch
 from autotune.testing import profiles
-from tests.helpers.replay import boot
 from tests.helpers.compare_records import typed
+from tests.helpers.replay import boot
 
 SLIDING = "sliding-2xh100-gemma4-31b"
 TP2 = ["--tensor-parallel-size", "2"]

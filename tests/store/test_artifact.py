@@ -3,8 +3,7 @@ import os
 
 import pytest
 
-from autotune.store import artifact
-from autotune.store import latest
+from autotune.store import artifact, latest
 from autotune.store.record import RunRecord
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
+from pathlib import Path
 
 from autotune.run import strategy
 from autotune.store.outcomes import Basis
@@ -23,7 +24,7 @@ def bases_given(source: str) -> list[str]:
 
 
 def test_the_strategy_gives_and_reads_bases_only_from_the_vocabulary():
-    given = bases_given(open(strategy.__file__).read())
+    given = bases_given(Path(strategy.__file__).read_text())
     assert given and all(re.fullmatch(r"Basis\.[A-Z_]+", g) or g == "PREDICTED" for g in given
                          if not g.startswith("Basis.COMPUTED if")), given
     assert {"Basis.POOL", "Basis.BACK_OFF", "Basis.ROOM"} <= set(given)

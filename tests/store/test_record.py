@@ -9,8 +9,7 @@ from dataclasses import fields
 import pytest
 
 from autotune.store import artifact
-from autotune.store.record import (RESULT_FIGURES, Attempt, Command, Reach, ReachStep, Result, RunRecord,
-                                   SweepPoint)
+from autotune.store.record import RESULT_FIGURES, Attempt, Command, Reach, ReachStep, Result, RunRecord, SweepPoint
 from tests.helpers.paths import ROOT_DIR
 
 ROOT = ROOT_DIR

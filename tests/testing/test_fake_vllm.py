@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from autotune.host import launcher, processes
 from autotune.testing import fake_vllm, profiles
-from autotune.testing.truth import truth
 from autotune.testing.profiles import GIB, Settings
+from autotune.testing.truth import truth
 from autotune.vllm import versions
 from autotune.vllm.log import ceiling_from, parse_lines
 from tests.helpers.replay import SEED, SEED_LEVERS, boot

@@ -7,9 +7,8 @@ each name is the log's file number there).
 """
 import pytest
 
-from autotune.vllm import kv_pool
 from autotune.model import files as mf
-from autotune.vllm import versions
+from autotune.vllm import kv_pool, versions
 
 MIB128 = 128 * 2**20
 GIB = 2**30

@@ -3,8 +3,8 @@ import sys
 import pytest
 
 from autotune.host import launcher
-from autotune.vllm import versions as vllminfo
 from autotune.vllm import versions
+from autotune.vllm import versions as vllminfo
 
 
 @pytest.mark.parametrize("version,mode", [

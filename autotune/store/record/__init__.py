@@ -11,12 +11,10 @@ sweep record through store/sweeps.py.
 """
 
 from autotune.store.record.attempt import Attempt
-from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeResult, Recovery, StopReport,
-                                              Verification)
+from autotune.store.record.boot_parts import BootFacts, BootPrediction, ProbeResult, Recovery, StopReport, Verification
 from autotune.store.record.part import Part, copy_json, given
 from autotune.store.record.run import RECORD_ORDER, RESULT_FIGURES, Command, Reach, ReachStep, Result, RunRecord
-from autotune.store.record.run_parts import (AimPrediction, GpuPlan, KeptOptions, Longest, Machine, Margin,
-                                             RunWarning)
+from autotune.store.record.run_parts import AimPrediction, GpuPlan, KeptOptions, Longest, Machine, Margin, RunWarning
 from autotune.store.record.sweep import SweepPoint, SweepRecord
 
 RECORD_CLASSES = (RunRecord, Command, Attempt, Result, Reach, ReachStep, SweepPoint, BootFacts, BootPrediction,

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from autotune.store.record.boot_parts import (BootFacts, BootPrediction, ProbeResult, Recovery, StopReport,
-                                              Verification)
+from autotune.store.record.boot_parts import BootFacts, BootPrediction, ProbeResult, Recovery, StopReport, Verification
 from autotune.store.record.part import Part
 
 

@@ -10,8 +10,9 @@ anything. Nested parts (NESTED) are typed as they are read and as they are set.
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, ClassVar, Mapping, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from autotune.store.record.shape import RecordShapeError, shapes_of
 

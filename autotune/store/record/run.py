@@ -63,7 +63,7 @@ class Result(Part):
     NESTED: ClassVar[dict] = {"probe": (ProbeResult, False), "longest": (Longest, False)}
 
     @classmethod
-    def interrupted(cls, reason: str) -> "Result":
+    def interrupted(cls, reason: str) -> Result:
         """The result of a run an interruption ended before it had one."""
         return cls(verdict="interrupted", ceiling=None, verified=False, reason=reason)
 

@@ -22,11 +22,24 @@ The pipeline, in order (each stage a module of this package):
 from autotune.vllm.log.boot import SCHEMA_KEYS, Fact
 from autotune.vllm.log.clean import clean_line
 from autotune.vllm.log.failures import CATALOG, FailureKind, diagnosis, traceback_tail
-from autotune.vllm.log.phases import (
-    FAILED, GRAPHS, KV_SIZED, LOADING, PHASE_ORDER, PROFILING, READY, REFUSED, STARTING, STARTING_STEPS,
-    TERMINAL_PHASES, advance, phase_of, stall_diagnosis, starting_step,
-)
 from autotune.vllm.log.parser import BootLogParser, parse_file, parse_lines, parse_stream
+from autotune.vllm.log.phases import (
+    FAILED,
+    GRAPHS,
+    KV_SIZED,
+    LOADING,
+    PHASE_ORDER,
+    PROFILING,
+    READY,
+    REFUSED,
+    STARTING,
+    STARTING_STEPS,
+    TERMINAL_PHASES,
+    advance,
+    phase_of,
+    stall_diagnosis,
+    starting_step,
+)
 from autotune.vllm.log.plausible import LIMIT_SOURCES, ceiling_from, limit_from
 
 __all__ = [

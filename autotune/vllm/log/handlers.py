@@ -11,7 +11,7 @@ Stdlib only; no I/O.
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from autotune.vllm.log import failures
 from autotune.vllm.log import messages as P

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-import sys
 import re
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -239,7 +239,7 @@ PREFILTER_WINDOW = 5
 _sre_parse: Any = importlib.import_module("re._parser" if sys.version_info >= (3, 11) else "sre_parse")
 
 
-@functools.lru_cache(maxsize=None)  # the catalog's patterns are read twice at import
+@functools.cache  # the catalog's patterns are read twice at import
 def leading_literal(pattern: str) -> str:
     """The text every match of ``pattern`` (compiled without flags) starts with: its leading
     characters that are neither optional nor repeated ('' when it starts with anything else)."""

@@ -52,7 +52,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import BinaryIO, Iterable
+from collections.abc import Iterable
+from typing import BinaryIO
 
 from autotune.vllm.log import failures
 from autotune.vllm.log import messages as P

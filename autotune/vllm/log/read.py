@@ -11,7 +11,8 @@ from __future__ import annotations
 import gzip
 import io
 import os
-from typing import Any, BinaryIO, Iterator
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 __all__ = ["MAX_LINE_BYTES", "open_log", "read_lines"]
 

@@ -23,7 +23,8 @@ read again, so its figures stand whichever way the rows are joined. Stdlib only;
 from __future__ import annotations
 
 import re
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from autotune.vllm.log import messages as P
 from autotune.vllm.log.boot import Recorder, read_number

@@ -17,8 +17,9 @@ no I/O.
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from autotune.vllm.log import messages as P
 from autotune.vllm.log.boot import Recorder
@@ -164,7 +165,7 @@ class RowJoiner:
             plain = joined if same and not space else plain + text
         else:  # a wider row (or a capture that keeps its spaces): every join decided again
             joined = rows[0]
-            for row, after in zip(rows, rows[1:]):
+            for row, after in itertools.pairwise(rows):
                 joined += (" " if _glued(row, after) and 0 < width - len(row) <= _TRIMMED_MAX else "") + after
             plain = plain + text
             plain = joined if plain == joined else plain
@@ -223,7 +224,7 @@ class RowJoiner:
             texts = [row.strip() if pretty else row for _, row in rows]
             width = 0 if self._keeps_spaces else max(self._width, *map(len, texts[:-1]))
             spaced = texts[0] + "".join((" " if 0 < width - len(a) <= _TRIMMED_MAX else "") + b
-                                        for a, b in zip(texts, texts[1:]))
+                                        for a, b in itertools.pairwise(texts))
             records = json_record_lines("".join(texts)) or json_record_lines(spaced)
             if records is None and (json_object("".join(texts)) or json_object(spaced)) is not None:
                 self.flush()  # whole, and no log record: text (a JSON value a program printed)
@@ -271,7 +272,7 @@ class RowJoiner:
 
     def _flush_parts(self) -> None:
         parts, self._parts = self._parts, {}
-        for stream, (number, text, cut) in parts.items():
+        for stream, (_number, text, cut) in parts.items():
             self._carry(Carried([text], True, stream), cut)
 
     def _carried(self, carried: Carried, cut: bool) -> None:

@@ -65,7 +65,7 @@ class TraceState:
     tail_text: str = ""  # its text (vLLM's message)
     exception_line: int = 0  # line number of the last exception line (0: none)
 
-    def feed(self, message: str, level: str, line_no: int) -> "TraceState":
+    def feed(self, message: str, level: str, line_no: int) -> TraceState:
         # A new state is built field by field in the order above (open, tail, tail_line, tail_text,
         # exception_line): dataclasses.replace costs more than the rest of a line's reading.
         if self.tail == "other" and not self.open and level in ("INFO", "DEBUG"):

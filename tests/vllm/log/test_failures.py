@@ -191,7 +191,7 @@ def _fixture_line(name: str, line_no: int) -> str:
 def test_kind_names_exact():
     assert set(KINDS) == set(REQUIRED_KINDS)
     assert len(KINDS) == len(set(KINDS))
-    assert KINDS == tuple(entry.kind for entry in CATALOG)
+    assert tuple(entry.kind for entry in CATALOG) == KINDS
 
 
 @pytest.mark.parametrize("name,line_no,kind", FIXTURE_LINES)

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune.vllm.log import SCHEMA_KEYS, BootLogParser, Fact, ceiling_from, parse_file, parse_lines
-from autotune.vllm.log import failures
+from autotune.vllm.log import SCHEMA_KEYS, BootLogParser, Fact, ceiling_from, failures, parse_file, parse_lines
 from autotune.vllm.log.boot import TEXT_MAX
 from autotune.vllm.log.clean import unwrap
 
