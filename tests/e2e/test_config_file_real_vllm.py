@@ -34,4 +34,5 @@ def test_a_config_file_is_read_as_vllm_reads_it(tiny_model, tmp_path):
     yaml = (run_dir / "vllm-config.yaml").read_text()
     body = [line for line in yaml.splitlines() if not line.startswith("#")]
     assert body[1:] == ['dtype: "bfloat16"', "enforce-eager: true", "max-num-seqs: 1",
-                        'kv-cache-memory-bytes: "128M"', "max-model-len: 16256"], yaml
+                        'kv-cache-memory-bytes: "128M"', "max-model-len: 16256",
+                        'served-model-name: "tiny-llama"'], yaml  # one name in every file (issue 37)

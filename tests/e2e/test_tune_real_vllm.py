@@ -130,8 +130,11 @@ def test_without_a_command_the_newest_runs_command_is_reused_and_a_fitting_targe
 
 
 def test_a_boot_failing_for_another_reason_is_named_and_kept(tmp_path):
+    """A model folder that is there but holds no model: vLLM's own check refuses it (a folder that is not
+    there at all never boots: the preflight names it, tests/cli/test_new_user_37_safety.py)."""
     runs_dir = tmp_path / "runs"
-    proc = run_autotune("--target", "4096", "--", *vllm_serve_argv(tmp_path / "no-such-model"), runs_dir=runs_dir)
+    (tmp_path / "empty-model").mkdir()
+    proc = run_autotune("--target", "4096", "--", *vllm_serve_argv(tmp_path / "empty-model"), runs_dir=runs_dir)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout
     record = json.loads((only_run(runs_dir) / "run.json").read_text())

@@ -369,6 +369,8 @@ CATALOG: tuple[FailureKind, ...] = (
             r"does not appear to have a file named config\.json",
             r"No such file or directory: .{0,500}?config\.json",
             r"Cannot find any model weights",
+            # vLLM's ModelConfig (pydantic) on a folder that holds no model, or a name that is neither.
+            r"Invalid repository ID or local directory specified",
             r"OSError: .{0,500}? does not appear to have",
             # HF_HUB_OFFLINE=1 (or no network) and the repo is not in the local cache.
             r"LocalEntryNotFoundError",

@@ -73,6 +73,7 @@ FAILURE_LINES = (
     ("cpu-0.32.0-model-path-not-found.log", 21, "model_not_found"),
     ("cpu-0.32.0-model-path-not-found.log", 73, "model_not_found"),
     ("cpu-0.32.0-repo-not-cached-offline.log", 65, "model_not_found"),
+    ("cpu-0.32.0-model-folder-empty.log", 55, "model_not_found"),
 )
 
 # Lines quoted from log-formats.md (sections 2, 7, 8, 10, 11) or from public
