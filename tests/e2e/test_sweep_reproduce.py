@@ -11,7 +11,7 @@ The issue's setting: gmu 0.10/0.12/0.14, target 1,048,576. On this backend the p
 `auto` fit stop a few blocks short of the longest length that boots: each value then boots on from
 vLLM's figure to the fixed point and proves its top (a refusal one step above, or the verified boot's
 own pool). Measured here: the refusal path's first value 4 boots (the target refused, vLLM's estimate,
-the fixed point, a refusal one step above), later values 3 (their prediction, then the fixed point);
+the fixed point, a refusal one step above), later values 1-3 (their prediction, at once where it was the fixed point);
 --strategy auto 3 a value (auto, then two steps of the fixed point). The refusal path's ceilings and
 auto's agree within what vLLM's re-profiling moves a pool between boots.
 """
@@ -78,7 +78,9 @@ def test_a_gmu_sweep_fits_a_line_explains_its_pairs_and_saves_boots(sweep):
         assert run["result"]["longest"]["proved_by"] in ("refused_above", "own_pool"), (p, attempts)
         assert run["result"]["ceiling"] >= max(a["max_model_len"] for a in run["attempts"]
                                                if a["outcome"] == "verified"), attempts
-        assert 2 <= p["boots"] <= 4, (p, attempts)  # vLLM's figure, the fixed point, the proof
+        # vLLM's figure, the fixed point, the proof; or 1 where the prediction from the values before it
+        # was the fixed point (its own pool the proof: the group's history made it one boot, seen here)
+        assert 1 <= p["boots"] <= 4 and (p["boots"] > 1 or p["start_at"] is not None), (p, attempts)
         if p["start_at"] is not None:
             assert p["start_at"] <= p["prediction"]["ceiling"], p  # a prediction is never aimed above
     assert boots <= 4 * len(GMU) and on_disk["boots_2k"] == 2 * len(GMU), [(p["boots"], p["note"]) for p in points]
